@@ -1,0 +1,315 @@
+// Package config loads mqlet's configuration: defaults, then one YAML file,
+// then MQLET_* environment variables, then command-line flags.
+package config
+
+import (
+	"encoding/json"
+	"errors"
+	"fmt"
+	"net/url"
+	"os"
+	"strings"
+	"time"
+)
+
+// Duration is a time.Duration written as a Go duration string ("30s", "2m").
+type Duration struct{ time.Duration }
+
+// UnmarshalJSON accepts "30s" style strings and, for convenience, integer seconds.
+func (d *Duration) UnmarshalJSON(b []byte) error {
+	var s string
+	if err := json.Unmarshal(b, &s); err == nil {
+		v, err := time.ParseDuration(s)
+		if err != nil {
+			return fmt.Errorf("invalid duration %q: %w", s, err)
+		}
+		d.Duration = v
+		return nil
+	}
+	var secs int64
+	if err := json.Unmarshal(b, &secs); err != nil {
+		return fmt.Errorf("invalid duration %s: want a string such as \"30s\"", string(b))
+	}
+	d.Duration = time.Duration(secs) * time.Second
+	return nil
+}
+
+// MarshalJSON writes the duration as a Go duration string.
+func (d Duration) MarshalJSON() ([]byte, error) { return json.Marshal(d.String()) }
+
+// Config is the whole of mqlet's configuration. configs/mqlet.yaml documents
+// every field with its default.
+type Config struct {
+	Node      string `json:"node"`
+	StateDir  string `json:"stateDir"`
+	LogLevel  string `json:"logLevel"`
+	LogFormat string `json:"logFormat"`
+
+	MQTT           MQTT           `json:"mqtt"`
+	EmbeddedBroker EmbeddedBroker `json:"embeddedBroker"`
+	Runtime        Runtime        `json:"runtime"`
+	Pods           Pods           `json:"pods"`
+	GC             GC             `json:"gc"`
+	Admission      Admission      `json:"admission"`
+	Telemetry      Telemetry      `json:"telemetry"`
+	Requests       Requests       `json:"requests"`
+}
+
+// MQTT is the broker session.
+type MQTT struct {
+	Broker             string   `json:"broker"`
+	TopicPrefix        string   `json:"topicPrefix"`
+	Username           string   `json:"username"`
+	PasswordFile       string   `json:"passwordFile"`
+	Password           string   `json:"-"` // only from MQLET_MQTT_PASSWORD or PasswordFile
+	CAFile             string   `json:"caFile"`
+	CertFile           string   `json:"certFile"`
+	KeyFile            string   `json:"keyFile"`
+	InsecureSkipVerify bool     `json:"insecureSkipVerify"`
+	KeepAlive          Duration `json:"keepAlive"`
+	PingTimeout        Duration `json:"pingTimeout"`
+	ReconnectMin       Duration `json:"reconnectMin"`
+	ReconnectMax       Duration `json:"reconnectMax"`
+	MaxInflight        int      `json:"maxInflight"`
+	OutboxMaxBytes     int64    `json:"outboxMaxBytes"`
+	MaxPayloadBytes    int      `json:"maxPayloadBytes"`
+}
+
+// EmbeddedBroker runs an MQTT broker inside mqlet.
+type EmbeddedBroker struct {
+	Enabled        bool   `json:"enabled"`
+	Listen         string `json:"listen"`
+	CertFile       string `json:"certFile"`
+	KeyFile        string `json:"keyFile"`
+	PasswordFile   string `json:"passwordFile"`
+	AllowAnonymous bool   `json:"allowAnonymous"`
+}
+
+// Runtime is the CRI connection.
+type Runtime struct {
+	CRIEndpoint    string   `json:"criEndpoint"`
+	PodLogDir      string   `json:"podLogDir"`
+	CgroupRoot     string   `json:"cgroupRoot"`
+	RequestTimeout Duration `json:"requestTimeout"`
+	PLEGPeriod     Duration `json:"plegPeriod"`
+}
+
+// Pods is how pods are worked on.
+type Pods struct {
+	Workers           int      `json:"workers"`
+	BackoffBase       Duration `json:"backoffBase"`
+	BackoffMax        Duration `json:"backoffMax"`
+	BackoffResetAfter Duration `json:"backoffResetAfter"`
+	ApplyDeadline     Duration `json:"applyDeadline"`
+	MaxPods           int      `json:"maxPods"`
+}
+
+// GC is garbage collection of dead containers, images and pod directories.
+type GC struct {
+	Interval            Duration `json:"interval"`
+	MaxDeadPerContainer int      `json:"maxDeadPerContainer"`
+	MinDeadAge          Duration `json:"minDeadAge"`
+	ImageGCHighPercent  int      `json:"imageGCHighPercent"`
+}
+
+// Admission is the node's admission policy: everything is denied unless allowed here.
+type Admission struct {
+	AllowPrivileged     bool     `json:"allowPrivileged"`
+	AllowHostNetwork    bool     `json:"allowHostNetwork"`
+	AllowHostPID        bool     `json:"allowHostPID"`
+	AllowHostIPC        bool     `json:"allowHostIPC"`
+	AllowedHostPaths    []string `json:"allowedHostPaths"`
+	AllowedCapabilities []string `json:"allowedCapabilities"`
+}
+
+// Telemetry is what is published periodically.
+type Telemetry struct {
+	MetricsInterval    Duration `json:"metricsInterval"`
+	NodeStatusInterval Duration `json:"nodeStatusInterval"`
+	PodStatusResync    Duration `json:"podStatusResync"`
+	MemoryAvailable    string   `json:"memoryAvailable"`
+	DiskAvailablePct   int      `json:"diskAvailablePercent"`
+	PIDAvailablePct    int      `json:"pidAvailablePercent"`
+}
+
+// Requests bounds the record of handled request ids.
+type Requests struct {
+	MaxRecords int      `json:"maxRecords"`
+	TTL        Duration `json:"ttl"`
+}
+
+// Default returns the configuration used when nothing overrides it.
+// Keep it in step with configs/mqlet.yaml.
+func Default() Config {
+	return Config{
+		Node:      defaultNode(),
+		StateDir:  "/var/lib/mqlet",
+		LogLevel:  "info",
+		LogFormat: "auto",
+		MQTT: MQTT{
+			Broker:          "tcp://127.0.0.1:1883",
+			TopicPrefix:     "mqlet/v1",
+			KeepAlive:       Duration{30 * time.Second},
+			PingTimeout:     Duration{10 * time.Second},
+			ReconnectMin:    Duration{time.Second},
+			ReconnectMax:    Duration{2 * time.Minute},
+			MaxInflight:     16,
+			OutboxMaxBytes:  16 << 20,
+			MaxPayloadBytes: 1 << 20,
+		},
+		EmbeddedBroker: EmbeddedBroker{Listen: "127.0.0.1:1883"},
+		Runtime: Runtime{
+			CRIEndpoint:    "unix:///run/containerd/containerd.sock",
+			PodLogDir:      "/var/log/pods",
+			CgroupRoot:     "/mqlet",
+			RequestTimeout: Duration{2 * time.Minute},
+			PLEGPeriod:     Duration{time.Second},
+		},
+		Pods: Pods{
+			Workers:           4,
+			BackoffBase:       Duration{10 * time.Second},
+			BackoffMax:        Duration{300 * time.Second},
+			BackoffResetAfter: Duration{10 * time.Minute},
+			ApplyDeadline:     Duration{5 * time.Minute},
+			MaxPods:           110,
+		},
+		GC: GC{
+			Interval:            Duration{time.Minute},
+			MaxDeadPerContainer: 1,
+			MinDeadAge:          Duration{time.Minute},
+			ImageGCHighPercent:  85,
+		},
+		Telemetry: Telemetry{
+			MetricsInterval:    Duration{30 * time.Second},
+			NodeStatusInterval: Duration{time.Minute},
+			PodStatusResync:    Duration{5 * time.Minute},
+			MemoryAvailable:    "100Mi",
+			DiskAvailablePct:   10,
+			PIDAvailablePct:    5,
+		},
+		Admission: Admission{AllowedHostPaths: []string{}, AllowedCapabilities: []string{}},
+		Requests:  Requests{MaxRecords: 1000, TTL: Duration{24 * time.Hour}},
+	}
+}
+
+// FieldError names the configuration field that is wrong and why.
+type FieldError struct {
+	Field  string
+	Reason string
+}
+
+func (e *FieldError) Error() string { return "invalid config " + e.Field + ": " + e.Reason }
+
+// Validate checks the configuration and returns every problem found.
+func (c *Config) Validate() error {
+	var errs []error
+	bad := func(field, format string, args ...any) {
+		errs = append(errs, &FieldError{Field: field, Reason: fmt.Sprintf(format, args...)})
+	}
+	if c.Node == "" {
+		bad("node", "must not be empty")
+	} else if strings.ContainsAny(c.Node, "/+#$") || c.Node != strings.TrimSpace(c.Node) {
+		bad("node", "%q must not contain '/', '+', '#', '$' or spaces", c.Node)
+	}
+	if c.StateDir == "" {
+		bad("stateDir", "must not be empty")
+	}
+	switch c.LogLevel {
+	case "trace", "debug", "info", "warn", "error":
+	default:
+		bad("logLevel", "%q is not one of trace, debug, info, warn, error", c.LogLevel)
+	}
+	switch c.LogFormat {
+	case "auto", "json", "console":
+	default:
+		bad("logFormat", "%q is not one of auto, json, console", c.LogFormat)
+	}
+	if u, err := url.Parse(c.MQTT.Broker); err != nil || u.Host == "" {
+		bad("mqtt.broker", "%q is not a URL like tcp://host:1883", c.MQTT.Broker)
+	} else {
+		switch u.Scheme {
+		case "tcp", "ssl", "tls", "mqtt", "mqtts", "ws", "wss":
+		default:
+			bad("mqtt.broker", "scheme %q is not one of tcp, ssl, ws, wss", u.Scheme)
+		}
+	}
+	if c.MQTT.TopicPrefix == "" || strings.ContainsAny(c.MQTT.TopicPrefix, "+#") || strings.HasPrefix(c.MQTT.TopicPrefix, "$") || strings.HasSuffix(c.MQTT.TopicPrefix, "/") {
+		bad("mqtt.topicPrefix", "%q must be non-empty, without wildcards, not start with '$' nor end with '/'", c.MQTT.TopicPrefix)
+	}
+	if (c.MQTT.CertFile == "") != (c.MQTT.KeyFile == "") {
+		bad("mqtt.certFile", "certFile and keyFile must be given together")
+	}
+	positive := func(field string, d Duration) {
+		if d.Duration <= 0 {
+			bad(field, "must be a positive duration, got %s", d.Duration)
+		}
+	}
+	positive("mqtt.keepAlive", c.MQTT.KeepAlive)
+	positive("mqtt.pingTimeout", c.MQTT.PingTimeout)
+	positive("mqtt.reconnectMin", c.MQTT.ReconnectMin)
+	positive("mqtt.reconnectMax", c.MQTT.ReconnectMax)
+	if c.MQTT.ReconnectMax.Duration < c.MQTT.ReconnectMin.Duration {
+		bad("mqtt.reconnectMax", "must not be below reconnectMin")
+	}
+	if c.MQTT.MaxInflight < 1 {
+		bad("mqtt.maxInflight", "must be at least 1")
+	}
+	if c.MQTT.OutboxMaxBytes < 64<<10 {
+		bad("mqtt.outboxMaxBytes", "must be at least 65536")
+	}
+	if c.MQTT.MaxPayloadBytes < 1024 || c.MQTT.MaxPayloadBytes > 256<<20 {
+		bad("mqtt.maxPayloadBytes", "must be between 1024 and 268435456")
+	}
+	if c.EmbeddedBroker.Enabled && c.EmbeddedBroker.Listen == "" {
+		bad("embeddedBroker.listen", "must be set when the embedded broker is enabled")
+	}
+	if (c.EmbeddedBroker.CertFile == "") != (c.EmbeddedBroker.KeyFile == "") {
+		bad("embeddedBroker.certFile", "certFile and keyFile must be given together")
+	}
+	if u, err := url.Parse(c.Runtime.CRIEndpoint); err != nil || (u.Scheme != "unix" && u.Scheme != "tcp" && u.Scheme != "npipe") {
+		bad("runtime.criEndpoint", "%q is not an endpoint like unix:///run/containerd/containerd.sock", c.Runtime.CRIEndpoint)
+	}
+	if !strings.HasPrefix(c.Runtime.CgroupRoot, "/") {
+		bad("runtime.cgroupRoot", "%q must be an absolute cgroup path", c.Runtime.CgroupRoot)
+	}
+	positive("runtime.requestTimeout", c.Runtime.RequestTimeout)
+	positive("runtime.plegPeriod", c.Runtime.PLEGPeriod)
+	if c.Pods.Workers < 1 || c.Pods.Workers > 64 {
+		bad("pods.workers", "must be between 1 and 64, got %d", c.Pods.Workers)
+	}
+	positive("pods.backoffBase", c.Pods.BackoffBase)
+	positive("pods.backoffMax", c.Pods.BackoffMax)
+	if c.Pods.BackoffMax.Duration < c.Pods.BackoffBase.Duration {
+		bad("pods.backoffMax", "must not be below backoffBase")
+	}
+	positive("pods.backoffResetAfter", c.Pods.BackoffResetAfter)
+	positive("pods.applyDeadline", c.Pods.ApplyDeadline)
+	if c.Pods.MaxPods < 1 {
+		bad("pods.maxPods", "must be at least 1")
+	}
+	positive("gc.interval", c.GC.Interval)
+	if c.GC.MaxDeadPerContainer < 0 {
+		bad("gc.maxDeadPerContainer", "must not be negative")
+	}
+	if c.GC.ImageGCHighPercent < 0 || c.GC.ImageGCHighPercent > 100 {
+		bad("gc.imageGCHighPercent", "must be 0 (off) to 100")
+	}
+	if c.Telemetry.MetricsInterval.Duration < 0 {
+		bad("telemetry.metricsInterval", "must not be negative (0 turns metrics off)")
+	}
+	positive("telemetry.nodeStatusInterval", c.Telemetry.NodeStatusInterval)
+	positive("telemetry.podStatusResync", c.Telemetry.PodStatusResync)
+	if c.Requests.MaxRecords < 1 {
+		bad("requests.maxRecords", "must be at least 1")
+	}
+	positive("requests.ttl", c.Requests.TTL)
+	return errors.Join(errs...)
+}
+
+func defaultNode() string {
+	host, err := os.Hostname()
+	if err != nil {
+		return ""
+	}
+	return strings.ToLower(host)
+}

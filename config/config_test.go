@@ -1,0 +1,99 @@
+package config
+
+import (
+	"errors"
+	"os"
+	"path/filepath"
+	"reflect"
+	"strings"
+	"testing"
+	"time"
+)
+
+func noEnv(string) string { return "" }
+
+func TestSampleFileDocumentsTheDefaults(t *testing.T) {
+	f := &Flags{ConfigFile: filepath.Join("..", "configs", "mqlet.yaml"), set: map[string]string{"node": "gw1"}}
+	got, err := Load(f, noEnv)
+	if err != nil {
+		t.Fatalf("loading configs/mqlet.yaml: %v", err)
+	}
+	want := Default()
+	want.Node = "gw1"
+	if !reflect.DeepEqual(*got, want) {
+		t.Fatalf("configs/mqlet.yaml differs from Default():\n got %+v\nwant %+v", *got, want)
+	}
+}
+
+func TestPrecedenceFlagOverEnvOverFile(t *testing.T) {
+	dir := t.TempDir()
+	file := filepath.Join(dir, "c.yaml")
+	if err := os.WriteFile(file, []byte("node: fromfile\nstateDir: /file\nlogLevel: debug\n"), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	f, err := ParseFlags("mqlet", []string{"--config", file, "--node", "fromflag", "--metrics-interval", "2s"}, os.Stderr)
+	if err != nil {
+		t.Fatal(err)
+	}
+	env := map[string]string{"MQLET_NODE": "fromenv", "MQLET_STATE_DIR": "/env", "MQLET_MQTT_PASSWORD": "s3cret"}
+	cfg, err := Load(f, func(k string) string { return env[k] })
+	if err != nil {
+		t.Fatal(err)
+	}
+	if cfg.Node != "fromflag" || cfg.StateDir != "/env" || cfg.LogLevel != "debug" {
+		t.Fatalf("precedence wrong: node=%q stateDir=%q logLevel=%q", cfg.Node, cfg.StateDir, cfg.LogLevel)
+	}
+	if cfg.Telemetry.MetricsInterval.Duration != 2*time.Second {
+		t.Fatalf("metrics interval %v", cfg.Telemetry.MetricsInterval)
+	}
+	if cfg.MQTT.Password != "s3cret" {
+		t.Fatal("password from env not taken")
+	}
+}
+
+func TestInvalidConfigNamesTheField(t *testing.T) {
+	cases := map[string]struct{ yaml, field string }{
+		"unknown field":   {"nodee: x\n", "nodee"},
+		"bad broker":      {"mqtt:\n  broker: http://x:1\n", "mqtt.broker"},
+		"bad duration":    {"mqtt:\n  keepAlive: soon\n", "soon"},
+		"zero workers":    {"pods:\n  workers: 0\n", "pods.workers"},
+		"bad log level":   {"logLevel: loud\n", "logLevel"},
+		"wildcard prefix": {"mqtt:\n  topicPrefix: a/+/b\n", "mqtt.topicPrefix"},
+		"cert w/o key":    {"mqtt:\n  certFile: /x\n", "mqtt.certFile"},
+		"duplicate key":   {"node: a\nnode: b\n", "node"},
+	}
+	for name, tc := range cases {
+		t.Run(name, func(t *testing.T) {
+			file := filepath.Join(t.TempDir(), "c.yaml")
+			if err := os.WriteFile(file, []byte(tc.yaml), 0o600); err != nil {
+				t.Fatal(err)
+			}
+			_, err := Load(&Flags{ConfigFile: file, set: map[string]string{}}, noEnv)
+			if err == nil {
+				t.Fatal("invalid config accepted")
+			}
+			if !strings.Contains(err.Error(), tc.field) {
+				t.Fatalf("error %q does not name %q", err, tc.field)
+			}
+		})
+	}
+}
+
+func TestFieldErrorIsTyped(t *testing.T) {
+	cfg := Default()
+	cfg.Pods.Workers = 0
+	var fe *FieldError
+	if err := cfg.Validate(); !errors.As(err, &fe) || fe.Field != "pods.workers" {
+		t.Fatalf("want FieldError for pods.workers, got %v", err)
+	}
+}
+
+func TestBadFlagValue(t *testing.T) {
+	f, err := ParseFlags("mqlet", []string{"--node-status-interval", "often"}, os.Stderr)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, err := Load(f, noEnv); err == nil || !strings.Contains(err.Error(), "--node-status-interval") {
+		t.Fatalf("want error naming the flag, got %v", err)
+	}
+}

@@ -1,0 +1,89 @@
+// Package logging builds mqlet's zerolog logger and routes the klog output of
+// Kubernetes libraries into it.
+package logging
+
+import (
+	"fmt"
+	"io"
+	"os"
+	"time"
+
+	"github.com/go-logr/logr"
+	"github.com/rs/zerolog"
+	"golang.org/x/term"
+	"k8s.io/klog/v2"
+)
+
+// New returns a logger writing to out: JSON, or human-readable console output
+// when format is "console" or "auto" and out is a terminal.
+func New(out *os.File, level, format string) (zerolog.Logger, error) {
+	lvl, err := zerolog.ParseLevel(level)
+	if err != nil {
+		return zerolog.Nop(), fmt.Errorf("parsing log level %q: %w", level, err)
+	}
+	var w io.Writer = out
+	if format == "console" || (format == "auto" && term.IsTerminal(int(out.Fd()))) {
+		w = zerolog.ConsoleWriter{Out: out, TimeFormat: time.TimeOnly}
+	}
+	return zerolog.New(w).Level(lvl).With().Timestamp().Logger(), nil
+}
+
+// RouteKlog sends everything Kubernetes libraries log through klog to log.
+// klog is process-global, so this is called once from main.
+func RouteKlog(log zerolog.Logger) {
+	klog.SetLogger(logr.New(&klogSink{log: log.With().Str("component", "klog").Logger()}))
+}
+
+// klogSink adapts zerolog to logr for klog.
+type klogSink struct {
+	log  zerolog.Logger
+	name string
+}
+
+func (s *klogSink) Init(logr.RuntimeInfo) {}
+
+// Enabled maps klog verbosity onto zerolog: V(0) is info, V(1+) is debug.
+func (s *klogSink) Enabled(level int) bool {
+	if level > 0 {
+		return s.log.GetLevel() <= zerolog.DebugLevel
+	}
+	return s.log.GetLevel() <= zerolog.InfoLevel
+}
+
+func (s *klogSink) Info(level int, msg string, kv ...any) {
+	ev := s.log.Info()
+	if level > 0 {
+		ev = s.log.Debug()
+	}
+	s.fields(ev, kv).Msg(msg)
+}
+
+func (s *klogSink) Error(err error, msg string, kv ...any) {
+	s.fields(s.log.Error().Err(err), kv).Msg(msg)
+}
+
+func (s *klogSink) fields(ev *zerolog.Event, kv []any) *zerolog.Event {
+	if s.name != "" {
+		ev = ev.Str("logger", s.name)
+	}
+	for i := 0; i+1 < len(kv); i += 2 {
+		ev = ev.Interface(fmt.Sprint(kv[i]), kv[i+1])
+	}
+	return ev
+}
+
+func (s *klogSink) WithValues(kv ...any) logr.LogSink {
+	ctx := s.log.With()
+	for i := 0; i+1 < len(kv); i += 2 {
+		ctx = ctx.Interface(fmt.Sprint(kv[i]), kv[i+1])
+	}
+	return &klogSink{log: ctx.Logger(), name: s.name}
+}
+
+func (s *klogSink) WithName(name string) logr.LogSink {
+	n := name
+	if s.name != "" {
+		n = s.name + "/" + name
+	}
+	return &klogSink{log: s.log, name: n}
+}
