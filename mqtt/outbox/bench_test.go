@@ -1,0 +1,64 @@
+package outbox
+
+import (
+	"context"
+	"fmt"
+	"path/filepath"
+	"testing"
+	"time"
+
+	"github.com/rs/zerolog"
+)
+
+func BenchmarkPut(b *testing.B) {
+	o, err := Open(filepath.Join(b.TempDir(), "ob.db"), 1<<30, zerolog.Nop())
+	if err != nil {
+		b.Fatal(err)
+	}
+	defer o.Close()
+	payload := make([]byte, 512)
+	b.SetBytes(int64(len(payload)))
+	b.ResetTimer()
+	for i := 0; b.Loop(); i++ {
+		m := Message{Topic: "n/events", Payload: payload, QoS: 1}
+		if i%2 == 1 {
+			m = Message{Topic: fmt.Sprintf("n/pods/default/p%d", i%64), Payload: payload, QoS: 1, Retained: true}
+		}
+		if err := o.Put(m); err != nil {
+			b.Fatal(err)
+		}
+	}
+}
+
+// BenchmarkDrain measures draining into a publisher that confirms at once.
+func BenchmarkDrain(b *testing.B) {
+	for _, inflight := range []int{1, 16} {
+		b.Run(fmt.Sprintf("inflight=%d", inflight), func(b *testing.B) {
+			o, err := Open(filepath.Join(b.TempDir(), "ob.db"), 1<<30, zerolog.Nop(), WithMaxInflight(inflight))
+			if err != nil {
+				b.Fatal(err)
+			}
+			defer o.Close()
+			payload := make([]byte, 512)
+			for i := 0; i < b.N; i++ {
+				if err := o.Put(Message{Topic: "n/events", Payload: payload, QoS: 1}); err != nil {
+					b.Fatal(err)
+				}
+			}
+			pub := newFakePublisher(true)
+			ctx, cancel := context.WithCancel(context.Background())
+			done := make(chan error, 1)
+			b.ResetTimer()
+			go func() { done <- o.Run(ctx, pub) }()
+			pub.connect()
+			tick := time.NewTicker(time.Millisecond)
+			for o.Stats().Depth > 0 {
+				<-tick.C
+			}
+			tick.Stop()
+			b.StopTimer()
+			cancel()
+			<-done
+		})
+	}
+}

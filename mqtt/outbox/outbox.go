@@ -1,0 +1,544 @@
+package outbox
+
+import (
+	"context"
+	"encoding/binary"
+	"errors"
+	"fmt"
+	"sync"
+	"time"
+
+	"github.com/rs/zerolog"
+	bolt "go.etcd.io/bbolt"
+)
+
+// DefaultMaxBytes bounds the stored messages when Open is given no bound.
+const DefaultMaxBytes int64 = 16 << 20
+
+const (
+	defaultMaxInflight = 16
+	defaultRetryDelay  = 30 * time.Second
+	dropLogInterval    = 10 * time.Second
+	// entryOverhead is the key bytes counted with each stored value.
+	entryOverhead = 8
+)
+
+var (
+	bucketEntries = []byte("entries") // seq (big endian) -> encoded message
+	bucketLatest  = []byte("latest")  // topic -> seq of its coalesced entry
+	bucketMeta    = []byte("meta")
+	keyDropped    = []byte("dropped")
+)
+
+// ErrFull is returned by Put when the message cannot be stored within the
+// byte bound even after dropping every non-coalesced entry.
+var ErrFull = errors.New("outbox full")
+
+// errConnectionLost ends a drain when the publisher's connection goes away.
+var errConnectionLost = errors.New("connection lost")
+
+// Delivery reports the outcome of one Send: Done is closed when the broker
+// confirmed it (QoS 1/2) or it was written (QoS 0), or it failed; Err then
+// tells which.
+type Delivery interface {
+	Done() <-chan struct{}
+	Err() error
+}
+
+// Publisher is what the outbox drains into; mqtt/session satisfies it.
+type Publisher interface {
+	// Send hands m to the current connection. Sends leave in call order. It
+	// may block (bounded by ctx) while the publisher's own window is full.
+	Send(ctx context.Context, m Message) (Delivery, error)
+	// Connection returns the signals of the current or next connection: up
+	// is closed once it can be published on, down once it is lost. Every
+	// connection gets a fresh pair, so a deliveries of a lost connection
+	// that will never complete can be abandoned.
+	Connection() (up, down <-chan struct{})
+}
+
+// Stats are the outbox's counters.
+type Stats struct {
+	Depth   int    // entries stored, sent or not yet acknowledged
+	Bytes   int64  // bytes they take, counted against the bound
+	Dropped uint64 // entries dropped for lack of room, since the store was created
+	Sent    uint64 // entries acknowledged and removed, since Open
+}
+
+// Option tunes an Outbox.
+type Option func(*Outbox)
+
+// WithMaxInflight bounds the messages sent and not yet acknowledged.
+func WithMaxInflight(n int) Option {
+	return func(o *Outbox) {
+		if n > 0 {
+			o.maxInflight = n
+		}
+	}
+}
+
+// WithRetryDelay sets how long Run waits after a failed publish when the
+// publisher does not report its connection lost.
+func WithRetryDelay(d time.Duration) Option {
+	return func(o *Outbox) {
+		if d > 0 {
+			o.retryDelay = d
+		}
+	}
+}
+
+// Outbox is a persisted store-and-forward queue. Retained and coalesced
+// messages keep only their latest value per topic; all others stay in FIFO
+// order. It is safe for concurrent use; Run must be called at most once at a
+// time.
+type Outbox struct {
+	db          *bolt.DB
+	log         zerolog.Logger
+	maxBytes    int64
+	maxInflight int
+	retryDelay  time.Duration
+	wake        chan struct{}
+
+	mu          sync.Mutex // serialises writes and guards the counters below
+	depth       int
+	bytes       int64
+	dropped     uint64
+	sent        uint64
+	lastDropLog time.Time
+	unlogged    uint64
+}
+
+// Open opens (or creates) the outbox file at path. maxBytes <= 0 means
+// DefaultMaxBytes.
+func Open(path string, maxBytes int64, log zerolog.Logger, opts ...Option) (*Outbox, error) {
+	if maxBytes <= 0 {
+		maxBytes = DefaultMaxBytes
+	}
+	db, err := bolt.Open(path, 0o600, &bolt.Options{Timeout: 5 * time.Second})
+	if err != nil {
+		return nil, fmt.Errorf("open outbox %s: %w", path, err)
+	}
+	o := &Outbox{
+		db:          db,
+		log:         log.With().Str("component", "outbox").Logger(),
+		maxBytes:    maxBytes,
+		maxInflight: defaultMaxInflight,
+		retryDelay:  defaultRetryDelay,
+		wake:        make(chan struct{}, 1),
+	}
+	for _, opt := range opts {
+		opt(o)
+	}
+	err = db.Update(func(tx *bolt.Tx) error {
+		for _, name := range [][]byte{bucketEntries, bucketLatest, bucketMeta} {
+			if _, err := tx.CreateBucketIfNotExists(name); err != nil {
+				return err
+			}
+		}
+		if v := tx.Bucket(bucketMeta).Get(keyDropped); len(v) == 8 {
+			o.dropped = binary.BigEndian.Uint64(v)
+		}
+		return tx.Bucket(bucketEntries).ForEach(func(k, v []byte) error {
+			o.depth++
+			o.bytes += int64(len(v) + entryOverhead)
+			return nil
+		})
+	})
+	if err != nil {
+		_ = db.Close()
+		return nil, fmt.Errorf("initialise outbox %s: %w", path, err)
+	}
+	if o.depth > 0 {
+		o.log.Info().Int("depth", o.depth).Int64("bytes", o.bytes).Msg("outbox reopened with pending messages")
+	}
+	return o, nil
+}
+
+// Close closes the store. Run should have returned first.
+func (o *Outbox) Close() error {
+	if err := o.db.Close(); err != nil {
+		return fmt.Errorf("close outbox: %w", err)
+	}
+	return nil
+}
+
+// Stats returns the current counters.
+func (o *Outbox) Stats() Stats {
+	o.mu.Lock()
+	defer o.mu.Unlock()
+	return Stats{Depth: o.depth, Bytes: o.bytes, Dropped: o.dropped, Sent: o.sent}
+}
+
+// Put stores m for sending. A retained or Coalesce message replaces the
+// stored value of its topic and takes the position of this Put, so it is
+// never followed by an older value. When the byte bound would be exceeded,
+// the oldest non-coalesced entries are dropped (and counted); if that is not
+// enough, m itself is refused with ErrFull.
+func (o *Outbox) Put(m Message) error {
+	if m.Topic == "" {
+		return errors.New("outbox put: empty topic")
+	}
+	if m.QoS > 2 {
+		return fmt.Errorf("outbox put %s: invalid QoS %d", m.Topic, m.QoS)
+	}
+	value := encode(m)
+	size := int64(len(value) + entryOverhead)
+	coalesce := m.Retained || m.Coalesce
+
+	o.mu.Lock()
+	defer o.mu.Unlock()
+	if size > o.maxBytes {
+		o.countRefusedLocked()
+		return fmt.Errorf("outbox put %s: message of %d bytes exceeds the bound of %d: %w", m.Topic, size, o.maxBytes, ErrFull)
+	}
+	var (
+		replaced      bool
+		replacedBytes int64
+		dropped       int
+		droppedBytes  int64
+	)
+	err := o.db.Update(func(tx *bolt.Tx) error {
+		entries, latest := tx.Bucket(bucketEntries), tx.Bucket(bucketLatest)
+		if coalesce {
+			if old := latest.Get([]byte(m.Topic)); old != nil {
+				if v := entries.Get(old); v != nil {
+					replaced, replacedBytes = true, int64(len(v)+entryOverhead)
+					if err := entries.Delete(old); err != nil {
+						return err
+					}
+				}
+			}
+		}
+		need := o.bytes - replacedBytes + size - o.maxBytes
+		if need > 0 {
+			victims, freed := oldestNonCoalesced(entries, need)
+			if freed < need {
+				return ErrFull
+			}
+			for _, k := range victims {
+				droppedBytes += int64(len(entries.Get(k)) + entryOverhead)
+				if err := entries.Delete(k); err != nil {
+					return err
+				}
+			}
+			dropped = len(victims)
+			if err := putUint64(tx.Bucket(bucketMeta), keyDropped, o.dropped+uint64(dropped)); err != nil {
+				return err
+			}
+		}
+		seq, err := entries.NextSequence()
+		if err != nil {
+			return err
+		}
+		key := seqKey(seq)
+		if err := entries.Put(key, value); err != nil {
+			return err
+		}
+		if coalesce {
+			return latest.Put([]byte(m.Topic), key)
+		}
+		return nil
+	})
+	if errors.Is(err, ErrFull) {
+		o.countRefusedLocked()
+		return fmt.Errorf("outbox put %s: no room within %d bytes: %w", m.Topic, o.maxBytes, ErrFull)
+	}
+	if err != nil {
+		return fmt.Errorf("outbox put %s: %w", m.Topic, err)
+	}
+	o.depth++
+	o.bytes += size
+	if replaced {
+		o.depth--
+		o.bytes -= replacedBytes
+	}
+	if dropped > 0 {
+		o.depth -= dropped
+		o.bytes -= droppedBytes
+		o.dropped += uint64(dropped)
+		o.logDropLocked(uint64(dropped))
+	}
+	o.signal()
+	return nil
+}
+
+// countRefusedLocked counts a message refused for lack of room as dropped.
+func (o *Outbox) countRefusedLocked() {
+	o.dropped++
+	err := o.db.Update(func(tx *bolt.Tx) error {
+		return putUint64(tx.Bucket(bucketMeta), keyDropped, o.dropped)
+	})
+	if err != nil {
+		o.log.Error().Err(err).Msg("persist outbox drop counter")
+	}
+	o.logDropLocked(1)
+}
+
+// logDropLocked logs drops at most once per dropLogInterval so a long outage
+// does not turn every event into a log line.
+func (o *Outbox) logDropLocked(n uint64) {
+	o.unlogged += n
+	now := time.Now()
+	if now.Sub(o.lastDropLog) < dropLogInterval {
+		return
+	}
+	o.log.Warn().Uint64("dropped", o.unlogged).Uint64("droppedTotal", o.dropped).
+		Int64("maxBytes", o.maxBytes).Msg("outbox full: dropped oldest non-coalesced messages")
+	o.lastDropLog, o.unlogged = now, 0
+}
+
+// signal wakes Run without blocking; one pending wake is enough.
+func (o *Outbox) signal() {
+	select {
+	case o.wake <- struct{}{}:
+	default:
+	}
+}
+
+// oldestNonCoalesced picks the oldest entries that are not coalesced until
+// they free at least need bytes (or none are left).
+func oldestNonCoalesced(entries *bolt.Bucket, need int64) (keys [][]byte, freed int64) {
+	c := entries.Cursor()
+	for k, v := c.First(); k != nil && freed < need; k, v = c.Next() {
+		if isCoalesced(v) {
+			continue
+		}
+		keys = append(keys, append([]byte(nil), k...))
+		freed += int64(len(v) + entryOverhead)
+	}
+	return keys, freed
+}
+
+type entry struct {
+	seq uint64
+	msg Message
+}
+
+// readFrom returns up to n entries with sequence >= from, in order.
+func (o *Outbox) readFrom(from uint64, n int) ([]entry, error) {
+	var out []entry
+	err := o.db.View(func(tx *bolt.Tx) error {
+		c := tx.Bucket(bucketEntries).Cursor()
+		for k, v := c.Seek(seqKey(from)); k != nil && len(out) < n; k, v = c.Next() {
+			m, err := decode(v)
+			if err != nil {
+				return fmt.Errorf("decode entry %d: %w", binary.BigEndian.Uint64(k), err)
+			}
+			out = append(out, entry{seq: binary.BigEndian.Uint64(k), msg: m})
+		}
+		return nil
+	})
+	if err != nil {
+		return nil, fmt.Errorf("read outbox: %w", err)
+	}
+	return out, nil
+}
+
+// remove deletes acknowledged entries. An entry already replaced or dropped
+// since it was sent is simply gone.
+func (o *Outbox) remove(seqs []uint64) error {
+	if len(seqs) == 0 {
+		return nil
+	}
+	o.mu.Lock()
+	defer o.mu.Unlock()
+	var n int
+	var freed int64
+	err := o.db.Update(func(tx *bolt.Tx) error {
+		entries, latest := tx.Bucket(bucketEntries), tx.Bucket(bucketLatest)
+		for _, seq := range seqs {
+			key := seqKey(seq)
+			v := entries.Get(key)
+			if v == nil {
+				continue
+			}
+			if isCoalesced(v) {
+				if m, err := decode(v); err == nil {
+					if cur := latest.Get([]byte(m.Topic)); cur != nil && string(cur) == string(key) {
+						if err := latest.Delete([]byte(m.Topic)); err != nil {
+							return err
+						}
+					}
+				}
+			}
+			n++
+			freed += int64(len(v) + entryOverhead)
+			if err := entries.Delete(key); err != nil {
+				return err
+			}
+		}
+		return nil
+	})
+	if err != nil {
+		return fmt.Errorf("remove acknowledged outbox entries: %w", err)
+	}
+	o.depth -= n
+	o.bytes -= freed
+	o.sent += uint64(n)
+	return nil
+}
+
+// Run drains the outbox into pub whenever pub is connected, until ctx ends.
+// At most the configured number of messages are in flight; an entry is
+// deleted only once its delivery is confirmed. After a failed publish Run
+// waits for the connection to be replaced (or the retry delay) and resends
+// everything unconfirmed, so delivery is at least once.
+func (o *Outbox) Run(ctx context.Context, pub Publisher) error {
+	for {
+		up, down := pub.Connection()
+		select {
+		case <-up:
+		case <-ctx.Done():
+			return ctx.Err()
+		}
+		err := o.drain(ctx, pub, down)
+		if ctx.Err() != nil {
+			return ctx.Err()
+		}
+		if errors.Is(err, errConnectionLost) {
+			o.log.Debug().Msg("connection lost; outbox waits for the next one")
+			continue
+		}
+		o.log.Warn().Err(err).Msg("outbox publish failed; waiting for the next connection")
+		retry := time.NewTimer(o.retryDelay)
+		select {
+		case <-down:
+		case <-retry.C:
+		case <-ctx.Done():
+		}
+		retry.Stop()
+	}
+}
+
+type inflight struct {
+	seq uint64
+	d   Delivery
+}
+
+// drain sends entries in order over one connection until it fails.
+func (o *Outbox) drain(ctx context.Context, pub Publisher, down <-chan struct{}) error {
+	var (
+		next   uint64 // every unconfirmed entry is resent on a new connection
+		window []inflight
+	)
+	for {
+		// Fill the window in order.
+		for len(window) < o.maxInflight {
+			batch, err := o.readFrom(next, o.maxInflight-len(window))
+			if err != nil {
+				return err
+			}
+			if len(batch) == 0 {
+				break
+			}
+			for _, e := range batch {
+				d, err := pub.Send(ctx, e.msg)
+				if err != nil {
+					return fmt.Errorf("send %s: %w", e.msg.Topic, err)
+				}
+				window = append(window, inflight{seq: e.seq, d: d})
+				next = e.seq + 1
+			}
+		}
+		var wake <-chan struct{}
+		var headDone <-chan struct{}
+		if len(window) < o.maxInflight {
+			wake = o.wake // room for more: a Put may refill the window
+		}
+		if len(window) > 0 {
+			headDone = window[0].d.Done()
+		}
+		select {
+		case <-headDone:
+		case <-wake:
+			continue
+		case <-down:
+			return errConnectionLost
+		case <-ctx.Done():
+			return ctx.Err()
+		}
+		// Collect every completed delivery at the head, in order.
+		var acked []uint64
+		var failed error
+		for len(window) > 0 && isClosed(window[0].d.Done()) {
+			if err := window[0].d.Err(); err != nil {
+				failed = err
+				break
+			}
+			acked = append(acked, window[0].seq)
+			window = window[1:]
+		}
+		if err := o.remove(acked); err != nil {
+			return err
+		}
+		if failed != nil {
+			return fmt.Errorf("publish: %w", failed)
+		}
+	}
+}
+
+func isClosed(ch <-chan struct{}) bool {
+	select {
+	case <-ch:
+		return true
+	default:
+		return false
+	}
+}
+
+func seqKey(seq uint64) []byte {
+	var k [8]byte
+	binary.BigEndian.PutUint64(k[:], seq)
+	return k[:]
+}
+
+func putUint64(b *bolt.Bucket, key []byte, v uint64) error {
+	var buf [8]byte
+	binary.BigEndian.PutUint64(buf[:], v)
+	return b.Put(key, buf[:])
+}
+
+// Entry encoding: flags, QoS, uvarint topic length, topic, payload.
+const (
+	flagRetained = 1 << iota
+	flagCoalesce
+)
+
+func encode(m Message) []byte {
+	var flags byte
+	if m.Retained {
+		flags |= flagRetained
+	}
+	if m.Coalesce {
+		flags |= flagCoalesce
+	}
+	buf := make([]byte, 0, 2+binary.MaxVarintLen64+len(m.Topic)+len(m.Payload))
+	buf = append(buf, flags, m.QoS)
+	buf = binary.AppendUvarint(buf, uint64(len(m.Topic)))
+	buf = append(buf, m.Topic...)
+	return append(buf, m.Payload...)
+}
+
+// isCoalesced: retained messages always coalesce.
+func isCoalesced(v []byte) bool { return len(v) > 0 && v[0]&(flagCoalesce|flagRetained) != 0 }
+
+func decode(v []byte) (Message, error) {
+	if len(v) < 3 {
+		return Message{}, errors.New("entry too short")
+	}
+	flags, qos := v[0], v[1]
+	n, w := binary.Uvarint(v[2:])
+	if w <= 0 || uint64(len(v)-2-w) < n {
+		return Message{}, errors.New("bad topic length")
+	}
+	start := 2 + w
+	topic := string(v[start : start+int(n)])
+	payload := append([]byte(nil), v[start+int(n):]...)
+	return Message{
+		Topic:    topic,
+		Payload:  payload,
+		QoS:      qos,
+		Retained: flags&flagRetained != 0,
+		Coalesce: flags&flagCoalesce != 0,
+	}, nil
+}

@@ -1,0 +1,421 @@
+package outbox
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"path/filepath"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/rs/zerolog"
+)
+
+const waitFor = 5 * time.Second
+
+// fakeDelivery is completed by the test (or at once in auto-ack mode).
+type fakeDelivery struct {
+	done chan struct{}
+	err  error
+	once sync.Once
+}
+
+func (d *fakeDelivery) Done() <-chan struct{} { return d.done }
+func (d *fakeDelivery) Err() error            { <-d.done; return d.err }
+
+// fakePublisher records sends and lets the test drive connections and acks.
+type fakePublisher struct {
+	mu          sync.Mutex
+	up, down    chan struct{}
+	autoAck     bool
+	sent        []Message
+	pending     []*fakeDelivery
+	inflight    int
+	maxInflight int
+	failNext    bool
+	sentSignal  chan struct{}
+}
+
+func newFakePublisher(autoAck bool) *fakePublisher {
+	return &fakePublisher{up: make(chan struct{}), down: make(chan struct{}), autoAck: autoAck, sentSignal: make(chan struct{}, 1)}
+}
+
+func (p *fakePublisher) Connection() (<-chan struct{}, <-chan struct{}) {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	return p.up, p.down
+}
+
+func (p *fakePublisher) connect() {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	close(p.up)
+}
+
+// disconnect ends the current connection and prepares the next one.
+func (p *fakePublisher) disconnect() {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	close(p.down)
+	p.up, p.down = make(chan struct{}), make(chan struct{})
+	p.pending, p.inflight = nil, 0
+}
+
+func (p *fakePublisher) Send(ctx context.Context, m Message) (Delivery, error) {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	d := &fakeDelivery{done: make(chan struct{})}
+	p.sent = append(p.sent, m)
+	select {
+	case p.sentSignal <- struct{}{}:
+	default:
+	}
+	if p.failNext {
+		p.failNext = false
+		d.err = errors.New("broker refused")
+		close(d.done)
+		return d, nil
+	}
+	if p.autoAck {
+		close(d.done)
+		return d, nil
+	}
+	p.pending = append(p.pending, d)
+	p.inflight++
+	if p.inflight > p.maxInflight {
+		p.maxInflight = p.inflight
+	}
+	return d, nil
+}
+
+// ackOldest completes the oldest pending delivery; false if none.
+func (p *fakePublisher) ackOldest() bool {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	if len(p.pending) == 0 {
+		return false
+	}
+	d := p.pending[0]
+	p.pending = p.pending[1:]
+	p.inflight--
+	d.once.Do(func() { close(d.done) })
+	return true
+}
+
+func (p *fakePublisher) sentTopicsPayloads() []string {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	var out []string
+	for _, m := range p.sent {
+		out = append(out, m.Topic+"="+string(m.Payload))
+	}
+	return out
+}
+
+func (p *fakePublisher) sentCount() int {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	return len(p.sent)
+}
+
+func openTest(t *testing.T, path string, maxBytes int64, opts ...Option) *Outbox {
+	t.Helper()
+	o, err := Open(path, maxBytes, zerolog.Nop(), opts...)
+	if err != nil {
+		t.Fatalf("Open: %v", err)
+	}
+	return o
+}
+
+// runOutbox runs o.Run until the test ends and checks that it stopped.
+func runOutbox(t *testing.T, o *Outbox, pub Publisher) {
+	t.Helper()
+	ctx, cancel := context.WithCancel(context.Background())
+	done := make(chan error, 1)
+	go func() { done <- o.Run(ctx, pub) }()
+	t.Cleanup(func() {
+		cancel()
+		select {
+		case err := <-done:
+			if !errors.Is(err, context.Canceled) {
+				t.Errorf("Run returned %v, want context.Canceled", err)
+			}
+		case <-time.After(waitFor):
+			t.Error("Run did not stop after cancel")
+		}
+	})
+}
+
+func waitUntil(t *testing.T, what string, cond func() bool) {
+	t.Helper()
+	deadline := time.Now().Add(waitFor)
+	for !cond() {
+		if time.Now().After(deadline) {
+			t.Fatalf("timed out waiting for %s", what)
+		}
+		time.Sleep(5 * time.Millisecond) // polling a test condition with a deadline
+	}
+}
+
+func mustPut(t *testing.T, o *Outbox, m Message) {
+	t.Helper()
+	if err := o.Put(m); err != nil {
+		t.Fatalf("Put(%s): %v", m.Topic, err)
+	}
+}
+
+func event(i int) Message {
+	return Message{Topic: "n/events", Payload: []byte(fmt.Sprintf("e%d", i)), QoS: 1}
+}
+
+func state(v string) Message {
+	return Message{Topic: "n/state", Payload: []byte(v), QoS: 1, Retained: true}
+}
+
+func TestCoalesceAndFIFOOrder(t *testing.T) {
+	o := openTest(t, filepath.Join(t.TempDir(), "ob.db"), 0)
+	defer o.Close()
+	status := func(v string) Message {
+		return Message{Topic: "n/pods/default/web", Payload: []byte(v), QoS: 1, Coalesce: true}
+	}
+	mustPut(t, o, event(1))
+	mustPut(t, o, state("s1"))
+	mustPut(t, o, status("p1"))
+	mustPut(t, o, event(2))
+	mustPut(t, o, state("s2"))
+	mustPut(t, o, event(3))
+	mustPut(t, o, state("s3"))
+	mustPut(t, o, status("p2"))
+	if st := o.Stats(); st.Depth != 5 {
+		t.Fatalf("depth after coalescing = %d, want 5 (3 events, 1 state, 1 pod)", st.Depth)
+	}
+
+	pub := newFakePublisher(true)
+	runOutbox(t, o, pub)
+	pub.connect()
+	waitUntil(t, "outbox drained", func() bool { return o.Stats().Depth == 0 })
+	want := []string{"n/events=e1", "n/events=e2", "n/events=e3", "n/state=s3", "n/pods/default/web=p2"}
+	if got := pub.sentTopicsPayloads(); fmt.Sprint(got) != fmt.Sprint(want) {
+		t.Fatalf("sent %v, want %v", got, want)
+	}
+	if st := o.Stats(); st.Bytes != 0 || st.Sent != 5 {
+		t.Fatalf("stats after drain = %+v, want 0 bytes and 5 sent", st)
+	}
+	// A Put while connected and idle is sent promptly (Wake path).
+	mustPut(t, o, event(4))
+	waitUntil(t, "prompt send of a new put", func() bool { return pub.sentCount() == 6 })
+}
+
+func TestOverflowDropsOldestNonCoalesced(t *testing.T) {
+	one := int64(len(encode(event(10))) + entryOverhead)
+	o := openTest(t, filepath.Join(t.TempDir(), "ob.db"), 5*one+int64(len(encode(state("s")))+entryOverhead))
+	defer o.Close()
+	mustPut(t, o, state("s"))
+	for i := 10; i < 20; i++ {
+		mustPut(t, o, event(i))
+	}
+	st := o.Stats()
+	if st.Dropped != 5 {
+		t.Fatalf("dropped = %d, want 5", st.Dropped)
+	}
+	if st.Depth != 6 || st.Bytes > o.maxBytes {
+		t.Fatalf("stats = %+v, want depth 6 within %d bytes", st, o.maxBytes)
+	}
+	pub := newFakePublisher(true)
+	runOutbox(t, o, pub)
+	pub.connect()
+	waitUntil(t, "outbox drained", func() bool { return o.Stats().Depth == 0 })
+	want := []string{"n/state=s", "n/events=e15", "n/events=e16", "n/events=e17", "n/events=e18", "n/events=e19"}
+	if got := pub.sentTopicsPayloads(); fmt.Sprint(got) != fmt.Sprint(want) {
+		t.Fatalf("sent %v, want %v (retained kept, oldest events dropped)", got, want)
+	}
+}
+
+func TestFullOfCoalescedRefusesAndCounts(t *testing.T) {
+	m := Message{Topic: "n/pods/a/b", Payload: make([]byte, 100), QoS: 1, Coalesce: true}
+	o := openTest(t, filepath.Join(t.TempDir(), "ob.db"), int64(len(encode(m))+entryOverhead))
+	defer o.Close()
+	mustPut(t, o, m)
+	mustPut(t, o, m) // replacing the same topic fits
+	m2 := m
+	m2.Topic = "n/pods/a/c"
+	if err := o.Put(m2); !errors.Is(err, ErrFull) {
+		t.Fatalf("Put over the bound = %v, want ErrFull", err)
+	}
+	if err := o.Put(Message{Topic: "big", Payload: make([]byte, 1000)}); !errors.Is(err, ErrFull) {
+		t.Fatalf("Put larger than the bound = %v, want ErrFull", err)
+	}
+	if st := o.Stats(); st.Dropped != 2 || st.Depth != 1 {
+		t.Fatalf("stats = %+v, want 2 dropped, depth 1", st)
+	}
+}
+
+func TestPersistsAcrossReopen(t *testing.T) {
+	path := filepath.Join(t.TempDir(), "ob.db")
+	o := openTest(t, path, 0)
+	mustPut(t, o, event(1))
+	mustPut(t, o, state("s1"))
+	mustPut(t, o, event(2))
+	if err := o.Close(); err != nil {
+		t.Fatal(err)
+	}
+	o = openTest(t, path, 0)
+	defer o.Close()
+	if st := o.Stats(); st.Depth != 3 {
+		t.Fatalf("depth after reopen = %d, want 3", st.Depth)
+	}
+	mustPut(t, o, state("s2")) // coalescing index survived too
+	mustPut(t, o, event(3))
+	pub := newFakePublisher(true)
+	runOutbox(t, o, pub)
+	pub.connect()
+	waitUntil(t, "outbox drained", func() bool { return o.Stats().Depth == 0 })
+	want := []string{"n/events=e1", "n/events=e2", "n/state=s2", "n/events=e3"}
+	if got := pub.sentTopicsPayloads(); fmt.Sprint(got) != fmt.Sprint(want) {
+		t.Fatalf("sent %v, want %v", got, want)
+	}
+}
+
+func TestDropCounterPersists(t *testing.T) {
+	path := filepath.Join(t.TempDir(), "ob.db")
+	one := int64(len(encode(event(1))) + entryOverhead)
+	o := openTest(t, path, one)
+	mustPut(t, o, event(1))
+	mustPut(t, o, event(2))
+	o.Close()
+	o = openTest(t, path, one)
+	defer o.Close()
+	if st := o.Stats(); st.Dropped != 1 {
+		t.Fatalf("dropped after reopen = %d, want 1", st.Dropped)
+	}
+}
+
+func TestBoundedInflight(t *testing.T) {
+	o := openTest(t, filepath.Join(t.TempDir(), "ob.db"), 0, WithMaxInflight(3))
+	defer o.Close()
+	for i := 0; i < 20; i++ {
+		mustPut(t, o, event(i))
+	}
+	pub := newFakePublisher(false)
+	runOutbox(t, o, pub)
+	pub.connect()
+	for acked := 0; acked < 20; {
+		waitUntil(t, "a send to ack", func() bool {
+			pub.mu.Lock()
+			defer pub.mu.Unlock()
+			// The window must fill up to its bound before we ack.
+			return pub.inflight == min(3, 20-acked)
+		})
+		if pub.ackOldest() {
+			acked++
+		}
+	}
+	waitUntil(t, "outbox drained", func() bool { return o.Stats().Depth == 0 })
+	pub.mu.Lock()
+	defer pub.mu.Unlock()
+	if pub.maxInflight != 3 {
+		t.Fatalf("max in flight = %d, want 3", pub.maxInflight)
+	}
+	for i, m := range pub.sent {
+		if string(m.Payload) != fmt.Sprintf("e%d", i) {
+			t.Fatalf("send %d was %s, want e%d (FIFO)", i, m.Payload, i)
+		}
+	}
+}
+
+func TestUnackedResentOnNextConnection(t *testing.T) {
+	o := openTest(t, filepath.Join(t.TempDir(), "ob.db"), 0, WithMaxInflight(2))
+	defer o.Close()
+	for i := 0; i < 3; i++ {
+		mustPut(t, o, event(i))
+	}
+	pub := newFakePublisher(false)
+	runOutbox(t, o, pub)
+	pub.connect()
+	waitUntil(t, "window full", func() bool { return pub.sentCount() == 2 })
+	pub.ackOldest() // e0 confirmed; e1 still in flight when the link drops
+	waitUntil(t, "e0 removed and e2 sent", func() bool { return o.Stats().Depth == 2 && pub.sentCount() == 3 })
+	pub.disconnect()
+	if st := o.Stats(); st.Depth != 2 {
+		t.Fatalf("depth after losing the link = %d, want 2", st.Depth)
+	}
+	pub.mu.Lock()
+	pub.autoAck = true
+	pub.mu.Unlock()
+	pub.connect()
+	waitUntil(t, "drained after reconnect", func() bool { return o.Stats().Depth == 0 })
+	want := []string{"n/events=e0", "n/events=e1", "n/events=e2", "n/events=e1", "n/events=e2"}
+	if got := pub.sentTopicsPayloads(); fmt.Sprint(got) != fmt.Sprint(want) {
+		t.Fatalf("sent %v, want %v", got, want)
+	}
+}
+
+func TestPublishErrorWaitsForNextConnection(t *testing.T) {
+	o := openTest(t, filepath.Join(t.TempDir(), "ob.db"), 0, WithMaxInflight(1), WithRetryDelay(time.Hour))
+	defer o.Close()
+	mustPut(t, o, event(1))
+	mustPut(t, o, event(2))
+	pub := newFakePublisher(true)
+	pub.failNext = true
+	runOutbox(t, o, pub)
+	pub.connect()
+	waitUntil(t, "first (failing) send", func() bool { return pub.sentCount() == 1 })
+	mustPut(t, o, event(3)) // a wake must not restart sending on the failed link
+	select {
+	case <-pub.sentSignal: // the first send's signal
+	default:
+	}
+	select {
+	case <-pub.sentSignal:
+		t.Fatalf("outbox kept sending after a failure on the same connection: %v", pub.sentTopicsPayloads())
+	case <-time.After(200 * time.Millisecond):
+	}
+	pub.disconnect()
+	pub.connect()
+	waitUntil(t, "drained after reconnect", func() bool { return o.Stats().Depth == 0 })
+	want := []string{"n/events=e1", "n/events=e1", "n/events=e2", "n/events=e3"}
+	if got := pub.sentTopicsPayloads(); fmt.Sprint(got) != fmt.Sprint(want) {
+		t.Fatalf("sent %v, want %v", got, want)
+	}
+}
+
+func TestReplacedWhileInflight(t *testing.T) {
+	o := openTest(t, filepath.Join(t.TempDir(), "ob.db"), 0, WithMaxInflight(1))
+	defer o.Close()
+	pub := newFakePublisher(false)
+	runOutbox(t, o, pub)
+	pub.connect()
+	mustPut(t, o, state("s1"))
+	waitUntil(t, "s1 in flight", func() bool { return pub.sentCount() == 1 })
+	mustPut(t, o, state("s2"))
+	pub.ackOldest() // the ack of s1 must not remove s2
+	waitUntil(t, "s2 sent", func() bool { return pub.sentCount() == 2 })
+	if st := o.Stats(); st.Depth != 1 {
+		t.Fatalf("depth = %d, want 1 (s2 unacknowledged)", st.Depth)
+	}
+	pub.ackOldest()
+	waitUntil(t, "drained", func() bool { return o.Stats().Depth == 0 })
+	if got := pub.sentTopicsPayloads(); fmt.Sprint(got) != "[n/state=s1 n/state=s2]" {
+		t.Fatalf("sent %v", got)
+	}
+}
+
+func TestEncodeRoundTrip(t *testing.T) {
+	for _, m := range []Message{
+		{Topic: "a/b", Payload: []byte("x"), QoS: 1, Retained: true},
+		{Topic: "a/c", Payload: nil, QoS: 0, Coalesce: true},
+		{Topic: "ü/ev", Payload: []byte{0, 1, 2}, QoS: 2},
+	} {
+		got, err := decode(encode(m))
+		if err != nil {
+			t.Fatal(err)
+		}
+		if got.Topic != m.Topic || string(got.Payload) != string(m.Payload) || got.QoS != m.QoS || got.Retained != m.Retained || got.Coalesce != m.Coalesce {
+			t.Fatalf("round trip %+v -> %+v", m, got)
+		}
+	}
+	if _, err := decode([]byte{0, 1, 200}); err == nil {
+		t.Fatal("decode accepted a truncated entry")
+	}
+}
