@@ -1,0 +1,114 @@
+package pending
+
+import (
+	"context"
+	"strings"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/mqlet/mqlet/agent/reply"
+)
+
+type sink struct {
+	mu      sync.Mutex
+	replies []reply.Reply
+	got     chan reply.Reply
+}
+
+func newSink() *sink { return &sink{got: make(chan reply.Reply, 16)} }
+
+func (s *sink) Send(r reply.Reply) error {
+	s.mu.Lock()
+	s.replies = append(s.replies, r)
+	s.mu.Unlock()
+	s.got <- r
+	return nil
+}
+
+func (s *sink) count() int { s.mu.Lock(); defer s.mu.Unlock(); return len(s.replies) }
+
+func TestApplySucceedsWhenAllPodsRun(t *testing.T) {
+	s := newSink()
+	tr := New(s, nil)
+	tr.Add("r1", "apply", map[string]Want{"default/a": {Generation: 2}, "default/b": {Generation: 1}}, time.Now().Add(time.Hour))
+	tr.Observe("default/a", Outcome{Generation: 1, Done: true, OK: true, Reason: "old generation"})
+	tr.Observe("default/a", Outcome{Generation: 2, Done: true, OK: true, Reason: "running"})
+	if s.count() != 0 {
+		t.Fatal("answered before b ran")
+	}
+	tr.Observe("default/b", Outcome{Generation: 1, Done: false, Reason: "ContainerCreating"})
+	tr.Observe("default/b", Outcome{Generation: 1, Done: true, OK: true, Reason: "running"})
+	r := <-s.got
+	if r.Phase != reply.Succeeded || r.RequestID != "r1" || !strings.Contains(r.Message, "default/a: running") {
+		t.Fatalf("unexpected reply %+v", r)
+	}
+	if tr.Len() != 0 {
+		t.Fatal("request still tracked")
+	}
+}
+
+func TestFailureAnswersAtOnce(t *testing.T) {
+	s := newSink()
+	tr := New(s, nil)
+	tr.Add("r2", "apply", map[string]Want{"ns/x": {Generation: 1}, "ns/y": {Generation: 1}}, time.Now().Add(time.Hour))
+	tr.Observe("ns/y", Outcome{Generation: 1, Done: true, OK: false, Reason: "ErrImageNeverPull"})
+	r := <-s.got
+	if r.Phase != reply.Failed || !strings.Contains(r.Message, "ns/y: ErrImageNeverPull") {
+		t.Fatalf("unexpected reply %+v", r)
+	}
+}
+
+func TestOutcomeSeenBeforeAddCounts(t *testing.T) {
+	s := newSink()
+	tr := New(s, nil)
+	tr.Observe("ns/x", Outcome{Generation: 3, Done: true, OK: true, Reason: "running"})
+	tr.Add("r3", "apply", map[string]Want{"ns/x": {Generation: 3}}, time.Now().Add(time.Hour))
+	if r := <-s.got; r.Phase != reply.Succeeded {
+		t.Fatalf("unexpected reply %+v", r)
+	}
+}
+
+func TestDeleteWaitsForGone(t *testing.T) {
+	s := newSink()
+	tr := New(s, nil)
+	tr.Add("d1", "delete", map[string]Want{"ns/x": {Gone: true}}, time.Now().Add(time.Hour))
+	tr.Observe("ns/x", Outcome{Generation: 3, Done: true, OK: true})
+	if s.count() != 0 {
+		t.Fatal("delete answered while pod still there")
+	}
+	tr.Observe("ns/x", Outcome{Gone: true})
+	if r := <-s.got; r.Phase != reply.Succeeded || !strings.Contains(r.Message, "deleted") {
+		t.Fatalf("unexpected reply %+v", r)
+	}
+}
+
+func TestEmptyWantSucceedsAtOnce(t *testing.T) {
+	s := newSink()
+	tr := New(s, nil)
+	tr.Add("c1", "apply", nil, time.Now().Add(time.Hour))
+	if r := <-s.got; r.Phase != reply.Succeeded {
+		t.Fatalf("unexpected reply %+v", r)
+	}
+}
+
+func TestDeadlineFailsButNamesTheReason(t *testing.T) {
+	s := newSink()
+	tr := New(s, nil)
+	ctx, cancel := context.WithCancel(context.Background())
+	defer cancel()
+	done := make(chan struct{})
+	go func() { tr.Run(ctx); close(done) }()
+	tr.Observe("ns/slow", Outcome{Generation: 1, Reason: "CrashLoopBackOff"})
+	tr.Add("r4", "apply", map[string]Want{"ns/slow": {Generation: 1}}, time.Now().Add(50*time.Millisecond))
+	select {
+	case r := <-s.got:
+		if r.Phase != reply.Failed || !strings.Contains(r.Message, "CrashLoopBackOff") || !strings.Contains(r.Message, "deadline") {
+			t.Fatalf("unexpected reply %+v", r)
+		}
+	case <-time.After(5 * time.Second):
+		t.Fatal("deadline never fired")
+	}
+	cancel()
+	<-done
+}

@@ -1,0 +1,158 @@
+// Package statusmgr publishes each pod's status on its retained topic,
+// only when the payload changes, with a periodic full resync, and clears the
+// topic when the pod is gone. It also answers "what is the status now".
+package statusmgr
+
+import (
+	"bytes"
+	"context"
+	"encoding/json"
+	"fmt"
+	"sync"
+	"time"
+
+	"github.com/rs/zerolog"
+	v1 "k8s.io/api/core/v1"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+
+	"github.com/mqlet/mqlet/mqtt/outbox"
+	"github.com/mqlet/mqlet/mqtt/topic"
+)
+
+// Publisher queues a message for the broker (the outbox).
+type Publisher interface {
+	Put(m outbox.Message) error
+}
+
+type entry struct {
+	pod     *v1.Pod
+	payload []byte
+}
+
+// Manager keeps the latest published status of every pod. Safe for concurrent use.
+type Manager struct {
+	topics topic.Scheme
+	out    Publisher
+	log    zerolog.Logger
+
+	mu   sync.Mutex
+	pods map[string]entry // key "namespace/name"
+
+	published, skipped uint64
+}
+
+// New returns a Manager publishing through out.
+func New(topics topic.Scheme, out Publisher, log zerolog.Logger) *Manager {
+	return &Manager{topics: topics, out: out, log: log, pods: map[string]entry{}}
+}
+
+// Set records the status of pod (its desired spec) and publishes it when
+// the payload differs from the last one published.
+func (m *Manager) Set(pod *v1.Pod, status v1.PodStatus) error {
+	full := &v1.Pod{
+		TypeMeta: metav1.TypeMeta{APIVersion: "v1", Kind: "Pod"},
+		ObjectMeta: metav1.ObjectMeta{
+			Name:              pod.Name,
+			Namespace:         pod.Namespace,
+			UID:               pod.UID,
+			Generation:        pod.Generation,
+			CreationTimestamp: pod.CreationTimestamp,
+			Labels:            pod.Labels,
+			Annotations:       pod.Annotations,
+		},
+		Spec:   pod.Spec,
+		Status: status,
+	}
+	payload, err := json.Marshal(full)
+	if err != nil {
+		return fmt.Errorf("encoding status of pod %s/%s: %w", pod.Namespace, pod.Name, err)
+	}
+	key := pod.Namespace + "/" + pod.Name
+	m.mu.Lock()
+	if old, ok := m.pods[key]; ok && bytes.Equal(old.payload, payload) {
+		m.skipped++
+		m.mu.Unlock()
+		return nil
+	}
+	m.pods[key] = entry{pod: full, payload: payload}
+	m.published++
+	m.mu.Unlock()
+	return m.put(pod.Namespace, pod.Name, payload)
+}
+
+// Remove clears the pod's retained topic with an empty payload.
+func (m *Manager) Remove(namespace, name string) error {
+	key := namespace + "/" + name
+	m.mu.Lock()
+	_, known := m.pods[key]
+	delete(m.pods, key)
+	m.mu.Unlock()
+	if !known {
+		return nil
+	}
+	return m.put(namespace, name, nil)
+}
+
+// Forget clears a pod's topic even when this process never published it
+// (a pod deleted while mqlet was down still has a retained status).
+func (m *Manager) Forget(namespace, name string) error {
+	m.mu.Lock()
+	delete(m.pods, namespace+"/"+name)
+	m.mu.Unlock()
+	return m.put(namespace, name, nil)
+}
+
+// Get returns the last status set for the pod.
+func (m *Manager) Get(namespace, name string) (*v1.Pod, bool) {
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	e, ok := m.pods[namespace+"/"+name]
+	if !ok {
+		return nil, false
+	}
+	return e.pod.DeepCopy(), true
+}
+
+// Stats returns how many statuses were published and how many unchanged ones were skipped.
+func (m *Manager) Stats() (published, skipped uint64) {
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	return m.published, m.skipped
+}
+
+// Resync republishes every known status.
+func (m *Manager) Resync() {
+	m.mu.Lock()
+	all := make(map[string]entry, len(m.pods))
+	for k, e := range m.pods {
+		all[k] = e
+	}
+	m.mu.Unlock()
+	for _, e := range all {
+		if err := m.put(e.pod.Namespace, e.pod.Name, e.payload); err != nil {
+			m.log.Warn().Err(err).Msg("resyncing pod status")
+		}
+	}
+}
+
+// Run resyncs every interval until ctx ends.
+func (m *Manager) Run(ctx context.Context, interval time.Duration) {
+	t := time.NewTicker(interval)
+	defer t.Stop()
+	for {
+		select {
+		case <-ctx.Done():
+			return
+		case <-t.C:
+			m.Resync()
+		}
+	}
+}
+
+func (m *Manager) put(namespace, name string, payload []byte) error {
+	err := m.out.Put(outbox.Message{Topic: m.topics.Pod(namespace, name), Payload: payload, QoS: 1, Retained: true, Coalesce: true})
+	if err != nil {
+		return fmt.Errorf("queueing status of pod %s/%s: %w", namespace, name, err)
+	}
+	return nil
+}

@@ -1,0 +1,79 @@
+package statusmgr
+
+import (
+	"bytes"
+	"encoding/json"
+	"sync"
+	"testing"
+
+	"github.com/rs/zerolog"
+	v1 "k8s.io/api/core/v1"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+
+	"github.com/mqlet/mqlet/mqtt/outbox"
+	"github.com/mqlet/mqlet/mqtt/topic"
+)
+
+type capture struct {
+	mu   sync.Mutex
+	msgs []outbox.Message
+}
+
+func (c *capture) Put(m outbox.Message) error {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	c.msgs = append(c.msgs, m)
+	return nil
+}
+
+func pod() *v1.Pod {
+	return &v1.Pod{ObjectMeta: metav1.ObjectMeta{Name: "web", Namespace: "default", UID: "u1", Generation: 1},
+		Spec: v1.PodSpec{Containers: []v1.Container{{Name: "c", Image: "busybox"}}}}
+}
+
+func TestPublishesOnlyOnChangeAndClearsOnRemove(t *testing.T) {
+	c := &capture{}
+	m := New(topic.Scheme{Prefix: "mqlet/v1", Node: "n1"}, c, zerolog.Nop())
+	p := pod()
+	pending := v1.PodStatus{Phase: v1.PodPending}
+	for range 3 {
+		if err := m.Set(p, pending); err != nil {
+			t.Fatal(err)
+		}
+	}
+	if err := m.Set(p, v1.PodStatus{Phase: v1.PodRunning}); err != nil {
+		t.Fatal(err)
+	}
+	if len(c.msgs) != 2 {
+		t.Fatalf("want 2 publishes (pending, running), got %d", len(c.msgs))
+	}
+	first := c.msgs[0]
+	if first.Topic != "mqlet/v1/n1/pods/default/web" || !first.Retained || first.QoS != 1 {
+		t.Fatalf("wrong message envelope %+v", first)
+	}
+	var decoded v1.Pod
+	dec := json.NewDecoder(bytes.NewReader(c.msgs[1].Payload))
+	dec.DisallowUnknownFields()
+	if err := dec.Decode(&decoded); err != nil {
+		t.Fatalf("payload is not a strict v1.Pod: %v", err)
+	}
+	if decoded.Status.Phase != v1.PodRunning || decoded.Kind != "Pod" || decoded.UID != "u1" {
+		t.Fatalf("decoded %+v", decoded)
+	}
+	if got, ok := m.Get("default", "web"); !ok || got.Status.Phase != v1.PodRunning {
+		t.Fatal("Get does not return the latest status")
+	}
+	if err := m.Remove("default", "web"); err != nil {
+		t.Fatal(err)
+	}
+	last := c.msgs[len(c.msgs)-1]
+	if len(last.Payload) != 0 || !last.Retained {
+		t.Fatalf("remove must publish an empty retained payload, got %+v", last)
+	}
+	if _, ok := m.Get("default", "web"); ok {
+		t.Fatal("removed pod still known")
+	}
+	if pub, skip := m.Stats(); pub != 2 || skip != 2 {
+		t.Fatalf("stats published=%d skipped=%d", pub, skip)
+	}
+}
