@@ -127,3 +127,10 @@ type PodLifecycleEvent struct {
 	Type        PodLifecycleEventType
 	ContainerID string
 }
+
+// ErrImageNeverPull is returned (wrapped) when a container's image is missing
+// and its imagePullPolicy is Never.
+var ErrImageNeverPull = errors.New("ErrImageNeverPull")
+
+// ErrImagePull is returned (wrapped) when pulling a container's image failed.
+var ErrImagePull = errors.New("ErrImagePull")

@@ -1,0 +1,78 @@
+package runtime
+
+import "time"
+
+// Config says where the CRI runtime is and where pod state lives on the node.
+type Config struct {
+	// Endpoint of the CRI runtime, e.g. unix:///run/containerd/containerd.sock.
+	Endpoint string
+	// PodLogDir holds one directory per pod, <ns>_<name>_<uid>.
+	PodLogDir string
+	// PodDir holds one directory per pod UID with its volumes.
+	PodDir string
+	// CgroupRoot is the cgroupfs parent of all pod cgroups (pods get <root>/pod<uid>).
+	CgroupRoot string
+	// ConnectTimeout bounds one connection attempt (dial and version handshake).
+	ConnectTimeout time.Duration
+	// RequestTimeout bounds one ordinary CRI call (pulls and stops get more).
+	RequestTimeout time.Duration
+	// RuntimeRetryMin and RuntimeRetryMax bound the reconnect backoff.
+	RuntimeRetryMin time.Duration
+	RuntimeRetryMax time.Duration
+	// HealthInterval is how often a connected runtime is checked.
+	HealthInterval time.Duration
+	// ResolvConf is the node's resolver configuration pods inherit.
+	ResolvConf string
+}
+
+// Defaults used for zero Config fields.
+const (
+	DefaultEndpoint        = "unix:///run/containerd/containerd.sock"
+	DefaultPodLogDir       = "/var/log/pods"
+	DefaultPodDir          = "/var/lib/mqlet/pods"
+	DefaultCgroupRoot      = "/mqlet"
+	DefaultConnectTimeout  = 5 * time.Second
+	DefaultRequestTimeout  = 2 * time.Minute
+	DefaultRetryMin        = 500 * time.Millisecond
+	DefaultRetryMax        = 30 * time.Second
+	DefaultHealthInterval  = 5 * time.Second
+	DefaultResolvConf      = "/etc/resolv.conf"
+	defaultStopGracePeriod = 30
+)
+
+func (c Config) withDefaults() Config {
+	if c.Endpoint == "" {
+		c.Endpoint = DefaultEndpoint
+	}
+	if c.PodLogDir == "" {
+		c.PodLogDir = DefaultPodLogDir
+	}
+	if c.PodDir == "" {
+		c.PodDir = DefaultPodDir
+	}
+	if c.CgroupRoot == "" {
+		c.CgroupRoot = DefaultCgroupRoot
+	}
+	if c.ConnectTimeout <= 0 {
+		c.ConnectTimeout = DefaultConnectTimeout
+	}
+	if c.RequestTimeout <= 0 {
+		c.RequestTimeout = DefaultRequestTimeout
+	}
+	if c.RuntimeRetryMin <= 0 {
+		c.RuntimeRetryMin = DefaultRetryMin
+	}
+	if c.RuntimeRetryMax < c.RuntimeRetryMin {
+		c.RuntimeRetryMax = DefaultRetryMax
+		if c.RuntimeRetryMax < c.RuntimeRetryMin {
+			c.RuntimeRetryMax = c.RuntimeRetryMin
+		}
+	}
+	if c.HealthInterval <= 0 {
+		c.HealthInterval = DefaultHealthInterval
+	}
+	if c.ResolvConf == "" {
+		c.ResolvConf = DefaultResolvConf
+	}
+	return c
+}

@@ -1,0 +1,228 @@
+package runtime
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"os"
+	"path/filepath"
+	"sort"
+	"strings"
+	"syscall"
+	"time"
+
+	runtimeapi "k8s.io/cri-api/pkg/apis/runtime/v1"
+)
+
+// GCPolicy says what GarbageCollect may remove.
+type GCPolicy struct {
+	// MinAge: dead containers younger than this are kept.
+	MinAge time.Duration
+	// MaxPerPodContainer dead attempts are kept per container (newest first);
+	// negative means keep all.
+	MaxPerPodContainer int
+	// ImageGCHighThresholdPercent of image filesystem usage triggers image GC;
+	// 0 turns image GC off. Unused images are removed until usage is at or
+	// below ImageGCLowThresholdPercent.
+	ImageGCHighThresholdPercent int
+	ImageGCLowThresholdPercent  int
+	// KeepImages are never removed (e.g. the sandbox image).
+	KeepImages []string
+}
+
+// GarbageCollect removes dead mqlet containers beyond the policy, every mqlet
+// sandbox of a pod that is not desired (and superseded dead sandboxes of
+// desired ones), orphaned pod and log directories, and unused images when
+// the image filesystem is too full. Other clients' objects are never touched.
+func (m *Manager) GarbageCollect(ctx context.Context, policy GCPolicy, isDesired func(uid string) bool) error {
+	svc, err := m.conn.get()
+	if err != nil {
+		return err
+	}
+	ctx = quietContext(ctx)
+	var errs []error
+	if err := m.gcContainers(ctx, svc, policy, isDesired); err != nil {
+		errs = append(errs, err)
+	}
+	if err := m.gcSandboxes(ctx, svc, isDesired); err != nil {
+		errs = append(errs, err)
+	}
+	if err := m.gcPodDirs(ctx, svc, isDesired); err != nil {
+		errs = append(errs, err)
+	}
+	if err := m.gcImages(ctx, svc, policy); err != nil {
+		errs = append(errs, err)
+	}
+	return errors.Join(errs...)
+}
+
+func (m *Manager) gcContainers(ctx context.Context, svc *services, policy GCPolicy, isDesired func(string) bool) error {
+	containers, err := svc.runtime.ListContainers(ctx, &runtimeapi.ContainerFilter{LabelSelector: managedSelector()})
+	if err != nil {
+		return fmt.Errorf("gc: list containers: %w", m.conn.classify(err))
+	}
+	groups := map[string][]*runtimeapi.Container{}
+	for _, c := range containers {
+		if c.State != runtimeapi.ContainerState_CONTAINER_EXITED {
+			continue
+		}
+		key := c.Labels[LabelPodUID] + "/" + c.Labels[LabelContainerName]
+		groups[key] = append(groups[key], c)
+	}
+	now := time.Now()
+	var errs []error
+	for key, list := range groups {
+		sort.Slice(list, func(i, j int) bool { return list[i].CreatedAt > list[j].CreatedAt })
+		uid, _, _ := strings.Cut(key, "/")
+		keep := policy.MaxPerPodContainer
+		if !isDesired(uid) {
+			keep = 0
+		} else if keep < 0 {
+			continue
+		}
+		for _, c := range list[min(keep, len(list)):] {
+			if now.Sub(time.Unix(0, c.CreatedAt)) < policy.MinAge {
+				continue
+			}
+			if err := svc.runtime.RemoveContainer(ctx, c.Id); err != nil && !isNotFound(err) {
+				errs = append(errs, fmt.Errorf("gc: remove container %s: %w", c.Id, m.conn.classify(err)))
+			}
+		}
+	}
+	return errors.Join(errs...)
+}
+
+func (m *Manager) gcSandboxes(ctx context.Context, svc *services, isDesired func(string) bool) error {
+	sandboxes, err := svc.runtime.ListPodSandbox(ctx, &runtimeapi.PodSandboxFilter{LabelSelector: managedSelector()})
+	if err != nil {
+		return fmt.Errorf("gc: list sandboxes: %w", m.conn.classify(err))
+	}
+	containers, err := svc.runtime.ListContainers(ctx, &runtimeapi.ContainerFilter{LabelSelector: managedSelector()})
+	if err != nil {
+		return fmt.Errorf("gc: list containers: %w", m.conn.classify(err))
+	}
+	inUse := map[string]bool{}
+	for _, c := range containers {
+		inUse[c.PodSandboxId] = true
+	}
+	newest := map[string]*runtimeapi.PodSandbox{}
+	for _, sb := range sandboxes {
+		uid := sb.Labels[LabelPodUID]
+		if n := newest[uid]; n == nil || sb.CreatedAt > n.CreatedAt {
+			newest[uid] = sb
+		}
+	}
+	var errs []error
+	for _, sb := range sandboxes {
+		uid := sb.Labels[LabelPodUID]
+		switch {
+		case !isDesired(uid):
+			m.log.Info().Str("pod", sb.Labels[LabelPodNamespace]+"/"+sb.Labels[LabelPodName]).Str("uid", uid).Msg("removing sandbox of a pod that is not desired")
+		case sb.State != runtimeapi.PodSandboxState_SANDBOX_READY && newest[uid] != sb && !inUse[sb.Id]:
+		default:
+			continue
+		}
+		if err := m.removeSandbox(ctx, svc, sb.Id); err != nil {
+			errs = append(errs, fmt.Errorf("gc: %w", err))
+		}
+	}
+	return errors.Join(errs...)
+}
+
+// gcPodDirs removes volume and log directories of pods that are neither
+// desired nor present in the runtime.
+func (m *Manager) gcPodDirs(ctx context.Context, svc *services, isDesired func(string) bool) error {
+	present := map[string]bool{}
+	sandboxes, err := svc.runtime.ListPodSandbox(ctx, &runtimeapi.PodSandboxFilter{LabelSelector: managedSelector()})
+	if err != nil {
+		return fmt.Errorf("gc: list sandboxes: %w", m.conn.classify(err))
+	}
+	for _, sb := range sandboxes {
+		present[sb.Labels[LabelPodUID]] = true
+	}
+	orphan := func(uid string) bool { return uid != "" && !present[uid] && !isDesired(uid) }
+	var errs []error
+	if entries, err := os.ReadDir(m.cfg.PodDir); err == nil {
+		for _, e := range entries {
+			if e.IsDir() && orphan(e.Name()) {
+				errs = append(errs, os.RemoveAll(filepath.Join(m.cfg.PodDir, e.Name())))
+			}
+		}
+	}
+	if entries, err := os.ReadDir(m.cfg.PodLogDir); err == nil {
+		for _, e := range entries {
+			parts := strings.Split(e.Name(), "_")
+			if e.IsDir() && len(parts) == 3 && orphan(parts[2]) {
+				errs = append(errs, os.RemoveAll(filepath.Join(m.cfg.PodLogDir, e.Name())))
+			}
+		}
+	}
+	return errors.Join(errs...)
+}
+
+func (m *Manager) gcImages(ctx context.Context, svc *services, policy GCPolicy) error {
+	if policy.ImageGCHighThresholdPercent <= 0 {
+		return nil
+	}
+	fs, err := svc.image.ImageFsInfo(ctx)
+	if err != nil {
+		return fmt.Errorf("gc: image filesystem info: %w", m.conn.classify(err))
+	}
+	if len(fs.GetImageFilesystems()) == 0 {
+		return nil
+	}
+	mount := fs.GetImageFilesystems()[0].GetFsId().GetMountpoint()
+	var st syscall.Statfs_t
+	if err := syscall.Statfs(mount, &st); err != nil {
+		return fmt.Errorf("gc: statfs %s: %w", mount, err)
+	}
+	capacity := int64(st.Blocks) * st.Bsize
+	used := capacity - int64(st.Bavail)*st.Bsize
+	if capacity <= 0 || used*100/capacity < int64(policy.ImageGCHighThresholdPercent) {
+		return nil
+	}
+	target := capacity * int64(policy.ImageGCLowThresholdPercent) / 100
+	// Images used by any container of any client stay.
+	containers, err := svc.runtime.ListContainers(ctx, nil)
+	if err != nil {
+		return fmt.Errorf("gc: list containers: %w", m.conn.classify(err))
+	}
+	used1 := map[string]bool{}
+	for _, c := range containers {
+		used1[c.ImageRef] = true
+		used1[c.GetImage().GetImage()] = true
+	}
+	keep := map[string]bool{}
+	for _, k := range policy.KeepImages {
+		keep[k] = true
+	}
+	images, err := svc.image.ListImages(ctx, nil)
+	if err != nil {
+		return fmt.Errorf("gc: list images: %w", m.conn.classify(err))
+	}
+	var errs []error
+	for _, img := range images {
+		if used <= target {
+			break
+		}
+		if img.Pinned || used1[img.Id] || anyIn(img.RepoTags, used1) || anyIn(img.RepoTags, keep) || anyIn(img.RepoDigests, used1) {
+			continue
+		}
+		m.log.Info().Strs("tags", img.RepoTags).Uint64("bytes", img.Size).Msg("removing unused image")
+		if err := svc.image.RemoveImage(ctx, &runtimeapi.ImageSpec{Image: img.Id}); err != nil && !isNotFound(err) {
+			errs = append(errs, fmt.Errorf("gc: remove image %s: %w", img.Id, m.conn.classify(err)))
+			continue
+		}
+		used -= int64(img.Size)
+	}
+	return errors.Join(errs...)
+}
+
+func anyIn(list []string, set map[string]bool) bool {
+	for _, s := range list {
+		if set[s] {
+			return true
+		}
+	}
+	return false
+}

@@ -1,0 +1,146 @@
+package runtime
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"os"
+	"path/filepath"
+	"sync"
+
+	v1 "k8s.io/api/core/v1"
+	"k8s.io/apimachinery/pkg/types"
+)
+
+func (m *Manager) createPodDirs(pod *v1.Pod) error {
+	for _, dir := range []string{
+		filepath.Join(m.cfg.PodDir, string(pod.UID), "volumes"),
+		m.podLogDir(pod.Namespace, pod.Name, string(pod.UID)),
+	} {
+		if err := os.MkdirAll(dir, 0o755); err != nil {
+			return fmt.Errorf("create pod directory %s: %w", dir, err)
+		}
+	}
+	return nil
+}
+
+// stopPod stops every running container of the pod (in parallel, each with
+// the grace period) and then its ready sandboxes. Nothing is removed.
+func (m *Manager) stopPod(ctx context.Context, svc *services, pod *v1.Pod, status *PodStatus, override *int64, events EventRecorder) error {
+	if status == nil {
+		return nil
+	}
+	grace := gracePeriod(pod, override)
+	var (
+		wg   sync.WaitGroup
+		mu   sync.Mutex
+		errs []error
+	)
+	for _, c := range status.Containers {
+		if c.State != ContainerRunning && c.State != ContainerCreated && c.State != ContainerUnknown {
+			continue
+		}
+		if pod != nil && c.State == ContainerRunning {
+			events.Event(pod, v1.EventTypeNormal, "Killing", "Stopping container "+c.Name)
+		}
+		wg.Add(1)
+		go func(id, name string) {
+			defer wg.Done()
+			if err := m.stopContainer(ctx, svc, id, grace); err != nil {
+				mu.Lock()
+				errs = append(errs, fmt.Errorf("stop container %s: %w", name, err))
+				mu.Unlock()
+			}
+		}(c.ID, c.Name)
+	}
+	wg.Wait()
+	if err := errors.Join(errs...); err != nil {
+		return err
+	}
+	for _, sb := range status.Sandboxes {
+		if !sb.Ready {
+			continue
+		}
+		if err := svc.runtime.StopPodSandbox(ctx, sb.ID); err != nil && !isNotFound(err) {
+			return fmt.Errorf("stop sandbox %s: %w", sb.ID, m.conn.classify(err))
+		}
+	}
+	return nil
+}
+
+// KillPod stops the pod's containers (gracePeriod overrides the pod's
+// terminationGracePeriodSeconds), removes its containers and sandboxes, and
+// deletes its volume and log directories.
+func (m *Manager) KillPod(ctx context.Context, pod *v1.Pod, gracePeriodOverride *int64) error {
+	return m.killPod(ctx, pod, string(pod.UID), pod.Name, pod.Namespace, gracePeriodOverride)
+}
+
+// KillPodByRef is KillPod for a pod known only by its runtime labels (e.g. an
+// orphan after an agent restart).
+func (m *Manager) KillPodByRef(ctx context.Context, ref PodRef, gracePeriodOverride *int64) error {
+	return m.killPod(ctx, nil, ref.UID, ref.Name, ref.Namespace, gracePeriodOverride)
+}
+
+func (m *Manager) killPod(ctx context.Context, pod *v1.Pod, uid, name, namespace string, override *int64) error {
+	svc, err := m.conn.get()
+	if err != nil {
+		return err
+	}
+	ctx = quietContext(ctx)
+	status, err := m.GetPodStatus(ctx, uid, name, namespace)
+	if err != nil {
+		return fmt.Errorf("kill pod %s/%s: %w", namespace, name, err)
+	}
+	eventPod := pod
+	if eventPod == nil {
+		eventPod = &v1.Pod{}
+		eventPod.Name, eventPod.Namespace, eventPod.UID = name, namespace, types.UID(uid)
+	}
+	if err := m.stopPod(ctx, svc, eventPod, status, override, noEvents{}); err != nil {
+		return fmt.Errorf("kill pod %s/%s: %w", namespace, name, err)
+	}
+	if err := m.removePodRuntimeObjects(ctx, svc, status); err != nil {
+		return fmt.Errorf("kill pod %s/%s: %w", namespace, name, err)
+	}
+	if err := m.removePodDirs(uid, name, namespace); err != nil {
+		return fmt.Errorf("kill pod %s/%s: %w", namespace, name, err)
+	}
+	return nil
+}
+
+// removePodRuntimeObjects removes every container and sandbox in status.
+func (m *Manager) removePodRuntimeObjects(ctx context.Context, svc *services, status *PodStatus) error {
+	for _, c := range status.Containers {
+		if err := svc.runtime.RemoveContainer(ctx, c.ID); err != nil && !isNotFound(err) {
+			return fmt.Errorf("remove container %s: %w", c.Name, m.conn.classify(err))
+		}
+	}
+	for _, sb := range status.Sandboxes {
+		if err := m.removeSandbox(ctx, svc, sb.ID); err != nil {
+			return err
+		}
+	}
+	return nil
+}
+
+func (m *Manager) removeSandbox(ctx context.Context, svc *services, id string) error {
+	if err := svc.runtime.StopPodSandbox(ctx, id); err != nil && !isNotFound(err) {
+		return fmt.Errorf("stop sandbox %s: %w", id, m.conn.classify(err))
+	}
+	if err := svc.runtime.RemovePodSandbox(ctx, id); err != nil && !isNotFound(err) {
+		return fmt.Errorf("remove sandbox %s: %w", id, m.conn.classify(err))
+	}
+	return nil
+}
+
+func (m *Manager) removePodDirs(uid, name, namespace string) error {
+	if uid == "" {
+		return nil
+	}
+	for _, dir := range []string{filepath.Join(m.cfg.PodDir, uid), m.podLogDir(namespace, name, uid)} {
+		if err := os.RemoveAll(dir); err != nil {
+			return fmt.Errorf("remove %s: %w", dir, err)
+		}
+	}
+	return nil
+}

@@ -1,0 +1,40 @@
+package runtime
+
+import (
+	"context"
+
+	"github.com/rs/zerolog"
+)
+
+// Manager runs pods through a CRI runtime. It only ever touches sandboxes and
+// containers carrying mqlet's labels.
+type Manager struct {
+	cfg  Config
+	log  zerolog.Logger
+	conn *connection
+}
+
+// NewManager returns a Manager for cfg (zero fields take the defaults).
+// Nothing is contacted until Run is called.
+func NewManager(cfg Config, log zerolog.Logger) *Manager {
+	return newManager(cfg, log, dialCRI)
+}
+
+func newManager(cfg Config, log zerolog.Logger, dial dialFunc) *Manager {
+	cfg = cfg.withDefaults()
+	log = log.With().Str("component", "runtime").Logger()
+	return &Manager{cfg: cfg, log: log, conn: newConnection(cfg, log, dial)}
+}
+
+// Run keeps the connection to the runtime until ctx ends: it handshakes,
+// re-checks periodically, and reconnects with exponential backoff.
+func (m *Manager) Run(ctx context.Context) { m.conn.run(ctx) }
+
+// Ready reports whether the runtime answered the last handshake.
+func (m *Manager) Ready() bool { return m.conn.isReady() }
+
+// RuntimeInfo returns the runtime's name and version from the last handshake.
+func (m *Manager) RuntimeInfo() (name, version string) { return m.conn.info() }
+
+// Changes returns a channel closed the next time Ready or RuntimeInfo changes.
+func (m *Manager) Changes() <-chan struct{} { return m.conn.changes() }

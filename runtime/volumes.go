@@ -1,0 +1,325 @@
+package runtime
+
+import (
+	"cmp"
+	"fmt"
+	"os"
+	"path/filepath"
+	"slices"
+	"strings"
+	"time"
+
+	v1 "k8s.io/api/core/v1"
+	runtimeapi "k8s.io/cri-api/pkg/apis/runtime/v1"
+)
+
+const (
+	defaultConfigMapMode = 0o644
+	defaultSecretMode    = 0o400
+	dataLink             = "..data"
+)
+
+func sortedKeys[V any](m map[string]V) []string {
+	keys := make([]string, 0, len(m))
+	for k := range m {
+		keys = append(keys, k)
+	}
+	slices.Sort(keys)
+	return keys
+}
+
+// podVolumeDir is where a pod's volume of the given plugin kind lives.
+func (m *Manager) podVolumeDir(uid, kind, name string) string {
+	return filepath.Join(m.cfg.PodDir, uid, "volumes", kind, name)
+}
+
+// prepareVolumes creates or refreshes every volume of pod on the node and
+// returns the host path of each, by volume name.
+func (m *Manager) prepareVolumes(pod *v1.Pod, objects ObjectSource) (map[string]string, error) {
+	uid := string(pod.UID)
+	paths := map[string]string{}
+	for _, vol := range pod.Spec.Volumes {
+		var (
+			dir string
+			err error
+		)
+		switch {
+		case vol.EmptyDir != nil:
+			dir = m.podVolumeDir(uid, "kubernetes.io~empty-dir", vol.Name)
+			if err = os.MkdirAll(dir, 0o755); err == nil {
+				err = os.Chmod(dir, 0o777) // any container user may write, as in the kubelet
+			}
+		case vol.HostPath != nil:
+			dir, err = vol.HostPath.Path, prepareHostPath(vol.HostPath)
+		case vol.ConfigMap != nil:
+			dir = m.podVolumeDir(uid, "kubernetes.io~configmap", vol.Name)
+			err = m.writeConfigMapVolume(pod, vol.ConfigMap, dir, objects)
+		case vol.Secret != nil:
+			dir = m.podVolumeDir(uid, "kubernetes.io~secret", vol.Name)
+			err = m.writeSecretVolume(pod, vol.Secret, dir, objects)
+		default:
+			err = fmt.Errorf("volume type is not supported")
+		}
+		if err != nil {
+			return nil, fmt.Errorf("prepare volume %q: %w", vol.Name, err)
+		}
+		paths[vol.Name] = dir
+	}
+	return paths, nil
+}
+
+func prepareHostPath(hp *v1.HostPathVolumeSource) error {
+	t := v1.HostPathUnset
+	if hp.Type != nil {
+		t = *hp.Type
+	}
+	switch t {
+	case v1.HostPathDirectoryOrCreate:
+		return os.MkdirAll(hp.Path, 0o755)
+	case v1.HostPathFileOrCreate:
+		if err := os.MkdirAll(filepath.Dir(hp.Path), 0o755); err != nil {
+			return err
+		}
+		f, err := os.OpenFile(hp.Path, os.O_CREATE|os.O_RDONLY, 0o644)
+		if err != nil {
+			return err
+		}
+		return f.Close()
+	case v1.HostPathUnset:
+		return nil
+	}
+	info, err := os.Stat(hp.Path)
+	if err != nil {
+		return fmt.Errorf("host path %s: %w", hp.Path, err)
+	}
+	switch {
+	case t == v1.HostPathDirectory && !info.IsDir():
+		return fmt.Errorf("host path %s is not a directory", hp.Path)
+	case t == v1.HostPathFile && !info.Mode().IsRegular():
+		return fmt.Errorf("host path %s is not a file", hp.Path)
+	case t == v1.HostPathSocket && info.Mode()&os.ModeSocket == 0:
+		return fmt.Errorf("host path %s is not a socket", hp.Path)
+	}
+	return nil
+}
+
+type volumeFile struct {
+	path string
+	data []byte
+	mode os.FileMode
+}
+
+func projectItems(items []v1.KeyToPath, data map[string][]byte, defaultMode os.FileMode, optional bool, what string) ([]volumeFile, error) {
+	var files []volumeFile
+	if len(items) == 0 {
+		for _, k := range sortedKeys(data) {
+			files = append(files, volumeFile{path: k, data: data[k], mode: defaultMode})
+		}
+		return files, nil
+	}
+	for _, it := range items {
+		d, ok := data[it.Key]
+		if !ok {
+			if optional {
+				continue
+			}
+			return nil, fmt.Errorf("%s has no key %q", what, it.Key)
+		}
+		mode := defaultMode
+		if it.Mode != nil {
+			mode = os.FileMode(*it.Mode)
+		}
+		if strings.Contains(it.Path, "..") || filepath.IsAbs(it.Path) {
+			return nil, fmt.Errorf("%s item path %q escapes the volume", what, it.Path)
+		}
+		files = append(files, volumeFile{path: it.Path, data: d, mode: mode})
+	}
+	return files, nil
+}
+
+func (m *Manager) writeConfigMapVolume(pod *v1.Pod, src *v1.ConfigMapVolumeSource, dir string, objects ObjectSource) error {
+	optional := src.Optional != nil && *src.Optional
+	what := "configmap " + pod.Namespace + "/" + src.Name
+	data := map[string][]byte{}
+	cm, err := objects.ConfigMap(pod.Namespace, src.Name)
+	switch {
+	case (err != nil || cm == nil) && !optional:
+		return fmt.Errorf("%s: %w", what, errOrMissing(err))
+	case cm != nil:
+		for k, v := range cm.Data {
+			data[k] = []byte(v)
+		}
+		for k, v := range cm.BinaryData {
+			data[k] = v
+		}
+	}
+	mode := os.FileMode(defaultConfigMapMode)
+	if src.DefaultMode != nil {
+		mode = os.FileMode(*src.DefaultMode)
+	}
+	files, err := projectItems(src.Items, data, mode, optional, what)
+	if err != nil {
+		return err
+	}
+	return writeAtomic(dir, files)
+}
+
+func (m *Manager) writeSecretVolume(pod *v1.Pod, src *v1.SecretVolumeSource, dir string, objects ObjectSource) error {
+	optional := src.Optional != nil && *src.Optional
+	what := "secret " + pod.Namespace + "/" + src.SecretName
+	data := map[string][]byte{}
+	s, err := objects.Secret(pod.Namespace, src.SecretName)
+	switch {
+	case (err != nil || s == nil) && !optional:
+		return fmt.Errorf("%s: %w", what, errOrMissing(err))
+	case s != nil:
+		for k, v := range s.StringData {
+			data[k] = []byte(v)
+		}
+		for k, v := range s.Data {
+			data[k] = v
+		}
+	}
+	mode := os.FileMode(defaultSecretMode)
+	if src.DefaultMode != nil {
+		mode = os.FileMode(*src.DefaultMode)
+	}
+	files, err := projectItems(src.Items, data, mode, optional, what)
+	if err != nil {
+		return err
+	}
+	return writeAtomic(dir, files)
+}
+
+// writeAtomic publishes files under dir the way the kubelet does, so running
+// containers see a consistent update: the files go into a fresh hidden
+// directory, the ..data symlink is swapped to it, and each visible name is a
+// symlink through ..data.
+func writeAtomic(dir string, files []volumeFile) error {
+	if err := os.MkdirAll(dir, 0o755); err != nil {
+		return err
+	}
+	if same, err := unchanged(dir, files); err == nil && same {
+		return nil
+	}
+	gen := "..gen_" + time.Now().UTC().Format("2006_01_02_15_04_05.000000000")
+	genDir := filepath.Join(dir, gen)
+	if err := os.Mkdir(genDir, 0o755); err != nil {
+		return err
+	}
+	for _, f := range files {
+		p := filepath.Join(genDir, f.path)
+		if err := os.MkdirAll(filepath.Dir(p), 0o755); err != nil {
+			return err
+		}
+		if err := os.WriteFile(p, f.data, f.mode); err != nil {
+			return err
+		}
+		if err := os.Chmod(p, f.mode); err != nil { // WriteFile's mode is filtered by umask
+			return err
+		}
+	}
+	tmpLink := filepath.Join(dir, "..data_tmp")
+	_ = os.Remove(tmpLink)
+	if err := os.Symlink(gen, tmpLink); err != nil {
+		return err
+	}
+	old, _ := os.Readlink(filepath.Join(dir, dataLink))
+	if err := os.Rename(tmpLink, filepath.Join(dir, dataLink)); err != nil {
+		return err
+	}
+	wanted := map[string]bool{}
+	for _, f := range files {
+		top := strings.SplitN(f.path, "/", 2)[0]
+		wanted[top] = true
+		link := filepath.Join(dir, top)
+		if target, err := os.Readlink(link); err == nil && target == filepath.Join(dataLink, top) {
+			continue
+		}
+		_ = os.RemoveAll(link)
+		if err := os.Symlink(filepath.Join(dataLink, top), link); err != nil {
+			return err
+		}
+	}
+	entries, err := os.ReadDir(dir)
+	if err != nil {
+		return err
+	}
+	for _, e := range entries {
+		name := e.Name()
+		if strings.HasPrefix(name, "..") || wanted[name] {
+			continue
+		}
+		_ = os.RemoveAll(filepath.Join(dir, name))
+	}
+	if old != "" && old != gen {
+		_ = os.RemoveAll(filepath.Join(dir, old))
+	}
+	return nil
+}
+
+// unchanged reports whether dir already publishes exactly files.
+func unchanged(dir string, files []volumeFile) (bool, error) {
+	current := filepath.Join(dir, dataLink)
+	count := 0
+	err := filepath.WalkDir(current+"/", func(p string, d os.DirEntry, err error) error {
+		if err != nil {
+			return err
+		}
+		if !d.IsDir() {
+			count++
+		}
+		return nil
+	})
+	if err != nil || count != len(files) {
+		return false, err
+	}
+	for _, f := range files {
+		p := filepath.Join(current, f.path)
+		info, err := os.Stat(p)
+		if err != nil || info.Mode().Perm() != f.mode.Perm() {
+			return false, err
+		}
+		data, err := os.ReadFile(p)
+		if err != nil || string(data) != string(f.data) {
+			return false, err
+		}
+	}
+	return true, nil
+}
+
+// containerMounts maps the container's volumeMounts onto host paths.
+func containerMounts(pod *v1.Pod, c *v1.Container, paths map[string]string) ([]*runtimeapi.Mount, error) {
+	readOnlyKind := map[string]bool{}
+	for _, vol := range pod.Spec.Volumes {
+		readOnlyKind[vol.Name] = vol.ConfigMap != nil || vol.Secret != nil
+	}
+	var mounts []*runtimeapi.Mount
+	for _, vm := range c.VolumeMounts {
+		host, ok := paths[vm.Name]
+		if !ok {
+			return nil, fmt.Errorf("container %s mounts unknown volume %q", c.Name, vm.Name)
+		}
+		if vm.SubPath != "" {
+			if strings.Contains(vm.SubPath, "..") || filepath.IsAbs(vm.SubPath) {
+				return nil, fmt.Errorf("container %s: subPath %q escapes the volume", c.Name, vm.SubPath)
+			}
+			host = filepath.Join(host, vm.SubPath)
+			if _, err := os.Stat(host); os.IsNotExist(err) {
+				if err := os.MkdirAll(host, 0o755); err != nil {
+					return nil, fmt.Errorf("container %s: create subPath: %w", c.Name, err)
+				}
+			}
+		}
+		mounts = append(mounts, &runtimeapi.Mount{
+			ContainerPath: vm.MountPath,
+			HostPath:      host,
+			Readonly:      vm.ReadOnly || readOnlyKind[vm.Name],
+			Propagation:   runtimeapi.MountPropagation_PROPAGATION_PRIVATE,
+		})
+	}
+	slices.SortStableFunc(mounts, func(a, b *runtimeapi.Mount) int {
+		return cmp.Compare(strings.Count(a.ContainerPath, "/"), strings.Count(b.ContainerPath, "/"))
+	})
+	return mounts, nil
+}
