@@ -1,0 +1,80 @@
+// Package presence builds the node's retained state message: "online" with
+// a boot id and a connection sequence number on every connect, "offline" as
+// the MQTT will and on clean shutdown.
+package presence
+
+import (
+	"crypto/rand"
+	"encoding/hex"
+	"encoding/json"
+	"fmt"
+	"time"
+
+	"github.com/mqlet/mqlet/mqtt/outbox"
+)
+
+// State is the payload of <prefix>/<node>/state.
+type State struct {
+	State     string    `json:"state"`
+	BootID    string    `json:"bootId"`
+	Seq       uint64    `json:"seq,omitempty"`
+	Version   string    `json:"version"`
+	StartedAt time.Time `json:"startedAt"`
+	TS        time.Time `json:"ts"`
+}
+
+// SeqSource hands out the persisted, ever-increasing connection sequence.
+type SeqSource interface {
+	NextSeq() (uint64, error)
+}
+
+// Presence knows this process's identity.
+type Presence struct {
+	topic     string
+	bootID    string
+	version   string
+	startedAt time.Time
+	seqs      SeqSource
+	now       func() time.Time
+}
+
+// New returns a Presence for one process start (a new boot id).
+func New(stateTopic, version string, seqs SeqSource, now func() time.Time) *Presence {
+	if now == nil {
+		now = time.Now
+	}
+	return &Presence{topic: stateTopic, bootID: newBootID(), version: version, startedAt: now().UTC(), seqs: seqs, now: now}
+}
+
+// BootID is this process's boot id.
+func (p *Presence) BootID() string { return p.bootID }
+
+// Online returns the birth message for a new connection; each call takes
+// the next sequence number.
+func (p *Presence) Online() (outbox.Message, error) {
+	seq, err := p.seqs.NextSeq()
+	if err != nil {
+		return outbox.Message{}, fmt.Errorf("taking the next connection sequence number: %w", err)
+	}
+	return p.message(State{State: "online", Seq: seq}), nil
+}
+
+// Offline returns the death message (the MQTT will, and the clean-shutdown message).
+func (p *Presence) Offline() outbox.Message {
+	return p.message(State{State: "offline"})
+}
+
+func (p *Presence) message(s State) outbox.Message {
+	s.BootID, s.Version, s.StartedAt, s.TS = p.bootID, p.version, p.startedAt, p.now().UTC()
+	payload, _ := json.Marshal(s) // a struct of strings, numbers and times always encodes
+	return outbox.Message{Topic: p.topic, Payload: payload, QoS: 1, Retained: true, Coalesce: true}
+}
+
+func newBootID() string {
+	b := make([]byte, 16)
+	_, _ = rand.Read(b) // crypto/rand never fails on Linux
+	b[6] = (b[6] & 0x0f) | 0x40
+	b[8] = (b[8] & 0x3f) | 0x80
+	h := hex.EncodeToString(b)
+	return h[0:8] + "-" + h[8:12] + "-" + h[12:16] + "-" + h[16:20] + "-" + h[20:]
+}

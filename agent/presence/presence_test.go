@@ -1,0 +1,49 @@
+package presence
+
+import (
+	"encoding/json"
+	"errors"
+	"testing"
+)
+
+type counter struct {
+	n   uint64
+	err error
+}
+
+func (c *counter) NextSeq() (uint64, error) { c.n++; return c.n, c.err }
+
+func TestOnlineSeqIncreasesAndOfflineSharesBootID(t *testing.T) {
+	c := &counter{n: 41}
+	p := New("mqlet/v1/n/state", "v1.2.3", c, nil)
+	var first, second, off State
+	m1, err := p.Online()
+	if err != nil {
+		t.Fatal(err)
+	}
+	m2, _ := p.Online()
+	if err := json.Unmarshal(m1.Payload, &first); err != nil {
+		t.Fatal(err)
+	}
+	_ = json.Unmarshal(m2.Payload, &second)
+	_ = json.Unmarshal(p.Offline().Payload, &off)
+	if first.State != "online" || first.Seq != 42 || second.Seq != 43 {
+		t.Fatalf("seq not increasing: %+v %+v", first, second)
+	}
+	if off.State != "offline" || off.BootID != first.BootID || len(first.BootID) != 36 {
+		t.Fatalf("offline %+v vs online %+v", off, first)
+	}
+	if !m1.Retained || m1.QoS != 1 || m1.Topic != "mqlet/v1/n/state" {
+		t.Fatalf("envelope %+v", m1)
+	}
+	if New("t", "v", c, nil).BootID() == p.BootID() {
+		t.Fatal("boot id must be new per process start")
+	}
+}
+
+func TestOnlineFailsWhenSeqCannotBePersisted(t *testing.T) {
+	p := New("t", "v", &counter{err: errors.New("disk full")}, nil)
+	if _, err := p.Online(); err == nil {
+		t.Fatal("want error")
+	}
+}
