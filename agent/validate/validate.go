@@ -1,0 +1,167 @@
+// Package validate defaults and validates incoming objects with Kubernetes'
+// own code (pkg/apis/core/v1 defaults, pkg/apis/core/validation) and then
+// checks pods against the node's admission policy, which denies privileged
+// and host-level access unless the node's configuration allows it.
+package validate
+
+import (
+	"fmt"
+	"strings"
+
+	v1 "k8s.io/api/core/v1"
+	"k8s.io/apimachinery/pkg/runtime"
+	"k8s.io/apimachinery/pkg/util/validation/field"
+	podutil "k8s.io/kubernetes/pkg/api/pod"
+	"k8s.io/kubernetes/pkg/apis/core"
+	corev1 "k8s.io/kubernetes/pkg/apis/core/v1"
+	corevalidation "k8s.io/kubernetes/pkg/apis/core/validation"
+)
+
+// DefaultNamespace is given to objects that name none.
+const DefaultNamespace = "default"
+
+// scheme knows v1 and internal core types with their defaulting and
+// conversion functions. Built once, only read afterwards.
+var scheme = newScheme()
+
+func newScheme() *runtime.Scheme {
+	s := runtime.NewScheme()
+	if err := core.AddToScheme(s); err != nil {
+		panic(fmt.Sprintf("register internal core types: %v", err))
+	}
+	if err := corev1.AddToScheme(s); err != nil {
+		panic(fmt.Sprintf("register core/v1 types: %v", err))
+	}
+	return s
+}
+
+// DefaultPod fills in what the API server would: Kubernetes' own defaults
+// (restartPolicy, dnsPolicy, terminationGracePeriodSeconds, imagePullPolicy,
+// terminationMessagePath and so on) and the namespace "default".
+func DefaultPod(pod *v1.Pod) {
+	if pod.Namespace == "" {
+		pod.Namespace = DefaultNamespace
+	}
+	corev1.SetObjectDefaults_Pod(pod)
+}
+
+// DefaultSecret sets the namespace and the secret type (Opaque) if missing.
+func DefaultSecret(secret *v1.Secret) {
+	if secret.Namespace == "" {
+		secret.Namespace = DefaultNamespace
+	}
+	corev1.SetObjectDefaults_Secret(secret)
+}
+
+// DefaultConfigMap sets the namespace if missing.
+func DefaultConfigMap(cm *v1.ConfigMap) {
+	if cm.Namespace == "" {
+		cm.Namespace = DefaultNamespace
+	}
+	corev1.SetObjectDefaults_ConfigMap(cm)
+}
+
+// ValidatePod checks a pod as the API server would on create, then that it
+// is not bound to another node, then the admission policy. The pod is not
+// changed: validation runs on a defaulted copy, so an undefaulted pod is
+// judged as it will be run.
+func ValidatePod(pod *v1.Pod, nodeName string, policy Policy) field.ErrorList {
+	p := pod.DeepCopy()
+	DefaultPod(p)
+
+	var internal core.Pod
+	if err := scheme.Convert(p, &internal, nil); err != nil {
+		return field.ErrorList{field.InternalError(field.NewPath(""), fmt.Errorf("convert pod to internal form: %w", err))}
+	}
+	opts := podutil.GetValidationOptionsFromPodSpecAndMeta(&internal.Spec, nil, &internal.ObjectMeta, nil)
+	opts.ResourceIsPod = true
+	errs := withoutClusterPrivilegeVerdict(corevalidation.ValidatePodCreate(&internal, opts))
+
+	if p.Spec.NodeName != "" && p.Spec.NodeName != nodeName {
+		errs = append(errs, field.Invalid(field.NewPath("spec", "nodeName"), p.Spec.NodeName,
+			fmt.Sprintf("pod is bound to another node; this node is %q", nodeName)))
+	}
+	errs = append(errs, policy.Check(&p.Spec)...)
+	return errs
+}
+
+// clusterPrivilegeVerdict is what Kubernetes' validation says about a
+// privileged container while the process-wide capabilities (a global that
+// kubelet sets at start) forbid it. mqlet leaves that global alone and lets
+// Policy.AllowPrivileged decide, so this one verdict is dropped.
+const clusterPrivilegeVerdict = "disallowed by cluster policy"
+
+func withoutClusterPrivilegeVerdict(errs field.ErrorList) field.ErrorList {
+	kept := errs[:0]
+	for _, e := range errs {
+		if e.Type == field.ErrorTypeForbidden && e.Detail == clusterPrivilegeVerdict &&
+			strings.HasSuffix(e.Field, ".securityContext.privileged") {
+			continue
+		}
+		kept = append(kept, e)
+	}
+	return kept
+}
+
+// ValidateConfigMap checks a config map with Kubernetes' validation.
+func ValidateConfigMap(cm *v1.ConfigMap) field.ErrorList {
+	c := cm.DeepCopy()
+	DefaultConfigMap(c)
+	var internal core.ConfigMap
+	if err := scheme.Convert(c, &internal, nil); err != nil {
+		return field.ErrorList{field.InternalError(field.NewPath(""), fmt.Errorf("convert config map to internal form: %w", err))}
+	}
+	return corevalidation.ValidateConfigMap(&internal)
+}
+
+// ValidateSecret checks a secret with Kubernetes' validation (stringData is
+// merged into data first, as the API server does).
+func ValidateSecret(secret *v1.Secret) field.ErrorList {
+	s := secret.DeepCopy()
+	DefaultSecret(s)
+	var internal core.Secret
+	if err := scheme.Convert(s, &internal, nil); err != nil {
+		return field.ErrorList{field.InternalError(field.NewPath(""), fmt.Errorf("convert secret to internal form: %w", err))}
+	}
+	return corevalidation.ValidateSecret(&internal)
+}
+
+// FormatErrors renders every error, each with its field path, as one
+// message, e.g. `2 errors: metadata.name: Invalid value: "Web": ...; spec.containers[0].image: Required value`.
+// Kubernetes' secret validation already redacts secret contents in its errors.
+func FormatErrors(errs field.ErrorList) string {
+	if len(errs) == 0 {
+		return ""
+	}
+	parts := make([]string, 0, len(errs))
+	for _, e := range errs {
+		parts = append(parts, e.Error())
+	}
+	noun := "errors"
+	if len(errs) == 1 {
+		noun = "error"
+	}
+	return fmt.Sprintf("%d %s: %s", len(errs), noun, strings.Join(parts, "; "))
+}
+
+// RedactSecret returns a copy of secret safe to reply with or log: each
+// data value is replaced by a note of its length and stringData is dropped
+// (its keys are listed in data the same way).
+func RedactSecret(secret *v1.Secret) *v1.Secret {
+	if secret == nil {
+		return nil
+	}
+	out := secret.DeepCopy()
+	redacted := make(map[string][]byte, len(secret.Data)+len(secret.StringData))
+	for k, v := range secret.Data {
+		redacted[k] = []byte(fmt.Sprintf("<redacted: %d bytes>", len(v)))
+	}
+	for k, v := range secret.StringData {
+		redacted[k] = []byte(fmt.Sprintf("<redacted: %d bytes>", len(v)))
+	}
+	out.Data = redacted
+	out.StringData = nil
+	// The last-applied annotation kubectl writes would carry the values too.
+	delete(out.Annotations, v1.LastAppliedConfigAnnotation)
+	return out
+}
