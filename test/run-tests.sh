@@ -1,0 +1,63 @@
+#!/usr/bin/env bash
+# The whole test suite, as CI runs it (`make test`). On a fresh Debian 12
+# machine as root it installs what the tests need (mosquitto, containerd,
+# runc, CNI plugins, busybox-static), starts a private containerd on a scratch
+# socket, runs every Go test with the race detector plus short fuzz runs, and
+# stops what it started.
+set -euo pipefail
+cd "$(dirname "$0")/.."
+export PATH=/usr/local/go/bin:$PATH
+WORK=$(pwd)/test/.work
+mkdir -p "$WORK"
+
+need=()
+for pkg in mosquitto mosquitto-clients containerd runc containernetworking-plugins busybox-static iptables jq; do
+	dpkg -s "$pkg" >/dev/null 2>&1 || need+=("$pkg")
+done
+if [ ${#need[@]} -gt 0 ]; then
+	echo "installing: ${need[*]}"
+	apt-get update -qq
+	DEBIAN_FRONTEND=noninteractive apt-get install -y -qq "${need[@]}" >/dev/null
+fi
+# The Debian package may start a system mosquitto; tests run their own.
+if pidof mosquitto >/dev/null 2>&1 && [ -x /etc/init.d/mosquitto ]; then
+	/etc/init.d/mosquitto stop >/dev/null 2>&1 || true
+fi
+
+echo "== gofmt / go vet"
+unformatted=$(gofmt -l $(git ls-files '*.go'))
+if [ -n "$unformatted" ]; then
+	echo "not gofmt'ed:"; echo "$unformatted"; exit 1
+fi
+go vet ./...
+
+export MQLET_TEST_DIR=/run/mqlet-ci
+cleanup() { test/env/containerd-down.sh >/dev/null 2>&1 || true; }
+trap cleanup EXIT INT TERM
+echo "== starting a private containerd"
+MQLET_TEST_CRI_ENDPOINT=$(test/env/containerd-up.sh)
+export MQLET_TEST_CRI_ENDPOINT
+export MQLET_TEST_BIN_DIR="$WORK/bin"
+make -s build >/dev/null
+mkdir -p "$MQLET_TEST_BIN_DIR" && cp bin/mqlet bin/mqletctl "$MQLET_TEST_BIN_DIR/"
+
+echo "== go test -race ./..."
+status=0
+go test -race -count=1 -timeout 25m -v ./... >"$WORK/test.log" 2>&1 || status=$?
+grep -E '^(ok|FAIL|---|panic:)|^\s+--- FAIL' "$WORK/test.log" | grep -v -- '--- PASS' || true
+
+echo "== fuzzing the command decoder briefly"
+for target in FuzzDecode FuzzDecodeRef; do
+	if ! go test -run '^$' -fuzz "^${target}\$" -fuzztime 10s ./agent/manifest >"$WORK/fuzz-$target.log" 2>&1; then
+		echo "fuzz $target failed:"; tail -20 "$WORK/fuzz-$target.log"; status=1
+	else
+		echo "fuzz $target: ok"
+	fi
+done
+
+passed=$(grep -cE '^\s*--- PASS' "$WORK/test.log" || true)
+failed=$(grep -cE '^\s*--- FAIL' "$WORK/test.log" || true)
+skipped=$(grep -cE '^\s*--- SKIP' "$WORK/test.log" || true)
+if [ "$status" -ne 0 ] && [ "$failed" -eq 0 ]; then failed=1; fi
+echo "${passed} passed, ${failed} failed, ${skipped} skipped"
+exit "$status"
