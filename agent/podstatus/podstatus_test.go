@@ -333,6 +333,41 @@ func TestBuildPhasesAndContainerStates(t *testing.T) {
 	}
 }
 
+func TestBuildSidecar(t *testing.T) {
+	always := v1.ContainerRestartPolicyAlways
+	pod := withInit(newPod(v1.RestartPolicyAlways, "app"), "proxy")
+	pod.Spec.InitContainers[0].RestartPolicy = &always
+	sb := []runtime.SandboxStatus{readySandbox("10.88.0.5")}
+	proxy := running("proxy", "p1", 0)
+	proxy.Init = true
+
+	s := Build(pod, rsOf(sb, proxy, running("app", "a1", 0)), Hints{}, at(100))
+	if s.Phase != v1.PodRunning || cond(t, s, v1.PodReady).Status != v1.ConditionTrue || cond(t, s, v1.PodInitialized).Status != v1.ConditionTrue {
+		t.Fatalf("sidecar pod = %s ready %s initialized %s", s.Phase, cond(t, s, v1.PodReady).Status, cond(t, s, v1.PodInitialized).Status)
+	}
+	if !s.InitContainerStatuses[0].Ready {
+		t.Error("running sidecar not ready")
+	}
+
+	// The sidecar crashed after the app started: the pod stays Running
+	// but is not ready.
+	crashed := exited("proxy", "p1", 0, 1, "Error")
+	crashed.Init = true
+	s = Build(pod, rsOf(sb, crashed, running("app", "a1", 0)), Hints{Waiting: map[string]Waiting{"proxy": {Reason: ReasonCrashLoopBackOff}}}, at(200))
+	if s.Phase != v1.PodRunning || cond(t, s, v1.PodReady).Status != v1.ConditionFalse {
+		t.Errorf("crashed sidecar = %s ready %s", s.Phase, cond(t, s, v1.PodReady).Status)
+	}
+	if got := stateOf(s.InitContainerStatuses[0].State); got != "waiting:CrashLoopBackOff" {
+		t.Errorf("sidecar state = %s", got)
+	}
+
+	// Before the app exists, a not-yet-started sidecar keeps the pod Pending.
+	s = Build(pod, rsOf(sb), Hints{}, at(0))
+	if s.Phase != v1.PodPending || cond(t, s, v1.PodInitialized).Status != v1.ConditionFalse {
+		t.Errorf("fresh sidecar pod = %s initialized %s", s.Phase, cond(t, s, v1.PodInitialized).Status)
+	}
+}
+
 func TestBuildContainerDetails(t *testing.T) {
 	pod := newPod(v1.RestartPolicyAlways, "b", "a")
 	old := runtime.SandboxStatus{ID: "sb0", Ready: false, CreatedAt: at(-50), IP: "10.88.0.2", IPs: []string{"10.88.0.2"}}
