@@ -5,8 +5,12 @@
 set -uo pipefail
 
 DIR=${MQLET_TEST_DIR:-/run/mqlet-test}
-BRIDGE=${MQLET_TEST_BRIDGE:-mqlet0}
-SUBNET=${MQLET_TEST_SUBNET:-10.88.77.0/24}
+if [ -f "$DIR/settings" ]; then
+	# shellcheck disable=SC1091
+	. "$DIR/settings"
+fi
+BRIDGE=${MQLET_TEST_BRIDGE:-${SAVED_BRIDGE:-mqlet0}}
+SUBNET=${MQLET_TEST_SUBNET:-${SAVED_SUBNET:-10.88.77.0/24}}
 SOCK="$DIR/containerd.sock"
 PIDFILE="$DIR/containerd.pid"
 

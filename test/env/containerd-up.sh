@@ -11,8 +11,13 @@
 set -euo pipefail
 
 DIR=${MQLET_TEST_DIR:-/run/mqlet-test}
-BRIDGE=${MQLET_TEST_BRIDGE:-mqlet0}
-SUBNET=${MQLET_TEST_SUBNET:-10.88.77.0/24}
+# A restart of an existing instance keeps its network unless told otherwise.
+if [ -f "$DIR/settings" ]; then
+	# shellcheck disable=SC1091
+	. "$DIR/settings"
+fi
+BRIDGE=${MQLET_TEST_BRIDGE:-${SAVED_BRIDGE:-mqlet0}}
+SUBNET=${MQLET_TEST_SUBNET:-${SAVED_SUBNET:-10.88.77.0/24}}
 HERE=$(cd "$(dirname "$0")" && pwd)
 REPO=$(cd "$HERE/../.." && pwd)
 SOCK="$DIR/containerd.sock"
@@ -123,6 +128,7 @@ import_images() {
 
 install_missing
 mkdir -p "$DIR"
+printf 'SAVED_BRIDGE=%s\nSAVED_SUBNET=%s\n' "$BRIDGE" "$SUBNET" >"$DIR/settings"
 start
 import_images
 echo "unix://$SOCK"
