@@ -1,0 +1,573 @@
+// Package store persists mqlet's desired state (pods, config maps, secrets)
+// and its bookkeeping (replies to handled requests, the connection sequence
+// number, small settings) in one bbolt file, so the agent can run its pods
+// from it after a restart with or without a broker.
+//
+// Objects are kept as JSON under "namespace/name" in one bucket per kind.
+// Every write is one bbolt transaction: a command's objects are stored all
+// or not at all. The store owns a pod's metadata.uid (kept if given, else
+// made once), metadata.generation (bumped only when the spec changes) and
+// metadata.creationTimestamp (set when first stored).
+package store
+
+import (
+	"bytes"
+	"crypto/rand"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"time"
+
+	bolt "go.etcd.io/bbolt"
+	v1 "k8s.io/api/core/v1"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/runtime"
+	"k8s.io/apimachinery/pkg/types"
+)
+
+// Kinds the store holds.
+const (
+	KindPod       = "Pod"
+	KindConfigMap = "ConfigMap"
+	KindSecret    = "Secret"
+)
+
+// DefaultNamespace is used for objects and look-ups that name none.
+const DefaultNamespace = "default"
+
+// ErrNotFound is returned (wrapped) when an object is not in the store.
+var ErrNotFound = errors.New("not found")
+
+// Action says what a write did to one object.
+type Action string
+
+const (
+	Created   Action = "created"
+	Updated   Action = "updated"
+	Unchanged Action = "unchanged"
+	Deleted   Action = "deleted"
+)
+
+// Change is the effect of a write on one object.
+type Change struct {
+	Kind   string
+	Key    string // "namespace/name"
+	Action Action
+	// Object is the object as stored after the write; for Deleted, the
+	// object that was removed.
+	Object runtime.Object
+}
+
+// Options tune a store; zero values take the defaults.
+type Options struct {
+	MaxReplies  int           // replies kept for redelivered requests; default 1000
+	ReplyTTL    time.Duration // how long a reply is kept; default 24h
+	LockTimeout time.Duration // wait for another process's lock on the file; default 5s
+	// Now is the clock for creation timestamps and reply expiry; default time.Now.
+	Now func() time.Time
+}
+
+func (o Options) withDefaults() Options {
+	if o.MaxReplies <= 0 {
+		o.MaxReplies = 1000
+	}
+	if o.ReplyTTL <= 0 {
+		o.ReplyTTL = 24 * time.Hour
+	}
+	if o.LockTimeout <= 0 {
+		o.LockTimeout = 5 * time.Second
+	}
+	if o.Now == nil {
+		o.Now = time.Now
+	}
+	return o
+}
+
+var (
+	bucketPods       = []byte("pods")
+	bucketConfigMaps = []byte("configmaps")
+	bucketSecrets    = []byte("secrets")
+	bucketReplies    = []byte("replies")     // requestID -> 8-byte time + reply
+	bucketReplyIndex = []byte("reply-index") // 8-byte time + requestID -> nothing, oldest first
+	bucketMeta       = []byte("meta")
+	bucketSeq        = []byte("seq")
+
+	allBuckets  = [][]byte{bucketPods, bucketConfigMaps, bucketSecrets, bucketReplies, bucketReplyIndex, bucketMeta, bucketSeq}
+	kindBuckets = map[string][]byte{KindPod: bucketPods, KindConfigMap: bucketConfigMaps, KindSecret: bucketSecrets}
+	kindOrder   = []string{KindPod, KindConfigMap, KindSecret}
+)
+
+// Store is the persisted desired state. Its methods are safe for concurrent
+// use (bbolt serialises writers and lets readers run alongside).
+type Store struct {
+	db   *bolt.DB
+	path string
+	opts Options
+}
+
+// Open opens (or creates) the store at path with default options.
+func Open(path string) (*Store, error) { return OpenWith(path, Options{}) }
+
+// OpenWith opens (or creates) the store at path. A file that is not a bbolt
+// database or fails its consistency check is an error naming the file; it is
+// never replaced or emptied.
+func OpenWith(path string, opts Options) (st *Store, err error) {
+	opts = opts.withDefaults()
+	db, err := openBolt(path, opts.LockTimeout)
+	if err != nil {
+		return nil, fmt.Errorf("open state store %s: %w", path, err)
+	}
+	defer func() {
+		if err != nil {
+			_ = db.Close()
+		}
+	}()
+	if err := checkConsistency(db); err != nil {
+		return nil, fmt.Errorf("open state store %s: file is corrupt: %w", path, err)
+	}
+	err = db.Update(func(tx *bolt.Tx) error {
+		for _, name := range allBuckets {
+			if _, err := tx.CreateBucketIfNotExists(name); err != nil {
+				return fmt.Errorf("create bucket %s: %w", name, err)
+			}
+		}
+		return nil
+	})
+	if err != nil {
+		return nil, fmt.Errorf("open state store %s: %w", path, err)
+	}
+	return &Store{db: db, path: path, opts: opts}, nil
+}
+
+// openBolt turns bbolt's panics on some corruptions (a garbled freelist)
+// into errors. The file handle bbolt held at the panic is lost; the caller
+// is expected to stop on this error anyway.
+func openBolt(path string, lockTimeout time.Duration) (db *bolt.DB, err error) {
+	defer func() {
+		if r := recover(); r != nil {
+			db, err = nil, fmt.Errorf("file is corrupt: %v", r)
+		}
+	}()
+	return bolt.Open(path, 0o600, &bolt.Options{Timeout: lockTimeout})
+}
+
+// checkConsistency walks every page once. The state is small (kilobytes to
+// a few megabytes), and finding corruption at start beats losing it later.
+func checkConsistency(db *bolt.DB) (err error) {
+	defer func() {
+		if r := recover(); r != nil {
+			err = fmt.Errorf("consistency check failed: %v", r)
+		}
+	}()
+	return db.View(func(tx *bolt.Tx) error {
+		var errs []error
+		for e := range tx.Check() {
+			errs = append(errs, e)
+		}
+		return errors.Join(errs...)
+	})
+}
+
+// Path is the file the store lives in.
+func (s *Store) Path() string { return s.path }
+
+// Close closes the file.
+func (s *Store) Close() error {
+	if err := s.db.Close(); err != nil {
+		return fmt.Errorf("close state store %s: %w", s.path, err)
+	}
+	return nil
+}
+
+// Key is how objects are keyed: "namespace/name", namespace defaulting to "default".
+func Key(namespace, name string) string {
+	if namespace == "" {
+		namespace = DefaultNamespace
+	}
+	return namespace + "/" + name
+}
+
+// Apply stores objs (*v1.Pod, *v1.ConfigMap, *v1.Secret) in one transaction
+// and says what happened to each. Re-applying an identical object is
+// Unchanged. Pods lose their status: the store keeps desired state only.
+func (s *Store) Apply(objs []runtime.Object) ([]Change, error) {
+	var changes []Change
+	err := s.db.Update(func(tx *bolt.Tx) error {
+		var err error
+		changes, _, err = s.putAll(tx, objs)
+		return err
+	})
+	if err != nil {
+		return nil, fmt.Errorf("apply to state store: %w", err)
+	}
+	return changes, nil
+}
+
+// Replace makes objs the whole desired state in one transaction: objects
+// not among them are deleted and reported as Deleted.
+func (s *Store) Replace(objs []runtime.Object) ([]Change, error) {
+	var changes []Change
+	err := s.db.Update(func(tx *bolt.Tx) error {
+		applied, keep, err := s.putAll(tx, objs)
+		if err != nil {
+			return err
+		}
+		changes = applied
+		for _, kind := range kindOrder {
+			b := tx.Bucket(kindBuckets[kind])
+			var doomed [][]byte
+			err := b.ForEach(func(k, _ []byte) error {
+				if !keep[kind+" "+string(k)] {
+					doomed = append(doomed, append([]byte(nil), k...))
+				}
+				return nil
+			})
+			if err != nil {
+				return err
+			}
+			for _, k := range doomed {
+				prev, err := decodeObject(kind, b.Get(k))
+				if err != nil {
+					return fmt.Errorf("read %s %s: %w", kind, k, err)
+				}
+				if err := b.Delete(k); err != nil {
+					return fmt.Errorf("delete %s %s: %w", kind, k, err)
+				}
+				changes = append(changes, Change{Kind: kind, Key: string(k), Action: Deleted, Object: prev})
+			}
+		}
+		return nil
+	})
+	if err != nil {
+		return nil, fmt.Errorf("replace state store contents: %w", err)
+	}
+	return changes, nil
+}
+
+// putAll stores every object and returns the changes and the set of
+// "Kind key" written. Two objects with the same kind and key are an error:
+// which one should win would be a guess.
+func (s *Store) putAll(tx *bolt.Tx, objs []runtime.Object) ([]Change, map[string]bool, error) {
+	now := s.opts.Now()
+	written := make(map[string]bool, len(objs))
+	changes := make([]Change, 0, len(objs))
+	for i, obj := range objs {
+		kind, key, err := identify(obj)
+		if err != nil {
+			return nil, nil, fmt.Errorf("object %d: %w", i+1, err)
+		}
+		if written[kind+" "+key] {
+			return nil, nil, fmt.Errorf("object %d: %s %s appears twice", i+1, kind, key)
+		}
+		written[kind+" "+key] = true
+		ch, err := put(tx, kind, key, obj, now)
+		if err != nil {
+			return nil, nil, fmt.Errorf("store %s %s: %w", kind, key, err)
+		}
+		changes = append(changes, ch)
+	}
+	return changes, written, nil
+}
+
+func identify(obj runtime.Object) (kind, key string, err error) {
+	var m *metav1.ObjectMeta
+	switch o := obj.(type) {
+	case *v1.Pod:
+		kind, m = KindPod, &o.ObjectMeta
+	case *v1.ConfigMap:
+		kind, m = KindConfigMap, &o.ObjectMeta
+	case *v1.Secret:
+		kind, m = KindSecret, &o.ObjectMeta
+	default:
+		return "", "", fmt.Errorf("unsupported object type %T", obj)
+	}
+	if m.Name == "" {
+		return "", "", fmt.Errorf("%s without metadata.name", kind)
+	}
+	return kind, Key(m.Namespace, m.Name), nil
+}
+
+// put writes one object, carrying over the store-owned metadata.
+func put(tx *bolt.Tx, kind, key string, obj runtime.Object, now time.Time) (Change, error) {
+	b := tx.Bucket(kindBuckets[kind])
+	prevRaw := b.Get([]byte(key))
+	var prev runtime.Object
+	if prevRaw != nil {
+		var err error
+		if prev, err = decodeObject(kind, prevRaw); err != nil {
+			return Change{}, fmt.Errorf("read stored version: %w", err)
+		}
+	}
+	next, err := prepare(obj, prev, now)
+	if err != nil {
+		return Change{}, err
+	}
+	raw, err := json.Marshal(next)
+	if err != nil {
+		return Change{}, fmt.Errorf("encode: %w", err)
+	}
+	action := Created
+	if prevRaw != nil {
+		action = Updated
+		if bytes.Equal(prevRaw, raw) {
+			return Change{Kind: kind, Key: key, Action: Unchanged, Object: next}, nil
+		}
+	}
+	if err := b.Put([]byte(key), raw); err != nil {
+		return Change{}, fmt.Errorf("write: %w", err)
+	}
+	return Change{Kind: kind, Key: key, Action: action, Object: next}, nil
+}
+
+// prepare returns the object as it will be stored: a copy with TypeMeta and
+// namespace set, the store-owned metadata filled in, pod status dropped and
+// secret stringData merged into data (as the API server does).
+func prepare(obj runtime.Object, prev runtime.Object, now time.Time) (runtime.Object, error) {
+	created := metav1.NewTime(now.UTC().Truncate(time.Second))
+	switch o := obj.(type) {
+	case *v1.Pod:
+		p := o.DeepCopy()
+		p.TypeMeta = metav1.TypeMeta{APIVersion: "v1", Kind: KindPod}
+		p.Status = v1.PodStatus{}
+		var prevPod *v1.Pod
+		if prev != nil {
+			prevPod = prev.(*v1.Pod)
+		}
+		if err := ownMetadata(&p.ObjectMeta, metaOf(prev), created); err != nil {
+			return nil, err
+		}
+		p.Generation = 1
+		if prevPod != nil && prevPod.UID == p.UID {
+			p.Generation = prevPod.Generation
+			same, err := sameJSON(prevPod.Spec, p.Spec)
+			if err != nil {
+				return nil, err
+			}
+			if !same {
+				p.Generation++
+			}
+		}
+		return p, nil
+	case *v1.ConfigMap:
+		c := o.DeepCopy()
+		c.TypeMeta = metav1.TypeMeta{APIVersion: "v1", Kind: KindConfigMap}
+		if err := ownMetadata(&c.ObjectMeta, metaOf(prev), created); err != nil {
+			return nil, err
+		}
+		return c, nil
+	case *v1.Secret:
+		sec := o.DeepCopy()
+		sec.TypeMeta = metav1.TypeMeta{APIVersion: "v1", Kind: KindSecret}
+		if len(sec.StringData) > 0 {
+			if sec.Data == nil {
+				sec.Data = make(map[string][]byte, len(sec.StringData))
+			}
+			for k, v := range sec.StringData {
+				sec.Data[k] = []byte(v)
+			}
+			sec.StringData = nil
+		}
+		if err := ownMetadata(&sec.ObjectMeta, metaOf(prev), created); err != nil {
+			return nil, err
+		}
+		return sec, nil
+	}
+	return nil, fmt.Errorf("unsupported object type %T", obj)
+}
+
+func metaOf(obj runtime.Object) *metav1.ObjectMeta {
+	switch o := obj.(type) {
+	case *v1.Pod:
+		return &o.ObjectMeta
+	case *v1.ConfigMap:
+		return &o.ObjectMeta
+	case *v1.Secret:
+		return &o.ObjectMeta
+	}
+	return nil
+}
+
+// ownMetadata sets namespace, uid and creationTimestamp. A uid given by the
+// sender wins; one that differs from the stored uid makes a new object.
+func ownMetadata(m, prev *metav1.ObjectMeta, created metav1.Time) error {
+	if m.Namespace == "" {
+		m.Namespace = DefaultNamespace
+	}
+	m.ResourceVersion = ""
+	m.Generation = 0
+	if m.UID == "" && prev != nil {
+		m.UID = prev.UID
+	}
+	if prev != nil && prev.UID == m.UID {
+		m.CreationTimestamp = prev.CreationTimestamp
+		return nil
+	}
+	m.CreationTimestamp = created
+	if m.UID == "" {
+		uid, err := newUID()
+		if err != nil {
+			return err
+		}
+		m.UID = uid
+	}
+	return nil
+}
+
+func sameJSON(a, b any) (bool, error) {
+	ja, err := json.Marshal(a)
+	if err != nil {
+		return false, fmt.Errorf("encode spec: %w", err)
+	}
+	jb, err := json.Marshal(b)
+	if err != nil {
+		return false, fmt.Errorf("encode spec: %w", err)
+	}
+	return bytes.Equal(ja, jb), nil
+}
+
+// newUID makes a random (version 4) UUID.
+func newUID() (types.UID, error) {
+	var b [16]byte
+	if _, err := rand.Read(b[:]); err != nil {
+		return "", fmt.Errorf("make uid: %w", err)
+	}
+	b[6] = b[6]&0x0f | 0x40
+	b[8] = b[8]&0x3f | 0x80
+	return types.UID(fmt.Sprintf("%x-%x-%x-%x-%x", b[0:4], b[4:6], b[6:8], b[8:10], b[10:16])), nil
+}
+
+func decodeObject(kind string, raw []byte) (runtime.Object, error) {
+	var obj runtime.Object
+	switch kind {
+	case KindPod:
+		obj = &v1.Pod{}
+	case KindConfigMap:
+		obj = &v1.ConfigMap{}
+	case KindSecret:
+		obj = &v1.Secret{}
+	default:
+		return nil, fmt.Errorf("unsupported kind %q", kind)
+	}
+	if err := json.Unmarshal(raw, obj); err != nil {
+		return nil, fmt.Errorf("decode stored %s: %w", kind, err)
+	}
+	return obj, nil
+}
+
+func bucketFor(kind string) ([]byte, error) {
+	b, ok := kindBuckets[kind]
+	if !ok {
+		return nil, fmt.Errorf("unsupported kind %q: want Pod, ConfigMap or Secret", kind)
+	}
+	return b, nil
+}
+
+// Delete removes one object and reports whether it was there.
+func (s *Store) Delete(kind, namespace, name string) (bool, error) {
+	bucket, err := bucketFor(kind)
+	if err != nil {
+		return false, err
+	}
+	key := []byte(Key(namespace, name))
+	var existed bool
+	err = s.db.Update(func(tx *bolt.Tx) error {
+		b := tx.Bucket(bucket)
+		existed = b.Get(key) != nil
+		if !existed {
+			return nil
+		}
+		return b.Delete(key)
+	})
+	if err != nil {
+		return false, fmt.Errorf("delete %s %s from state store: %w", kind, key, err)
+	}
+	return existed, nil
+}
+
+// Get returns one object; a missing one is an error wrapping ErrNotFound.
+func (s *Store) Get(kind, namespace, name string) (runtime.Object, error) {
+	bucket, err := bucketFor(kind)
+	if err != nil {
+		return nil, err
+	}
+	key := Key(namespace, name)
+	var obj runtime.Object
+	err = s.db.View(func(tx *bolt.Tx) error {
+		raw := tx.Bucket(bucket).Get([]byte(key))
+		if raw == nil {
+			return fmt.Errorf("%s %s: %w", kind, key, ErrNotFound)
+		}
+		var err error
+		obj, err = decodeObject(kind, raw)
+		return err
+	})
+	if err != nil {
+		return nil, fmt.Errorf("get from state store: %w", err)
+	}
+	return obj, nil
+}
+
+// Pod returns one pod (ErrNotFound if missing).
+func (s *Store) Pod(namespace, name string) (*v1.Pod, error) {
+	obj, err := s.Get(KindPod, namespace, name)
+	if err != nil {
+		return nil, err
+	}
+	return obj.(*v1.Pod), nil
+}
+
+// ConfigMap returns one config map (ErrNotFound if missing).
+func (s *Store) ConfigMap(namespace, name string) (*v1.ConfigMap, error) {
+	obj, err := s.Get(KindConfigMap, namespace, name)
+	if err != nil {
+		return nil, err
+	}
+	return obj.(*v1.ConfigMap), nil
+}
+
+// Secret returns one secret (ErrNotFound if missing).
+func (s *Store) Secret(namespace, name string) (*v1.Secret, error) {
+	obj, err := s.Get(KindSecret, namespace, name)
+	if err != nil {
+		return nil, err
+	}
+	return obj.(*v1.Secret), nil
+}
+
+// ListPods returns every pod, ordered by key.
+func (s *Store) ListPods() ([]*v1.Pod, error) {
+	var out []*v1.Pod
+	err := s.list(KindPod, func(o runtime.Object) { out = append(out, o.(*v1.Pod)) })
+	return out, err
+}
+
+// ListConfigMaps returns every config map, ordered by key.
+func (s *Store) ListConfigMaps() ([]*v1.ConfigMap, error) {
+	var out []*v1.ConfigMap
+	err := s.list(KindConfigMap, func(o runtime.Object) { out = append(out, o.(*v1.ConfigMap)) })
+	return out, err
+}
+
+// ListSecrets returns every secret, ordered by key.
+func (s *Store) ListSecrets() ([]*v1.Secret, error) {
+	var out []*v1.Secret
+	err := s.list(KindSecret, func(o runtime.Object) { out = append(out, o.(*v1.Secret)) })
+	return out, err
+}
+
+func (s *Store) list(kind string, add func(runtime.Object)) error {
+	err := s.db.View(func(tx *bolt.Tx) error {
+		return tx.Bucket(kindBuckets[kind]).ForEach(func(k, v []byte) error {
+			obj, err := decodeObject(kind, v)
+			if err != nil {
+				return fmt.Errorf("%s: %w", k, err)
+			}
+			add(obj)
+			return nil
+		})
+	})
+	if err != nil {
+		return fmt.Errorf("list %s objects in state store %s: %w", kind, s.path, err)
+	}
+	return nil
+}
