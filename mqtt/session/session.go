@@ -1,0 +1,562 @@
+// Package session keeps mqlet's MQTT broker session: it connects with
+// paho.mqtt.golang, reconnects with capped exponential backoff and full
+// jitter, subscribes the command filter on every connect, hands inbound
+// commands to a handler before they are acknowledged, and publishes with
+// broker acknowledgement. It satisfies outbox.Publisher.
+package session
+
+import (
+	"context"
+	"crypto/tls"
+	"crypto/x509"
+	"errors"
+	"fmt"
+	"math/rand/v2"
+	"net/url"
+	"os"
+	"sync"
+	"sync/atomic"
+	"time"
+
+	paho "github.com/eclipse/paho.mqtt.golang"
+	"github.com/rs/zerolog"
+
+	"github.com/mqlet/mqlet/mqtt/outbox"
+)
+
+// ErrNotConnected is returned by Send and Publish while no connection is up.
+var ErrNotConnected = errors.New("mqtt session not connected")
+
+// Defaults for zero Options fields.
+const (
+	DefaultKeepAlive      = 30 * time.Second
+	DefaultPingTimeout    = 10 * time.Second
+	DefaultConnectTimeout = 30 * time.Second
+	DefaultReconnectMin   = time.Second
+	DefaultReconnectMax   = 2 * time.Minute
+	DefaultStableAfter    = time.Minute
+	DefaultMaxInflight    = 32
+	DefaultWriteTimeout   = 30 * time.Second
+)
+
+// Options configure a Session.
+type Options struct {
+	BrokerURL string // tcp://, ssl://, ws:// or wss://
+	ClientID  string // ClientID(node) by convention
+	Username  string
+	Password  string      // never logged
+	TLS       *tls.Config // for ssl:// and wss://; see TLSConfig
+
+	KeepAlive      time.Duration
+	PingTimeout    time.Duration
+	ConnectTimeout time.Duration
+	ReconnectMin   time.Duration
+	ReconnectMax   time.Duration
+	// StableAfter is how long a connection must last for the backoff to
+	// start again from ReconnectMin, so a broker that accepts and then drops
+	// us at once is not hammered.
+	StableAfter time.Duration
+
+	// CleanSession false (the default) keeps a persistent session, so QoS 1
+	// commands sent while we were away are delivered on reconnect.
+	CleanSession bool
+	// Will is published by the broker if the connection dies without a
+	// DISCONNECT; it is always sent retained.
+	Will *outbox.Message
+
+	// CommandFilter is subscribed at QoS 1 on every connect.
+	CommandFilter string
+	// Handler receives every inbound message, one at a time. paho sends the
+	// QoS 1 acknowledgement only after it returns, so a handler that stores
+	// the command before returning never loses it. It must not block for
+	// long nor publish synchronously.
+	Handler func(topic string, payload []byte)
+	// OnConnect runs after each connect's subscription and before Connected
+	// is signalled, e.g. to publish the birth state with Publish. An error
+	// drops the connection and reconnects.
+	OnConnect func(ctx context.Context) error
+
+	// MaxInflight bounds QoS>0 publications awaiting the broker's ack.
+	MaxInflight int
+
+	// RandInt63n draws the jitter in [0, n); nil uses math/rand/v2.
+	RandInt63n func(n int64) int64
+}
+
+// ClientID is the conventional MQTT client id of a node.
+func ClientID(node string) string { return "mqlet-" + node }
+
+// Stats are the session's counters.
+type Stats struct {
+	Connected       bool
+	MessagesIn      uint64
+	MessagesOut     uint64 // publications confirmed by the broker (or written, QoS 0)
+	Connects        uint64
+	Reconnects      uint64 // successful connects after the first
+	ConnectFailures uint64
+}
+
+// Session is one logical MQTT session spanning many connections.
+type Session struct {
+	opts Options
+	log  zerolog.Logger
+
+	mu     sync.Mutex
+	active *conn  // usable connection, nil when none
+	epoch  *epoch // signals of the current or next connection
+
+	stop     chan struct{} // closed by Disconnect
+	stopOnce sync.Once
+
+	messagesIn, messagesOut, connects, connectFailures atomic.Uint64
+}
+
+// epoch is one connection's lifetime as seen by the outbox.
+type epoch struct{ up, down chan struct{} }
+
+func newEpoch() *epoch { return &epoch{up: make(chan struct{}), down: make(chan struct{})} }
+
+// conn is one paho client connected to the broker.
+type conn struct {
+	client   paho.Client
+	lost     chan struct{}
+	lostOnce sync.Once
+	lostErr  error
+	slots    chan struct{} // in-flight QoS>0 publications
+}
+
+func (c *conn) markLost(err error) {
+	c.lostOnce.Do(func() {
+		c.lostErr = err
+		close(c.lost)
+	})
+}
+
+// New validates opts and returns an unconnected session; call Run.
+func New(opts Options, log zerolog.Logger) (*Session, error) {
+	if err := ValidateBrokerURL(opts.BrokerURL); err != nil {
+		return nil, err
+	}
+	if opts.ClientID == "" {
+		return nil, errors.New("mqtt session: empty client id")
+	}
+	if opts.Handler == nil {
+		return nil, errors.New("mqtt session: no inbound handler")
+	}
+	if opts.Will != nil && opts.Will.Topic == "" {
+		return nil, errors.New("mqtt session: will has an empty topic")
+	}
+	setDefault(&opts.KeepAlive, DefaultKeepAlive)
+	setDefault(&opts.PingTimeout, DefaultPingTimeout)
+	setDefault(&opts.ConnectTimeout, DefaultConnectTimeout)
+	setDefault(&opts.ReconnectMin, DefaultReconnectMin)
+	setDefault(&opts.ReconnectMax, DefaultReconnectMax)
+	setDefault(&opts.StableAfter, DefaultStableAfter)
+	if opts.ReconnectMax < opts.ReconnectMin {
+		opts.ReconnectMax = opts.ReconnectMin
+	}
+	if opts.MaxInflight <= 0 {
+		opts.MaxInflight = DefaultMaxInflight
+	}
+	if opts.RandInt63n == nil {
+		opts.RandInt63n = rand.Int64N
+	}
+	u, _ := url.Parse(opts.BrokerURL)
+	return &Session{
+		opts:  opts,
+		log:   log.With().Str("component", "mqtt").Str("broker", u.Redacted()).Str("clientId", opts.ClientID).Logger(),
+		epoch: newEpoch(),
+		stop:  make(chan struct{}),
+	}, nil
+}
+
+func setDefault(d *time.Duration, def time.Duration) {
+	if *d <= 0 {
+		*d = def
+	}
+}
+
+// ValidateBrokerURL accepts tcp://, ssl://, ws:// and wss:// URLs with a host
+// (and port for tcp/ssl).
+func ValidateBrokerURL(raw string) error {
+	if raw == "" {
+		return errors.New("broker URL is empty (want tcp://host:port, ssl://host:port, ws://host/path or wss://host/path)")
+	}
+	u, err := url.Parse(raw)
+	if err != nil {
+		return fmt.Errorf("broker URL: %w", err)
+	}
+	switch u.Scheme {
+	case "tcp", "ssl":
+		if u.Hostname() == "" || u.Port() == "" {
+			return fmt.Errorf("broker URL %q: %s:// needs host:port", u.Redacted(), u.Scheme)
+		}
+	case "ws", "wss":
+		if u.Hostname() == "" {
+			return fmt.Errorf("broker URL %q: needs a host", u.Redacted())
+		}
+	default:
+		return fmt.Errorf("broker URL %q: scheme %q not supported (use tcp://, ssl://, ws:// or wss://)", u.Redacted(), u.Scheme)
+	}
+	return nil
+}
+
+// TLSConfig builds a client TLS config: caFile (PEM) replaces the system
+// roots when given; certFile and keyFile (both or neither) add a client
+// certificate for mTLS.
+func TLSConfig(caFile, certFile, keyFile string, insecureSkipVerify bool) (*tls.Config, error) {
+	cfg := &tls.Config{MinVersion: tls.VersionTLS12, InsecureSkipVerify: insecureSkipVerify} //nolint:gosec // opt-in for lab brokers
+	if caFile != "" {
+		pem, err := os.ReadFile(caFile)
+		if err != nil {
+			return nil, fmt.Errorf("read broker CA file: %w", err)
+		}
+		pool := x509.NewCertPool()
+		if !pool.AppendCertsFromPEM(pem) {
+			return nil, fmt.Errorf("broker CA file %s holds no PEM certificate", caFile)
+		}
+		cfg.RootCAs = pool
+	}
+	if (certFile == "") != (keyFile == "") {
+		return nil, errors.New("client certificate and key must be given together")
+	}
+	if certFile != "" {
+		cert, err := tls.LoadX509KeyPair(certFile, keyFile)
+		if err != nil {
+			return nil, fmt.Errorf("load client certificate: %w", err)
+		}
+		cfg.Certificates = []tls.Certificate{cert}
+	}
+	return cfg, nil
+}
+
+// BackoffDelay is the wait before reconnect attempt number attempt (0 for
+// the first retry): a uniformly random duration in [0, min(max, min·2^attempt))
+// ("full jitter"), drawn with randInt63n.
+func BackoffDelay(attempt int, min, max time.Duration, randInt63n func(int64) int64) time.Duration {
+	ceiling := min
+	for i := 0; i < attempt && ceiling < max; i++ {
+		ceiling *= 2
+	}
+	if ceiling > max {
+		ceiling = max
+	}
+	if ceiling <= 0 {
+		return 0
+	}
+	return time.Duration(randInt63n(int64(ceiling)))
+}
+
+// Stats returns the current counters.
+func (s *Session) Stats() Stats {
+	s.mu.Lock()
+	connected := s.active != nil
+	s.mu.Unlock()
+	connects := s.connects.Load()
+	var reconnects uint64
+	if connects > 0 {
+		reconnects = connects - 1
+	}
+	return Stats{
+		Connected:       connected,
+		MessagesIn:      s.messagesIn.Load(),
+		MessagesOut:     s.messagesOut.Load(),
+		Connects:        connects,
+		Reconnects:      reconnects,
+		ConnectFailures: s.connectFailures.Load(),
+	}
+}
+
+// Connection returns the signals of the current or next connection: up is
+// closed once it is subscribed and OnConnect ran, down once it is lost.
+func (s *Session) Connection() (up, down <-chan struct{}) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return s.epoch.up, s.epoch.down
+}
+
+// Connected returns a channel closed once the current or next connection is up.
+func (s *Session) Connected() <-chan struct{} {
+	up, _ := s.Connection()
+	return up
+}
+
+type delivery struct{ tok paho.Token }
+
+func (d delivery) Done() <-chan struct{} { return d.tok.Done() }
+func (d delivery) Err() error            { return d.tok.Error() }
+
+// Send hands m to the current connection without waiting for the broker's
+// acknowledgement; sends go out in call order. It waits (bounded by ctx) for
+// a free in-flight slot.
+func (s *Session) Send(ctx context.Context, m outbox.Message) (outbox.Delivery, error) {
+	d, _, err := s.send(ctx, m)
+	return d, err
+}
+
+func (s *Session) send(ctx context.Context, m outbox.Message) (outbox.Delivery, *conn, error) {
+	s.mu.Lock()
+	c := s.active
+	s.mu.Unlock()
+	if c == nil {
+		return nil, nil, ErrNotConnected
+	}
+	if m.QoS > 0 {
+		select {
+		case c.slots <- struct{}{}:
+		case <-c.lost:
+			return nil, nil, ErrNotConnected
+		case <-ctx.Done():
+			return nil, nil, fmt.Errorf("wait for an in-flight slot to publish %s: %w", m.Topic, ctx.Err())
+		}
+	}
+	tok := c.client.Publish(m.Topic, m.QoS, m.Retained, m.Payload)
+	// The watcher lives until the broker answers or this connection is lost.
+	go func() {
+		select {
+		case <-tok.Done():
+			if tok.Error() == nil {
+				s.messagesOut.Add(1)
+			}
+		case <-c.lost:
+		}
+		if m.QoS > 0 {
+			<-c.slots
+		}
+	}()
+	return delivery{tok}, c, nil
+}
+
+// Publish sends m and waits for the broker's acknowledgement (QoS 1/2) or
+// the write (QoS 0), the loss of the connection, or ctx.
+func (s *Session) Publish(ctx context.Context, m outbox.Message) error {
+	d, c, err := s.send(ctx, m)
+	if err != nil {
+		return fmt.Errorf("publish %s: %w", m.Topic, err)
+	}
+	select {
+	case <-d.Done():
+		if err := d.Err(); err != nil {
+			return fmt.Errorf("publish %s: %w", m.Topic, err)
+		}
+		return nil
+	case <-c.lost:
+		return fmt.Errorf("publish %s: %w", m.Topic, ErrNotConnected)
+	case <-ctx.Done():
+		return fmt.Errorf("publish %s: %w", m.Topic, ctx.Err())
+	}
+}
+
+// Disconnect ends the session cleanly: it sends DISCONNECT (so the broker
+// discards the will), waiting up to quiesce for pending work, and makes Run
+// return nil.
+func (s *Session) Disconnect(quiesce time.Duration) {
+	s.stopOnce.Do(func() { close(s.stop) })
+	s.mu.Lock()
+	c := s.active
+	s.active = nil
+	s.mu.Unlock()
+	if c != nil {
+		c.client.Disconnect(uint(quiesce.Milliseconds()))
+		c.markLost(errors.New("disconnected on request"))
+	}
+}
+
+// Run connects and keeps reconnecting until ctx ends (it then disconnects
+// cleanly and returns ctx.Err()) or Disconnect is called (it returns nil).
+func (s *Session) Run(ctx context.Context) error {
+	attempt := 0
+	for {
+		if s.stopped() {
+			return nil
+		}
+		c, err := s.connect(ctx)
+		if err == nil {
+			var stable bool
+			stable, err = s.serve(ctx, c)
+			if stable {
+				attempt = 0
+			}
+		}
+		if ctx.Err() != nil {
+			return ctx.Err()
+		}
+		if s.stopped() {
+			return nil
+		}
+		delay := BackoffDelay(attempt, s.opts.ReconnectMin, s.opts.ReconnectMax, s.opts.RandInt63n)
+		attempt++
+		s.log.Warn().Err(err).Dur("retryIn", delay).Int("attempt", attempt).Msg("mqtt connection down; reconnecting")
+		timer := time.NewTimer(delay)
+		select {
+		case <-timer.C:
+		case <-ctx.Done():
+			timer.Stop()
+			return ctx.Err()
+		case <-s.stop:
+			timer.Stop()
+			return nil
+		}
+	}
+}
+
+func (s *Session) stopped() bool {
+	select {
+	case <-s.stop:
+		return true
+	default:
+		return false
+	}
+}
+
+// connect makes one connection attempt: CONNECT, then SUBSCRIBE of the
+// command filter, then OnConnect.
+func (s *Session) connect(ctx context.Context) (*conn, error) {
+	c := &conn{lost: make(chan struct{}), slots: make(chan struct{}, s.opts.MaxInflight)}
+	po := paho.NewClientOptions().
+		AddBroker(s.opts.BrokerURL).
+		SetClientID(s.opts.ClientID).
+		SetUsername(s.opts.Username).
+		SetPassword(s.opts.Password).
+		SetCleanSession(s.opts.CleanSession).
+		SetAutoReconnect(false). // Run owns reconnection and its backoff
+		SetConnectRetry(false).
+		SetResumeSubs(false).
+		SetOrderMatters(true). // handler runs synchronously; ack after it returns
+		SetKeepAlive(s.opts.KeepAlive).
+		SetPingTimeout(s.opts.PingTimeout).
+		SetConnectTimeout(s.opts.ConnectTimeout).
+		SetWriteTimeout(DefaultWriteTimeout).
+		SetDefaultPublishHandler(func(_ paho.Client, m paho.Message) {
+			s.messagesIn.Add(1)
+			s.opts.Handler(m.Topic(), m.Payload())
+		}).
+		SetConnectionLostHandler(func(_ paho.Client, err error) { c.markLost(err) })
+	if s.opts.TLS != nil {
+		po.SetTLSConfig(s.opts.TLS)
+	}
+	if w := s.opts.Will; w != nil {
+		po.SetBinaryWill(w.Topic, w.Payload, w.QoS, true)
+	}
+	c.client = paho.NewClient(po)
+
+	fail := func(what string, err error) (*conn, error) {
+		s.connectFailures.Add(1)
+		// A clean DISCONNECT, so a connection we give up on during setup
+		// does not make the broker publish the will.
+		c.client.Disconnect(uint(failQuiesce.Milliseconds()))
+		c.markLost(err)
+		return nil, fmt.Errorf("%s: %w", what, err)
+	}
+	if err := s.wait(ctx, c, c.client.Connect()); err != nil {
+		return fail("connect to broker", err)
+	}
+	if s.opts.CommandFilter != "" {
+		if err := s.subscribe(ctx, c); err != nil {
+			return fail("subscribe "+s.opts.CommandFilter, err)
+		}
+	}
+	s.mu.Lock()
+	s.active = c
+	s.mu.Unlock()
+	if s.opts.OnConnect != nil {
+		hookCtx, cancel := context.WithCancel(ctx)
+		// The hook's context also ends if this connection drops under it.
+		go func() {
+			select {
+			case <-c.lost:
+				cancel()
+			case <-hookCtx.Done():
+			}
+		}()
+		err := s.opts.OnConnect(hookCtx)
+		cancel()
+		if err != nil {
+			s.deactivate(c)
+			return fail("on-connect hook", err)
+		}
+	}
+	return c, nil
+}
+
+// subscribeTries bounds SUBSCRIBE retries: a broker may refuse one whose
+// packet id collides with a message it is redelivering from the persistent
+// session (mochi answers 0x91); the retry gets the next id.
+const subscribeTries = 3
+
+// failQuiesce is how long a connection abandoned during setup may take to
+// send its DISCONNECT.
+const failQuiesce = 100 * time.Millisecond
+
+func (s *Session) subscribe(ctx context.Context, c *conn) error {
+	var err error
+	for try := 0; try < subscribeTries; try++ {
+		tok := c.client.Subscribe(s.opts.CommandFilter, 1, nil) // nil: the default handler
+		if err = s.wait(ctx, c, tok); err != nil {
+			return err
+		}
+		granted := tok.(*paho.SubscribeToken).Result()[s.opts.CommandFilter]
+		if granted <= 2 {
+			return nil
+		}
+		err = fmt.Errorf("broker refused the subscription (code 0x%02x)", granted)
+		s.log.Debug().Err(err).Int("try", try+1).Msg("retrying subscription")
+	}
+	return err
+}
+
+// wait waits for a paho token, bounded by the connect timeout, ctx,
+// Disconnect and the loss of the connection.
+func (s *Session) wait(ctx context.Context, c *conn, tok paho.Token) error {
+	timer := time.NewTimer(s.opts.ConnectTimeout + time.Second)
+	defer timer.Stop()
+	select {
+	case <-tok.Done():
+		return tok.Error()
+	case <-c.lost:
+		return fmt.Errorf("connection lost: %w", c.lostErr)
+	case <-timer.C:
+		return errors.New("timed out")
+	case <-ctx.Done():
+		return ctx.Err()
+	case <-s.stop:
+		return errors.New("session disconnected")
+	}
+}
+
+func (s *Session) deactivate(c *conn) {
+	s.mu.Lock()
+	if s.active == c {
+		s.active = nil
+	}
+	s.mu.Unlock()
+}
+
+// serve signals the connection up and waits until it ends. stable reports
+// whether it lasted StableAfter, so the backoff starts over.
+func (s *Session) serve(ctx context.Context, c *conn) (stable bool, err error) {
+	s.mu.Lock()
+	ep := s.epoch
+	s.mu.Unlock()
+	n := s.connects.Add(1)
+	s.log.Info().Bool("reconnect", n > 1).Msg("mqtt connected")
+	close(ep.up)
+	start := time.Now()
+	select {
+	case <-c.lost:
+		err = fmt.Errorf("connection lost: %w", c.lostErr)
+	case <-ctx.Done():
+		s.deactivate(c)
+		c.client.Disconnect(250)
+		c.markLost(ctx.Err())
+		err = ctx.Err()
+	case <-s.stop:
+		err = errors.New("session disconnected")
+	}
+	s.deactivate(c)
+	s.mu.Lock()
+	close(ep.down)
+	s.epoch = newEpoch()
+	s.mu.Unlock()
+	return time.Since(start) >= s.opts.StableAfter, err
+}
