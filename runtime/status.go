@@ -37,6 +37,9 @@ func (m *Manager) GetPodStatus(ctx context.Context, uid, name, namespace string)
 		}
 		if s.Ready {
 			resp, err := svc.runtime.PodSandboxStatus(qctx, sb.Id, false)
+			if isNotFound(err) {
+				continue // removed since the listing
+			}
 			if err != nil {
 				return nil, fmt.Errorf("status of sandbox %s of pod %s/%s: %w", sb.Id, namespace, name, m.conn.classify(err))
 			}
