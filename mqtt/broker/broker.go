@@ -44,6 +44,7 @@ type Broker struct {
 	closeOnce sync.Once
 	stop      chan struct{}
 	watchDone chan struct{}
+	closed    chan struct{}
 	closeErr  error
 }
 
@@ -88,7 +89,7 @@ func Start(ctx context.Context, opts Options, log zerolog.Logger) (*Broker, erro
 		_ = server.Close()
 		return nil, fmt.Errorf("start broker on %s: %w", opts.Listen, err)
 	}
-	b := &Broker{server: server, listener: tcp, stop: make(chan struct{}), watchDone: make(chan struct{})}
+	b := &Broker{server: server, listener: tcp, stop: make(chan struct{}), watchDone: make(chan struct{}), closed: make(chan struct{})}
 	go b.closeWhenDone(ctx)
 	log.Info().Str("addr", b.Addr()).Bool("tls", opts.TLS != nil).Bool("passwords", users != nil).Msg("embedded broker started")
 	return b, nil
@@ -105,9 +106,14 @@ func (b *Broker) Close() error {
 		if err := b.server.Close(); err != nil {
 			b.closeErr = fmt.Errorf("close broker: %w", err)
 		}
+		close(b.closed)
 	})
 	return b.closeErr
 }
+
+// Done is closed once the broker has shut down (after Close or the end of
+// Start's context).
+func (b *Broker) Done() <-chan struct{} { return b.closed }
 
 func (b *Broker) closeWhenDone(ctx context.Context) {
 	defer close(b.watchDone)
