@@ -7,7 +7,7 @@ LDFLAGS := -X github.com/mqlet/mqlet/internal/version.Version=$(VERSION)
 
 build:
 	CGO_ENABLED=0 $(GO) build -trimpath -ldflags '$(LDFLAGS)' -o bin/mqlet ./cmd/mqlet
-	CGO_ENABLED=0 $(GO) build -trimpath -ldflags '$(LDFLAGS)' -o bin/mqletctl ./cmd/mqletctl
+	@if [ -d cmd/mqletctl ]; then CGO_ENABLED=0 $(GO) build -trimpath -ldflags "$(LDFLAGS)" -o bin/mqletctl ./cmd/mqletctl; fi
 
 # Everything: installs what the tests need, starts a private containerd and
 # runs unit, integration and end-to-end tests, then stops what it started.

@@ -39,7 +39,7 @@ MQLET_TEST_CRI_ENDPOINT=$(test/env/containerd-up.sh)
 export MQLET_TEST_CRI_ENDPOINT
 export MQLET_TEST_BIN_DIR="$WORK/bin"
 make -s build >/dev/null
-mkdir -p "$MQLET_TEST_BIN_DIR" && cp bin/mqlet bin/mqletctl "$MQLET_TEST_BIN_DIR/"
+mkdir -p "$MQLET_TEST_BIN_DIR" && cp bin/mqlet* "$MQLET_TEST_BIN_DIR/"
 
 echo "== go test -race ./..."
 status=0

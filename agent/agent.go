@@ -1,0 +1,289 @@
+// Package agent is mqlet's orchestration core. It wires the command intake,
+// the pod workers, the status publisher, the event recorder and the periodic
+// loops together, and owns every goroutine it starts. It talks to the MQTT
+// layer and the runtime only through small interfaces declared here.
+package agent
+
+import (
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"sync"
+	"time"
+
+	"github.com/rs/zerolog"
+	v1 "k8s.io/api/core/v1"
+
+	"github.com/mqlet/mqlet/agent/events"
+	"github.com/mqlet/mqlet/agent/intake"
+	"github.com/mqlet/mqlet/agent/pending"
+	"github.com/mqlet/mqlet/agent/podworker"
+	"github.com/mqlet/mqlet/agent/reply"
+	"github.com/mqlet/mqlet/agent/restart"
+	"github.com/mqlet/mqlet/agent/statusmgr"
+	"github.com/mqlet/mqlet/agent/store"
+	"github.com/mqlet/mqlet/agent/validate"
+	"github.com/mqlet/mqlet/mqtt/outbox"
+	"github.com/mqlet/mqlet/mqtt/topic"
+	"github.com/mqlet/mqlet/runtime"
+)
+
+// Runtime is what the agent needs of the container runtime manager.
+type Runtime interface {
+	podworker.Runtime
+	Run(ctx context.Context)
+	Ready() bool
+	Changes() <-chan struct{}
+	RunPLEG(ctx context.Context, period time.Duration, out chan<- runtime.PodLifecycleEvent)
+	GarbageCollect(ctx context.Context, policy runtime.GCPolicy, isDesired func(uid string) bool) error
+}
+
+// Store is the persisted desired state.
+type Store interface {
+	intake.Store
+	runtime.ObjectSource
+	Pod(namespace, name string) (*v1.Pod, error)
+	RecordReply(requestID string, reply []byte, at time.Time) error
+	PruneReplies(now time.Time) (int, error)
+}
+
+// Publisher queues messages for the broker (the outbox).
+type Publisher interface {
+	Put(m outbox.Message) error
+}
+
+// Options are the agent's settings, taken from the configuration.
+type Options struct {
+	Topics          topic.Scheme
+	Version         string
+	MaxPayloadBytes int
+	Policy          validate.Policy
+	Workers         int
+	Restart         restart.Policy
+	ApplyDeadline   time.Duration
+	PLEGPeriod      time.Duration
+	GCInterval      time.Duration
+	GCPolicy        runtime.GCPolicy
+	PodStatusResync time.Duration
+	HostIPs         []string
+}
+
+// Agent is the running core.
+type Agent struct {
+	opts    Options
+	store   Store
+	out     Publisher
+	rt      Runtime
+	log     zerolog.Logger
+	events  *events.Recorder
+	status  *statusmgr.Manager
+	tracker *pending.Tracker
+	pool    *podworker.Pool
+	intake  *intake.Intake
+	backoff *restart.Tracker
+
+	mu sync.Mutex // serialises command handling
+}
+
+// New builds the agent; Run starts it.
+func New(opts Options, st Store, out Publisher, rt Runtime, log zerolog.Logger) *Agent {
+	a := &Agent{opts: opts, store: st, out: out, rt: rt, log: log}
+	a.events = events.New(eventSink{topics: opts.Topics, out: out, log: log}, events.Options{Node: opts.Topics.Node}, log.With().Str("component", "events").Logger())
+	a.status = statusmgr.New(opts.Topics, out, log.With().Str("component", "status").Logger())
+	sender := reply.NewSender(opts.Topics, out, st, nil, log.With().Str("component", "reply").Logger())
+	a.tracker = pending.New(sender, nil)
+	a.backoff = restart.New(opts.Restart, nil)
+	a.pool = podworker.New(podworker.Options{Workers: opts.Workers, BackoffBase: opts.Restart.Base, BackoffMax: opts.Restart.Max, HostIPs: opts.HostIPs},
+		rt, desired{st}, a.status, a.tracker, a.backoff, a.events, log.With().Str("component", "podworker").Logger())
+	a.intake = intake.New(intake.Options{Topics: opts.Topics, MaxPayloadBytes: opts.MaxPayloadBytes, Policy: opts.Policy, ApplyDeadline: opts.ApplyDeadline},
+		st, sender, a.tracker, a.pool, a.events, a.status, log.With().Str("component", "intake").Logger())
+	return a
+}
+
+// HandleCommand processes one message from the command topics. It returns
+// once the command's effect on the desired state is persisted.
+func (a *Agent) HandleCommand(topicName string, payload []byte) {
+	a.mu.Lock()
+	defer a.mu.Unlock()
+	a.intake.Handle(topicName, payload)
+}
+
+// Events is the event recorder, for components wired outside the agent.
+func (a *Agent) Events() *events.Recorder { return a.events }
+
+// Counters are the agent's own figures, published with the metrics.
+func (a *Agent) Counters() map[string]uint64 {
+	ps := a.pool.Stats()
+	received, rejected := a.intake.Stats()
+	published, skipped := a.status.Stats()
+	es := a.events.Stats()
+	return map[string]uint64{
+		"commands_received":    received,
+		"commands_rejected":    rejected,
+		"pod_queue_depth":      uint64(ps.QueueDepth),
+		"pod_syncs":            ps.Syncs,
+		"pod_sync_failures":    ps.Failures,
+		"crashloop_backoffs":   ps.Backoffs,
+		"pod_status_published": published,
+		"pod_status_unchanged": skipped,
+		"events_emitted":       es.Emitted,
+		"events_dropped":       es.Dropped,
+		"pending_commands":     uint64(a.tracker.Len()),
+	}
+}
+
+// Run starts every loop and blocks until ctx ends and all have stopped.
+func (a *Agent) Run(ctx context.Context) error {
+	var wg sync.WaitGroup
+	spawn := func(name string, f func(ctx context.Context)) {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			f(ctx)
+			a.log.Debug().Str("loop", name).Msg("stopped")
+		}()
+	}
+	spawn("runtime", a.rt.Run)
+	spawn("workers", a.pool.Run)
+	spawn("pending", a.tracker.Run)
+	spawn("status-resync", func(ctx context.Context) { a.status.Run(ctx, a.opts.PodStatusResync) })
+	spawn("pleg", a.runPLEG)
+	spawn("runtime-watch", a.watchRuntime)
+	spawn("housekeeping", a.housekeeping)
+	a.reconcile(ctx)
+	wg.Wait()
+	return nil
+}
+
+// reconcile queues every desired pod and every pod the runtime still runs,
+// so the workers adopt, start or remove each one.
+func (a *Agent) reconcile(ctx context.Context) {
+	keys := map[string]bool{}
+	pods, err := a.store.ListPods()
+	if err != nil {
+		a.log.Error().Err(err).Msg("listing desired pods to reconcile")
+	}
+	for _, p := range pods {
+		keys[p.Namespace+"/"+p.Name] = true
+	}
+	if a.rt.Ready() {
+		refs, err := a.rt.ListPods(ctx)
+		if err != nil {
+			a.log.Warn().Err(err).Msg("listing runtime pods to reconcile")
+		}
+		for _, r := range refs {
+			keys[r.Namespace+"/"+r.Name] = true
+		}
+	}
+	for k := range keys {
+		a.pool.Enqueue(k)
+	}
+	a.log.Info().Int("pods", len(keys)).Msg("reconciling desired state with the runtime")
+}
+
+func (a *Agent) runPLEG(ctx context.Context) {
+	ch := make(chan runtime.PodLifecycleEvent, 128)
+	var wg sync.WaitGroup
+	wg.Add(1)
+	go func() {
+		defer wg.Done()
+		a.rt.RunPLEG(ctx, a.opts.PLEGPeriod, ch)
+	}()
+	defer wg.Wait()
+	for {
+		select {
+		case <-ctx.Done():
+			return
+		case ev := <-ch:
+			if !a.pool.EnqueueUID(ev.PodUID) {
+				a.log.Debug().Str("uid", ev.PodUID).Str("event", string(ev.Type)).Msg("event for a pod not synced yet")
+			}
+		}
+	}
+}
+
+// watchRuntime reports runtime availability changes and re-syncs every pod
+// when the runtime comes back.
+func (a *Agent) watchRuntime(ctx context.Context) {
+	ready := a.rt.Ready()
+	for {
+		changed := a.rt.Changes()
+		select {
+		case <-ctx.Done():
+			return
+		case <-changed:
+		}
+		now := a.rt.Ready()
+		if now == ready {
+			continue
+		}
+		ready = now
+		if now {
+			name, version := a.rt.RuntimeInfo()
+			a.events.NodeEvent(v1.EventTypeNormal, "ContainerRuntimeReady", fmt.Sprintf("container runtime %s %s is reachable", name, version))
+			a.reconcile(ctx)
+		} else {
+			a.events.NodeEvent(v1.EventTypeWarning, "ContainerRuntimeUnreachable", "container runtime is unreachable; pods keep running, mqlet retries")
+		}
+	}
+}
+
+func (a *Agent) housekeeping(ctx context.Context) {
+	t := time.NewTicker(a.opts.GCInterval)
+	defer t.Stop()
+	for {
+		select {
+		case <-ctx.Done():
+			return
+		case <-t.C:
+		}
+		if _, err := a.store.PruneReplies(time.Now()); err != nil {
+			a.log.Warn().Err(err).Msg("pruning request records")
+		}
+		if !a.rt.Ready() {
+			continue
+		}
+		desiredUIDs := map[string]bool{}
+		pods, err := a.store.ListPods()
+		if err != nil {
+			a.log.Warn().Err(err).Msg("listing desired pods for garbage collection")
+			continue
+		}
+		for _, p := range pods {
+			desiredUIDs[string(p.UID)] = true
+		}
+		if err := a.rt.GarbageCollect(ctx, a.opts.GCPolicy, func(uid string) bool { return desiredUIDs[uid] }); err != nil {
+			a.log.Warn().Err(err).Msg("garbage collection")
+		}
+	}
+}
+
+// desired adapts the store to what the pod workers ask.
+type desired struct{ Store }
+
+func (d desired) DesiredPod(namespace, name string) (*v1.Pod, error) {
+	pod, err := d.Pod(namespace, name)
+	if errors.Is(err, store.ErrNotFound) {
+		return nil, nil
+	}
+	return pod, err
+}
+
+// eventSink publishes events on the events topic.
+type eventSink struct {
+	topics topic.Scheme
+	out    Publisher
+	log    zerolog.Logger
+}
+
+func (s eventSink) Emit(ev *v1.Event) {
+	payload, err := json.Marshal(ev)
+	if err != nil {
+		s.log.Error().Err(err).Msg("encoding event")
+		return
+	}
+	if err := s.out.Put(outbox.Message{Topic: s.topics.Events(), Payload: payload, QoS: 1}); err != nil {
+		s.log.Warn().Err(err).Str("reason", ev.Reason).Msg("queueing event")
+	}
+}

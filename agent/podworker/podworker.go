@@ -1,0 +1,307 @@
+// Package podworker runs the desired pods: a work queue of pod keys
+// ("namespace/name") consumed by N workers. One key is never worked on by
+// two workers at once (the queue guarantees it); a failing sync is retried
+// with per-pod exponential backoff, and a crash-looping container is retried
+// when its backoff ends. Nothing here ever gives up.
+package podworker
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"strings"
+	"sync"
+	"time"
+
+	"github.com/rs/zerolog"
+	v1 "k8s.io/api/core/v1"
+	"k8s.io/client-go/util/workqueue"
+
+	"github.com/mqlet/mqlet/agent/pending"
+	"github.com/mqlet/mqlet/agent/podstatus"
+	"github.com/mqlet/mqlet/runtime"
+)
+
+// Runtime is what the workers need of the container runtime.
+type Runtime interface {
+	GetPodStatus(ctx context.Context, uid, name, namespace string) (*runtime.PodStatus, error)
+	SyncPod(ctx context.Context, pod *v1.Pod, status *runtime.PodStatus, objects runtime.ObjectSource, backoff runtime.RestartBackoff, events runtime.EventRecorder) error
+	KillPodByRef(ctx context.Context, ref runtime.PodRef, gracePeriodOverride *int64) error
+	ListPods(ctx context.Context) ([]runtime.PodRef, error)
+	RuntimeInfo() (name, version string)
+}
+
+// Desired is the desired state: the pods to run and the objects they use.
+type Desired interface {
+	runtime.ObjectSource
+	// DesiredPod returns the stored pod, or nil when it is not desired.
+	DesiredPod(namespace, name string) (*v1.Pod, error)
+}
+
+// StatusSink receives each pod's status (the status manager).
+type StatusSink interface {
+	Set(pod *v1.Pod, status v1.PodStatus) error
+	Get(namespace, name string) (*v1.Pod, bool)
+	Remove(namespace, name string) error
+}
+
+// Observer is told each pod's outcome (the pending-command tracker).
+type Observer interface {
+	Observe(key string, out pending.Outcome)
+}
+
+// Backoff is the crash-loop tracker shared by all pods.
+type Backoff interface {
+	runtime.RestartBackoff
+	Forget(drop func(key string) bool)
+}
+
+// Options are the numbers of the workers.
+type Options struct {
+	Workers     int
+	BackoffBase time.Duration // first retry delay of a failing pod sync
+	BackoffMax  time.Duration
+	HostIPs     []string
+}
+
+// Pool owns the queue and the workers.
+type Pool struct {
+	opts    Options
+	rt      Runtime
+	desired Desired
+	status  StatusSink
+	observe Observer
+	backoff Backoff
+	events  runtime.EventRecorder
+	log     zerolog.Logger
+	queue   workqueue.TypedRateLimitingInterface[string]
+
+	mu         sync.Mutex
+	graceFor   map[string]*int64 // grace period asked by a delete command
+	uids       map[string]string // key → uid last synced, to find a pod gone from the store
+	syncs      uint64
+	failures   uint64
+	backoffs   uint64
+	runtimeBad bool
+}
+
+// New returns a Pool; call Run to start it.
+func New(opts Options, rt Runtime, desired Desired, status StatusSink, observe Observer, backoff Backoff, events runtime.EventRecorder, log zerolog.Logger) *Pool {
+	if opts.Workers < 1 {
+		opts.Workers = 1
+	}
+	limiter := workqueue.NewTypedItemExponentialFailureRateLimiter[string](opts.BackoffBase, opts.BackoffMax)
+	return &Pool{
+		opts: opts, rt: rt, desired: desired, status: status, observe: observe, backoff: backoff, events: events, log: log,
+		queue:    workqueue.NewTypedRateLimitingQueueWithConfig(limiter, workqueue.TypedRateLimitingQueueConfig[string]{Name: "pods"}),
+		graceFor: map[string]*int64{}, uids: map[string]string{},
+	}
+}
+
+// Enqueue asks for the pod with key to be synced soon.
+func (p *Pool) Enqueue(key string) { p.queue.Add(key) }
+
+// EnqueueDelete asks for the pod to be synced with a grace period chosen by
+// a delete command (nil: the pod's own).
+func (p *Pool) EnqueueDelete(key string, grace *int64) {
+	p.mu.Lock()
+	p.graceFor[key] = grace
+	p.mu.Unlock()
+	p.queue.Add(key)
+}
+
+// EnqueueUID asks for the pod with this runtime UID to be synced (PLEG).
+func (p *Pool) EnqueueUID(uid string) bool {
+	p.mu.Lock()
+	var key string
+	for k, u := range p.uids {
+		if u == uid {
+			key = k
+			break
+		}
+	}
+	p.mu.Unlock()
+	if key == "" {
+		return false
+	}
+	p.queue.Add(key)
+	return true
+}
+
+// Stats are the pool's counters.
+type Stats struct {
+	QueueDepth int
+	Syncs      uint64
+	Failures   uint64
+	Backoffs   uint64
+}
+
+// Stats returns the pool's counters.
+func (p *Pool) Stats() Stats {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	return Stats{QueueDepth: p.queue.Len(), Syncs: p.syncs, Failures: p.failures, Backoffs: p.backoffs}
+}
+
+// Run starts the workers and blocks until ctx ends and they have stopped.
+func (p *Pool) Run(ctx context.Context) {
+	var wg sync.WaitGroup
+	for range p.opts.Workers {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			for p.processNext(ctx) {
+			}
+		}()
+	}
+	<-ctx.Done()
+	p.queue.ShutDown()
+	wg.Wait()
+}
+
+func (p *Pool) processNext(ctx context.Context) bool {
+	key, shutdown := p.queue.Get()
+	if shutdown {
+		return false
+	}
+	defer p.queue.Done(key)
+	retryAfter, err := p.syncKey(ctx, key)
+	p.mu.Lock()
+	p.syncs++
+	p.mu.Unlock()
+	switch {
+	case ctx.Err() != nil:
+	case err == nil && retryAfter > 0:
+		p.queue.Forget(key)
+		p.queue.AddAfter(key, retryAfter)
+	case err == nil:
+		p.queue.Forget(key)
+	default:
+		p.mu.Lock()
+		p.failures++
+		p.mu.Unlock()
+		delay := p.queue.NumRequeues(key)
+		p.log.Warn().Err(err).Str("pod", key).Int("retries", delay).Msg("pod sync failed; retrying with backoff")
+		p.queue.AddRateLimited(key)
+	}
+	return true
+}
+
+// syncKey brings one pod to its desired state. It returns a delay after
+// which the pod must be looked at again (crash-loop backoff), or an error
+// for a retry with per-pod backoff.
+func (p *Pool) syncKey(ctx context.Context, key string) (time.Duration, error) {
+	namespace, name, ok := strings.Cut(key, "/")
+	if !ok {
+		return 0, nil // not a pod key; dropping it is all we can do
+	}
+	pod, err := p.desired.DesiredPod(namespace, name)
+	if err != nil {
+		return 0, fmt.Errorf("reading desired pod %s: %w", key, err)
+	}
+	if pod == nil {
+		return 0, p.removePod(ctx, key, namespace, name, "")
+	}
+	// A pod re-created under the same name has a new UID: the old one goes first.
+	if err := p.removePod(ctx, key, namespace, name, string(pod.UID)); err != nil {
+		return 0, err
+	}
+	p.mu.Lock()
+	p.uids[key] = string(pod.UID)
+	p.mu.Unlock()
+
+	rs, err := p.rt.GetPodStatus(ctx, string(pod.UID), pod.Name, pod.Namespace)
+	if err != nil {
+		p.publish(pod, nil, podstatus.Hints{RuntimeUnreachable: true})
+		return 0, fmt.Errorf("getting runtime status of pod %s: %w", key, err)
+	}
+	syncErr := p.rt.SyncPod(ctx, pod, rs, p.desired, p.backoff, p.events)
+	after, err := p.rt.GetPodStatus(ctx, string(pod.UID), pod.Name, pod.Namespace)
+	if err != nil {
+		after = rs
+	}
+	p.publish(pod, after, podstatus.Hints{Waiting: waitingFrom(syncErr)})
+
+	var be *runtime.BackoffError
+	switch {
+	case syncErr == nil:
+		return 0, nil
+	case errors.As(syncErr, &be):
+		p.mu.Lock()
+		p.backoffs++
+		p.mu.Unlock()
+		return be.Wait + 10*time.Millisecond, nil
+	default:
+		return 0, fmt.Errorf("syncing pod %s: %w", key, syncErr)
+	}
+}
+
+// removePod kills every runtime pod named key whose UID is not keepUID.
+func (p *Pool) removePod(ctx context.Context, key, namespace, name, keepUID string) error {
+	refs, err := p.rt.ListPods(ctx)
+	if err != nil {
+		if keepUID != "" {
+			return nil // cannot tell; the sync that follows reports the runtime error
+		}
+		return fmt.Errorf("listing runtime pods to remove %s: %w", key, err)
+	}
+	p.mu.Lock()
+	grace := p.graceFor[key]
+	p.mu.Unlock()
+	for _, ref := range refs {
+		if ref.Namespace != namespace || ref.Name != name || ref.UID == keepUID {
+			continue
+		}
+		if err := p.rt.KillPodByRef(ctx, ref, grace); err != nil {
+			return fmt.Errorf("removing pod %s (uid %s): %w", key, ref.UID, err)
+		}
+		uid := ref.UID
+		p.backoff.Forget(func(k string) bool { return strings.HasPrefix(k, uid) })
+	}
+	if keepUID != "" {
+		return nil
+	}
+	p.mu.Lock()
+	delete(p.graceFor, key)
+	delete(p.uids, key)
+	p.mu.Unlock()
+	if err := p.status.Remove(namespace, name); err != nil {
+		p.log.Warn().Err(err).Str("pod", key).Msg("clearing pod status")
+	}
+	p.observe.Observe(key, pending.Outcome{Gone: true})
+	return nil
+}
+
+func (p *Pool) publish(pod *v1.Pod, rs *runtime.PodStatus, hints podstatus.Hints) {
+	name, _ := p.rt.RuntimeInfo()
+	hints.RuntimeName = name
+	hints.HostIPs = p.opts.HostIPs
+	if prev, ok := p.status.Get(pod.Namespace, pod.Name); ok && prev.UID == pod.UID && prev.Generation == pod.Generation {
+		hints.Previous = &prev.Status
+	}
+	st := podstatus.Build(pod, rs, hints, time.Now())
+	if err := p.status.Set(pod, st); err != nil {
+		p.log.Warn().Err(err).Str("pod", pod.Namespace+"/"+pod.Name).Msg("publishing pod status")
+	}
+	done, ok, reason := podstatus.IsRunningOrDone(st, pod)
+	p.observe.Observe(pod.Namespace+"/"+pod.Name, pending.Outcome{Generation: pod.Generation, Done: done, OK: ok, Reason: reason})
+}
+
+// waitingFrom turns a sync error into the waiting reason of the container it concerns.
+func waitingFrom(err error) map[string]podstatus.Waiting {
+	if err == nil {
+		return nil
+	}
+	var be *runtime.BackoffError
+	if errors.As(err, &be) {
+		return map[string]podstatus.Waiting{be.Container: {Reason: "CrashLoopBackOff", Message: be.Error()}}
+	}
+	var ce interface {
+		ContainerName() string
+		Reason() string
+	}
+	if errors.As(err, &ce) {
+		return map[string]podstatus.Waiting{ce.ContainerName(): {Reason: ce.Reason(), Message: err.Error()}}
+	}
+	return nil
+}

@@ -1,0 +1,57 @@
+// Command mqlet is a small kubelet for edge gateways that takes its orders
+// over MQTT. See README.md and configs/mqlet.yaml.
+package main
+
+import (
+	"context"
+	"errors"
+	"flag"
+	"fmt"
+	"os"
+	"os/signal"
+	"syscall"
+
+	"github.com/mqlet/mqlet/config"
+	"github.com/mqlet/mqlet/internal/version"
+	"github.com/mqlet/mqlet/logging"
+)
+
+func main() {
+	os.Exit(run(os.Args[1:]))
+}
+
+// run returns the process exit code: 0 on a clean stop, 1 when mqlet
+// failed while running, 2 for bad flags or configuration.
+func run(args []string) int {
+	flags, err := config.ParseFlags("mqlet", args, os.Stderr)
+	if errors.Is(err, flag.ErrHelp) {
+		return 0
+	}
+	if err != nil {
+		fmt.Fprintln(os.Stderr, "mqlet:", err)
+		return 2
+	}
+	if flags.Version {
+		fmt.Println("mqlet", version.Version)
+		return 0
+	}
+	cfg, err := config.Load(flags, os.Getenv)
+	if err != nil {
+		fmt.Fprintln(os.Stderr, "mqlet:", err)
+		return 2
+	}
+	log, err := logging.New(os.Stderr, cfg.LogLevel, cfg.LogFormat)
+	if err != nil {
+		fmt.Fprintln(os.Stderr, "mqlet:", err)
+		return 2
+	}
+	logging.RouteKlog(log)
+
+	ctx, stop := signal.NotifyContext(context.Background(), syscall.SIGTERM, syscall.SIGINT)
+	defer stop()
+	if err := runAgent(ctx, cfg, log); err != nil {
+		log.Error().Err(err).Msg("mqlet stopped with an error")
+		return 1
+	}
+	return 0
+}

@@ -1,0 +1,222 @@
+package main
+
+import (
+	"context"
+	"crypto/tls"
+	"fmt"
+	"net"
+	"os"
+	"path/filepath"
+	"strings"
+	"sync"
+	"time"
+
+	"github.com/rs/zerolog"
+
+	"github.com/mqlet/mqlet/agent"
+	"github.com/mqlet/mqlet/agent/presence"
+	"github.com/mqlet/mqlet/agent/restart"
+	"github.com/mqlet/mqlet/agent/store"
+	"github.com/mqlet/mqlet/agent/validate"
+	"github.com/mqlet/mqlet/config"
+	"github.com/mqlet/mqlet/internal/version"
+	"github.com/mqlet/mqlet/mqtt/broker"
+	"github.com/mqlet/mqlet/mqtt/outbox"
+	"github.com/mqlet/mqlet/mqtt/session"
+	"github.com/mqlet/mqlet/mqtt/topic"
+	"github.com/mqlet/mqlet/runtime"
+)
+
+// runAgent builds every part from the configuration and runs them until
+// ctx ends; then it says goodbye on MQTT and closes the stores.
+func runAgent(ctx context.Context, cfg *config.Config, log zerolog.Logger) error {
+	log = log.With().Str("node", cfg.Node).Logger()
+	log.Info().Str("version", version.Version).Str("stateDir", cfg.StateDir).Msg("mqlet starting")
+	if err := os.MkdirAll(cfg.StateDir, 0o700); err != nil {
+		return fmt.Errorf("creating state dir: %w", err)
+	}
+	st, err := store.Open(filepath.Join(cfg.StateDir, "state.db"))
+	if err != nil {
+		return fmt.Errorf("opening desired-state store: %w", err)
+	}
+	defer st.Close()
+	box, err := outbox.Open(filepath.Join(cfg.StateDir, "outbox.db"), cfg.MQTT.OutboxMaxBytes, log.With().Str("component", "outbox").Logger(), outbox.WithMaxInflight(cfg.MQTT.MaxInflight))
+	if err != nil {
+		return fmt.Errorf("opening outbox: %w", err)
+	}
+	defer box.Close()
+
+	runCtx, cancel := context.WithCancel(context.Background())
+	defer cancel()
+	var wg sync.WaitGroup
+	defer wg.Wait()
+
+	if cfg.EmbeddedBroker.Enabled {
+		b, err := startEmbeddedBroker(runCtx, cfg, log)
+		if err != nil {
+			return err
+		}
+		defer b.Close()
+	}
+
+	topics := topic.Scheme{Prefix: cfg.MQTT.TopicPrefix, Node: cfg.Node}
+	if err := topics.Validate(); err != nil {
+		return fmt.Errorf("topic scheme: %w", err)
+	}
+	rt := runtime.NewManager(runtime.Config{
+		Endpoint:       cfg.Runtime.CRIEndpoint,
+		PodLogDir:      cfg.Runtime.PodLogDir,
+		PodDir:         filepath.Join(cfg.StateDir, "pods"),
+		CgroupRoot:     cfg.Runtime.CgroupRoot,
+		RequestTimeout: cfg.Runtime.RequestTimeout.Duration,
+	}, log)
+	a := agent.New(agent.Options{
+		Topics:          topics,
+		Version:         version.Version,
+		MaxPayloadBytes: cfg.MQTT.MaxPayloadBytes,
+		Policy:          policyFrom(cfg.Admission),
+		Workers:         cfg.Pods.Workers,
+		Restart:         restart.Policy{Base: cfg.Pods.BackoffBase.Duration, Max: cfg.Pods.BackoffMax.Duration, ResetAfter: cfg.Pods.BackoffResetAfter.Duration},
+		ApplyDeadline:   cfg.Pods.ApplyDeadline.Duration,
+		PLEGPeriod:      cfg.Runtime.PLEGPeriod.Duration,
+		GCInterval:      cfg.GC.Interval.Duration,
+		GCPolicy: runtime.GCPolicy{
+			MinAge:                      cfg.GC.MinDeadAge.Duration,
+			MaxPerPodContainer:          cfg.GC.MaxDeadPerContainer,
+			ImageGCHighThresholdPercent: cfg.GC.ImageGCHighPercent,
+			ImageGCLowThresholdPercent:  max(cfg.GC.ImageGCHighPercent-5, 0),
+		},
+		PodStatusResync: cfg.Telemetry.PodStatusResync.Duration,
+		HostIPs:         hostIPs(),
+	}, st, box, rt, log)
+
+	birth := presence.New(topics.State(), version.Version, st, nil)
+	will := birth.Offline()
+	var sess *session.Session
+	sess, err = session.New(session.Options{
+		BrokerURL:     brokerURL(cfg),
+		ClientID:      session.ClientID(cfg.Node),
+		Username:      cfg.MQTT.Username,
+		Password:      cfg.MQTT.Password,
+		TLS:           tlsFor(cfg, log),
+		KeepAlive:     cfg.MQTT.KeepAlive.Duration,
+		PingTimeout:   cfg.MQTT.PingTimeout.Duration,
+		ReconnectMin:  cfg.MQTT.ReconnectMin.Duration,
+		ReconnectMax:  cfg.MQTT.ReconnectMax.Duration,
+		Will:          &will,
+		CommandFilter: topics.CommandFilter(),
+		Handler:       a.HandleCommand,
+		MaxInflight:   cfg.MQTT.MaxInflight,
+		OnConnect: func(ctx context.Context) error {
+			online, err := birth.Online()
+			if err != nil {
+				return err
+			}
+			return sess.Publish(ctx, online)
+		},
+	}, log)
+	if err != nil {
+		return fmt.Errorf("configuring the MQTT session: %w", err)
+	}
+
+	spawn := func(name string, f func(context.Context) error) {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			if err := f(runCtx); err != nil && runCtx.Err() == nil {
+				log.Error().Err(err).Str("part", name).Msg("stopped unexpectedly")
+			}
+		}()
+	}
+	spawn("mqtt", sess.Run)
+	spawn("outbox", func(ctx context.Context) error { return box.Run(ctx, sess) })
+	spawn("agent", a.Run)
+	log.Info().Str("bootId", birth.BootID()).Str("broker", cfg.MQTT.Broker).Str("cri", cfg.Runtime.CRIEndpoint).Msg("mqlet running")
+
+	<-ctx.Done()
+	log.Info().Msg("stopping: publishing offline state")
+	byeCtx, byeCancel := context.WithTimeout(context.Background(), 3*time.Second)
+	if err := sess.Publish(byeCtx, birth.Offline()); err != nil {
+		log.Warn().Err(err).Msg("could not publish offline state; the broker's will says it")
+	}
+	byeCancel()
+	sess.Disconnect(250 * time.Millisecond)
+	cancel()
+	wg.Wait()
+	log.Info().Msg("mqlet stopped")
+	return nil
+}
+
+func startEmbeddedBroker(ctx context.Context, cfg *config.Config, log zerolog.Logger) (*broker.Broker, error) {
+	opts := broker.Options{Listen: cfg.EmbeddedBroker.Listen, PasswordFile: cfg.EmbeddedBroker.PasswordFile, AllowAnonymous: cfg.EmbeddedBroker.AllowAnonymous}
+	if cfg.EmbeddedBroker.CertFile != "" {
+		cert, err := tls.LoadX509KeyPair(cfg.EmbeddedBroker.CertFile, cfg.EmbeddedBroker.KeyFile)
+		if err != nil {
+			return nil, fmt.Errorf("loading embedded broker certificate: %w", err)
+		}
+		opts.TLS = &tls.Config{Certificates: []tls.Certificate{cert}, MinVersion: tls.VersionTLS12}
+	}
+	b, err := broker.Start(ctx, opts, log.With().Str("component", "broker").Logger())
+	if err != nil {
+		return nil, fmt.Errorf("starting embedded broker: %w", err)
+	}
+	log.Info().Str("listen", b.Addr()).Msg("embedded MQTT broker started")
+	return b, nil
+}
+
+// brokerURL points at the embedded broker when it runs and no other broker
+// was configured.
+func brokerURL(cfg *config.Config) string {
+	if cfg.EmbeddedBroker.Enabled && cfg.MQTT.Broker == config.Default().MQTT.Broker {
+		scheme := "tcp"
+		if cfg.EmbeddedBroker.CertFile != "" {
+			scheme = "ssl"
+		}
+		return scheme + "://" + cfg.EmbeddedBroker.Listen
+	}
+	return cfg.MQTT.Broker
+}
+
+func tlsFor(cfg *config.Config, log zerolog.Logger) *tls.Config {
+	if cfg.MQTT.CAFile == "" && cfg.MQTT.CertFile == "" && !cfg.MQTT.InsecureSkipVerify {
+		return nil
+	}
+	t, err := session.TLSConfig(cfg.MQTT.CAFile, cfg.MQTT.CertFile, cfg.MQTT.KeyFile, cfg.MQTT.InsecureSkipVerify)
+	if err != nil {
+		// config validation checked the pairing; a file problem is fatal for TLS
+		log.Fatal().Err(err).Msg("loading MQTT TLS material")
+	}
+	return t
+}
+
+func policyFrom(a config.Admission) validate.Policy {
+	return validate.Policy{
+		AllowPrivileged:     a.AllowPrivileged,
+		AllowHostNetwork:    a.AllowHostNetwork,
+		AllowHostPID:        a.AllowHostPID,
+		AllowHostIPC:        a.AllowHostIPC,
+		AllowedHostPaths:    a.AllowedHostPaths,
+		AllowedCapabilities: a.AllowedCapabilities,
+	}
+}
+
+// hostIPs lists the node's non-loopback addresses, skipping container bridges.
+func hostIPs() []string {
+	ifaces, err := net.Interfaces()
+	if err != nil {
+		return nil
+	}
+	var ips []string
+	for _, ifc := range ifaces {
+		if ifc.Flags&net.FlagUp == 0 || ifc.Flags&net.FlagLoopback != 0 || strings.HasPrefix(ifc.Name, "veth") || strings.HasPrefix(ifc.Name, "cni") || strings.HasPrefix(ifc.Name, "mqlet") || strings.HasPrefix(ifc.Name, "docker") {
+			continue
+		}
+		addrs, _ := ifc.Addrs()
+		for _, a := range addrs {
+			if ipn, ok := a.(*net.IPNet); ok && ipn.IP.To4() != nil {
+				ips = append(ips, ipn.IP.String())
+			}
+		}
+	}
+	return ips
+}
