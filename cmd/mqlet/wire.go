@@ -40,7 +40,7 @@ func runAgent(ctx context.Context, cfg *config.Config, log zerolog.Logger) error
 		return fmt.Errorf("opening desired-state store: %w", err)
 	}
 	defer st.Close()
-	box, err := outbox.Open(filepath.Join(cfg.StateDir, "outbox.db"), cfg.MQTT.OutboxMaxBytes, log.With().Str("component", "outbox").Logger(), outbox.WithMaxInflight(cfg.MQTT.MaxInflight))
+	box, err := outbox.Open(filepath.Join(cfg.StateDir, "outbox.db"), cfg.MQTT.OutboxMaxBytes, log, outbox.WithMaxInflight(cfg.MQTT.MaxInflight))
 	if err != nil {
 		return fmt.Errorf("opening outbox: %w", err)
 	}

@@ -485,3 +485,5 @@ spec:
     command: ["sh", "-c", %q]
 `, name, namespace, restartPolicy, cmd))
 }
+
+func execCommand(bin string, args ...string) *exec.Cmd { return exec.Command(bin, args...) }
