@@ -215,7 +215,7 @@ func TestEmbeddedBroker(t *testing.T) {
 		return err == nil
 	})
 	op = Connect(t, "tcp://"+addr)
-	op.Subscribe(prefix+"/"+node+"/#")
+	op.Subscribe(prefix + "/" + node + "/#")
 	op.WaitState(0, node, "online", 10*time.Second)
 	op.Command(node, "apply", "e1", []byte(`{"apiVersion":"v1","kind":"ConfigMap","metadata":{"name":"c"},"data":{"a":"b"}}`))
 	op.WaitReply(node, "e1", "succeeded", 10*time.Second)
@@ -265,5 +265,3 @@ func execOutput(bin string, args ...string) (string, error) {
 	err := cmd.Run()
 	return buf.String(), err
 }
-
-
