@@ -1,0 +1,185 @@
+package main
+
+import (
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"io"
+	"os"
+	"strings"
+
+	"github.com/mqlet/mqlet/agent/reply"
+)
+
+func runApply(ctx context.Context, cfg *globalConfig, args []string, e env) error {
+	return runManifestVerb(ctx, cfg, "apply", args, e)
+}
+
+func runSync(ctx context.Context, cfg *globalConfig, args []string, e env) error {
+	return runManifestVerb(ctx, cfg, "sync", args, e)
+}
+
+// runManifestVerb runs apply or sync: both send a manifest file as is.
+func runManifestVerb(ctx context.Context, cfg *globalConfig, verb string, args []string, e env) error {
+	fs := newFlagSet(verb, cfg, e.stderr)
+	file := fs.String("f", "", "manifest file (YAML or JSON; - for stdin)")
+	fs.StringVar(file, "filename", "", "same as -f")
+	noWait := fs.Bool("no-wait", false, "return once the agent accepted (stored) the request")
+	cfg.registerOutput(fs, "json (one reply per line)")
+	pos, err := parseInterleaved(fs, args)
+	if err != nil {
+		return err
+	}
+	if len(pos) > 0 {
+		return usageError{fmt.Errorf("%s: unexpected arguments %q (use -f FILE)", verb, pos)}
+	}
+	if *file == "" {
+		return usageError{fmt.Errorf("%s: -f FILE (or -f - for stdin) is required", verb)}
+	}
+	if err := cfg.checkOutput("json"); err != nil {
+		return err
+	}
+	if err := cfg.resolve(); err != nil {
+		return err
+	}
+	payload, err := readManifest(*file, e.stdin)
+	if err != nil {
+		return err
+	}
+	return sendAndWait(ctx, cfg, verb, payload, *noWait, e)
+}
+
+func runDelete(ctx context.Context, cfg *globalConfig, args []string, e env) error {
+	fs := newFlagSet("delete", cfg, e.stderr)
+	file := fs.String("f", "", "manifest file naming what to delete (- for stdin)")
+	fs.StringVar(file, "filename", "", "same as -f")
+	ns := namespaceFlag(fs)
+	grace := fs.Int64("grace-period", -1, "seconds the containers get to stop (only with KIND NAME; -1: the pod's own)")
+	noWait := fs.Bool("no-wait", false, "return once the agent accepted the request")
+	cfg.registerOutput(fs, "json (one reply per line)")
+	pos, err := parseInterleaved(fs, args)
+	if err != nil {
+		return err
+	}
+	if err := cfg.checkOutput("json"); err != nil {
+		return err
+	}
+	var payload []byte
+	switch {
+	case *file != "" && len(pos) > 0:
+		return usageError{errors.New("delete: give either -f FILE or KIND NAME, not both")}
+	case *file != "":
+		if *grace >= 0 {
+			return usageError{errors.New("delete: --grace-period works only with KIND NAME (the agent takes it from the short form)")}
+		}
+		if err := cfg.resolve(); err != nil {
+			return err
+		}
+		if payload, err = readManifest(*file, e.stdin); err != nil {
+			return err
+		}
+	case len(pos) == 2:
+		kind, ok := canonicalKind(pos[0])
+		if !ok {
+			return usageError{fmt.Errorf("delete: unknown kind %q (pod, configmap, secret)", pos[0])}
+		}
+		args := map[string]any{"kind": kind, "name": pos[1]}
+		if *ns != "" {
+			args["namespace"] = *ns
+		}
+		if *grace >= 0 {
+			if kind != "Pod" {
+				return usageError{errors.New("delete: --grace-period applies to pods only")}
+			}
+			args["gracePeriodSeconds"] = *grace
+		}
+		if err := cfg.resolve(); err != nil {
+			return err
+		}
+		payload, _ = json.Marshal(args) // strings and an int64 always encode
+	default:
+		return usageError{errors.New("delete: want -f FILE or KIND NAME (e.g. `delete pod web -n default`)")}
+	}
+	return sendAndWait(ctx, cfg, "delete", payload, *noWait, e)
+}
+
+// readManifest reads a manifest file, or stdin for "-".
+func readManifest(path string, stdin io.Reader) ([]byte, error) {
+	var data []byte
+	var err error
+	if path == "-" {
+		data, err = io.ReadAll(stdin)
+	} else {
+		data, err = os.ReadFile(path)
+	}
+	if err != nil {
+		return nil, fmt.Errorf("reading manifest %s: %w", path, err)
+	}
+	if strings.TrimSpace(string(data)) == "" {
+		return nil, fmt.Errorf("manifest %s is empty", path)
+	}
+	return data, nil
+}
+
+// sendAndWait publishes one command and prints each reply as it arrives,
+// until a final one (or accepted, with noWait). A failed reply prints its
+// message and errors and makes the command fail.
+func sendAndWait(ctx context.Context, cfg *globalConfig, verb string, payload []byte, noWait bool, e env) error {
+	ctx, cancel := context.WithTimeout(ctx, cfg.Timeout)
+	defer cancel()
+	c, err := dial(ctx, cfg)
+	if err != nil {
+		return err
+	}
+	defer c.close()
+	var failed bool
+	var printErr error
+	_, err = c.request(ctx, verb, payload, func(r wireReply) bool {
+		if r.Phase == reply.Failed {
+			failed = true
+		}
+		if cfg.Output == "json" {
+			printErr = printJSONLine(e.stdout, r)
+		} else {
+			printReply(e, r)
+		}
+		return noWait && r.Phase == reply.Accepted
+	})
+	if err != nil {
+		return err
+	}
+	if printErr != nil {
+		return fmt.Errorf("printing reply: %w", printErr)
+	}
+	if failed {
+		return errReported
+	}
+	return nil
+}
+
+// printReply writes one reply as text: progress to stdout, a failure with
+// its error list to stderr.
+func printReply(e env, r wireReply) {
+	w := e.stdout
+	if r.Phase == reply.Failed {
+		w = e.stderr
+	}
+	line := fmt.Sprintf("%-11s %s", r.Phase, r.Message)
+	if r.Message == "" {
+		line = r.Phase
+	}
+	fmt.Fprintf(w, "%s\n", strings.TrimRight(line, " "))
+	for _, msg := range r.Errors {
+		fmt.Fprintf(w, "  - %s\n", msg)
+	}
+}
+
+func printJSONLine(w io.Writer, v any) error {
+	b, err := json.Marshal(v)
+	if err != nil {
+		return err
+	}
+	_, err = fmt.Fprintf(w, "%s\n", b)
+	return err
+}

@@ -1,0 +1,186 @@
+package main
+
+import (
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"net/url"
+	"time"
+
+	paho "github.com/eclipse/paho.mqtt.golang"
+
+	"github.com/mqlet/mqlet/agent/reply"
+	"github.com/mqlet/mqlet/mqtt/session"
+	"github.com/mqlet/mqlet/mqtt/topic"
+)
+
+// client is one short-lived MQTT connection of the CLI: a clean session
+// with a random client id, so nothing is left on the broker afterwards.
+type client struct {
+	mqtt   paho.Client
+	topics topic.Scheme
+	broker string // redacted URL, for messages
+}
+
+// message is one inbound publication.
+type message struct {
+	Topic    string
+	Payload  []byte
+	Retained bool
+}
+
+// wireReply is a reply as published by the agent; Result stays raw so each
+// command decodes the shape it expects.
+type wireReply struct {
+	RequestID string          `json:"requestId"`
+	Verb      string          `json:"verb,omitempty"`
+	Phase     string          `json:"phase"`
+	Message   string          `json:"message,omitempty"`
+	Result    json.RawMessage `json:"result,omitempty"`
+	Errors    []string        `json:"errors,omitempty"`
+	TS        time.Time       `json:"ts"`
+}
+
+func (r wireReply) final() bool { return r.Phase == reply.Succeeded || r.Phase == reply.Failed }
+
+// dial connects to the broker, bounded by ctx.
+func dial(ctx context.Context, cfg *globalConfig) (*client, error) {
+	redacted := cfg.Broker
+	if u, err := url.Parse(cfg.Broker); err == nil {
+		redacted = u.Redacted()
+	}
+	opts := paho.NewClientOptions().
+		AddBroker(cfg.Broker).
+		SetClientID(newClientID()).
+		SetUsername(cfg.Username).
+		SetPassword(cfg.password).
+		SetCleanSession(true).
+		SetAutoReconnect(false).
+		SetConnectRetry(false).
+		SetOrderMatters(true). // replies are handled in the order they arrive
+		SetKeepAlive(30 * time.Second).
+		SetConnectTimeout(connectBudget(ctx))
+	if cfg.CAFile != "" || cfg.CertFile != "" || cfg.KeyFile != "" {
+		tlsCfg, err := session.TLSConfig(cfg.CAFile, cfg.CertFile, cfg.KeyFile, false)
+		if err != nil {
+			return nil, fmt.Errorf("preparing TLS for %s: %w", redacted, err)
+		}
+		opts.SetTLSConfig(tlsCfg)
+	}
+	c := &client{mqtt: paho.NewClient(opts), topics: cfg.scheme(), broker: redacted}
+	if err := wait(ctx, c.mqtt.Connect()); err != nil {
+		c.mqtt.Disconnect(0)
+		if errors.Is(err, context.DeadlineExceeded) {
+			return nil, fmt.Errorf("cannot reach broker %s: no answer within the timeout", redacted)
+		}
+		return nil, fmt.Errorf("cannot reach broker %s: %w", redacted, err)
+	}
+	return c, nil
+}
+
+// connectBudget bounds one connect attempt by the context's deadline.
+func connectBudget(ctx context.Context) time.Duration {
+	budget := defaultConnectBudget
+	if dl, ok := ctx.Deadline(); ok {
+		if left := time.Until(dl); left < budget {
+			budget = left
+		}
+	}
+	if budget < 100*time.Millisecond {
+		budget = 100 * time.Millisecond
+	}
+	return budget
+}
+
+// close disconnects, giving in-flight packets a moment to leave.
+func (c *client) close() { c.mqtt.Disconnect(250) }
+
+// wait waits for a paho token or the end of ctx.
+func wait(ctx context.Context, tok paho.Token) error {
+	select {
+	case <-tok.Done():
+		return tok.Error()
+	case <-ctx.Done():
+		return ctx.Err()
+	}
+}
+
+// subscribe subscribes to filters at QoS 1 and delivers what arrives on
+// out until ctx ends. It returns once the broker granted every filter.
+func (c *client) subscribe(ctx context.Context, out chan<- message, filters ...string) error {
+	want := make(map[string]byte, len(filters))
+	for _, f := range filters {
+		want[f] = 1
+	}
+	handler := func(_ paho.Client, m paho.Message) {
+		select {
+		case out <- message{Topic: m.Topic(), Payload: m.Payload(), Retained: m.Retained()}:
+		case <-ctx.Done():
+		}
+	}
+	tok := c.mqtt.SubscribeMultiple(want, handler)
+	if err := wait(ctx, tok); err != nil {
+		return fmt.Errorf("subscribing to %v on %s: %w", filters, c.broker, err)
+	}
+	for f, code := range tok.(*paho.SubscribeToken).Result() {
+		if code > 2 {
+			return fmt.Errorf("broker %s refused the subscription to %s (code 0x%02x); check the ACL for this user", c.broker, f, code)
+		}
+	}
+	return nil
+}
+
+// publish sends a QoS 1 message and waits for the broker's acknowledgement.
+func (c *client) publish(ctx context.Context, topicName string, payload []byte) error {
+	if err := wait(ctx, c.mqtt.Publish(topicName, 1, false, payload)); err != nil {
+		return fmt.Errorf("publishing to %s on %s: %w", topicName, c.broker, err)
+	}
+	return nil
+}
+
+// errNoReply is wrapped by request when the deadline passes first.
+var errNoReply = errors.New("no final reply")
+
+// request sends one command and hands every reply to onReply until a final
+// one arrives, or until onReply returns true (stop early). The reply topic
+// is subscribed before the command is published so no reply is missed.
+func (c *client) request(ctx context.Context, verb string, payload []byte, onReply func(wireReply) (stop bool)) (requestID string, err error) {
+	requestID = newRequestID()
+	subCtx, cancel := context.WithCancel(ctx)
+	defer cancel()
+	inbox := make(chan message, 16)
+	replyTopic := c.topics.Reply(requestID)
+	if err := c.subscribe(subCtx, inbox, replyTopic); err != nil {
+		return requestID, err
+	}
+	defer c.mqtt.Unsubscribe(replyTopic)
+	if err := c.publish(ctx, c.topics.Command(verb, requestID), payload); err != nil {
+		return requestID, err
+	}
+	last := ""
+	for {
+		select {
+		case m := <-inbox:
+			var r wireReply
+			if err := json.Unmarshal(m.Payload, &r); err != nil {
+				return requestID, fmt.Errorf("request %s: undecodable reply on %s: %w", requestID, m.Topic, err)
+			}
+			if r.RequestID != "" && r.RequestID != requestID {
+				continue // not ours; a well-behaved agent never does this
+			}
+			last = r.Phase
+			if onReply(r) || r.final() {
+				return requestID, nil
+			}
+		case <-ctx.Done():
+			if !errors.Is(ctx.Err(), context.DeadlineExceeded) {
+				return requestID, fmt.Errorf("request %s: %w", requestID, ctx.Err())
+			}
+			if last == "" {
+				return requestID, fmt.Errorf("%w: timed out waiting for a reply to request %s on %s; the agent on node %q may be offline (see `mqletctl status`)", errNoReply, requestID, replyTopic, c.topics.Node)
+			}
+			return requestID, fmt.Errorf("%w: timed out waiting for the final reply to request %s (last phase: %s); the agent on node %q is still working on it or went offline", errNoReply, requestID, last, c.topics.Node)
+		}
+	}
+}

@@ -1,0 +1,137 @@
+package main
+
+import (
+	"errors"
+	"flag"
+	"fmt"
+	"os"
+	"strings"
+	"time"
+
+	"github.com/mqlet/mqlet/mqtt/session"
+	"github.com/mqlet/mqlet/mqtt/topic"
+)
+
+// Environment variables read for defaults (flags override them).
+const (
+	envBroker   = "MQLETCTL_BROKER"
+	envNode     = "MQLETCTL_NODE"
+	envPassword = "MQLETCTL_PASSWORD"
+)
+
+const (
+	defaultBroker        = "tcp://127.0.0.1:1883"
+	defaultTimeout       = 60 * time.Second
+	defaultRetainedWait  = 2 * time.Second
+	defaultConnectBudget = 10 * time.Second
+)
+
+// globalConfig holds the flags every subcommand accepts.
+type globalConfig struct {
+	Broker       string
+	Node         string
+	Prefix       string
+	Username     string
+	PasswordFile string
+	CAFile       string
+	CertFile     string
+	KeyFile      string
+	Timeout      time.Duration
+	RetainedWait time.Duration
+	Output       string
+
+	// password is read from the environment or the password file by
+	// resolve; it is never a flag, so it does not show up in ps or history.
+	password string
+}
+
+// newGlobalConfig returns the defaults, taking the environment into account.
+func newGlobalConfig(getenv func(string) string) *globalConfig {
+	c := &globalConfig{
+		Broker:       defaultBroker,
+		Node:         getenv(envNode),
+		Prefix:       topic.DefaultPrefix,
+		Timeout:      defaultTimeout,
+		RetainedWait: defaultRetainedWait,
+	}
+	if b := getenv(envBroker); b != "" {
+		c.Broker = b
+	}
+	c.password = getenv(envPassword)
+	return c
+}
+
+// register adds the global flags to fs, bound to c. Each subcommand's flag
+// set registers them too, so they may come before or after the subcommand.
+func (c *globalConfig) register(fs *flag.FlagSet) {
+	fs.StringVar(&c.Broker, "broker", c.Broker, "MQTT broker URL: tcp://, ssl://, ws:// or wss:// (env "+envBroker+")")
+	fs.StringVar(&c.Node, "node", c.Node, "node name to command (required; env "+envNode+")")
+	fs.StringVar(&c.Prefix, "prefix", c.Prefix, "topic prefix")
+	fs.StringVar(&c.Username, "username", c.Username, "MQTT username (password from env "+envPassword+" or --password-file)")
+	fs.StringVar(&c.PasswordFile, "password-file", c.PasswordFile, "file holding the MQTT password (first line)")
+	fs.StringVar(&c.CAFile, "ca-file", c.CAFile, "PEM CA bundle to verify the broker (replaces the system roots)")
+	fs.StringVar(&c.CertFile, "cert-file", c.CertFile, "PEM client certificate for mTLS")
+	fs.StringVar(&c.KeyFile, "key-file", c.KeyFile, "PEM client key for mTLS")
+	fs.DurationVar(&c.Timeout, "timeout", c.Timeout, "how long to wait for the broker and the agent's reply")
+	fs.DurationVar(&c.RetainedWait, "retained-wait", c.RetainedWait, "how long status waits for retained topics that may not exist")
+}
+
+// registerOutput adds -o/--output with the formats a subcommand supports.
+func (c *globalConfig) registerOutput(fs *flag.FlagSet, formats string) {
+	usage := "output format: " + formats
+	fs.StringVar(&c.Output, "o", c.Output, usage)
+	fs.StringVar(&c.Output, "output", c.Output, usage)
+}
+
+// checkOutput rejects an output format the subcommand does not know.
+func (c *globalConfig) checkOutput(allowed ...string) error {
+	if c.Output == "" {
+		return nil
+	}
+	for _, a := range allowed {
+		if c.Output == a {
+			return nil
+		}
+	}
+	return usageError{fmt.Errorf("unknown output format %q (want one of: %s)", c.Output, strings.Join(allowed, ", "))}
+}
+
+// resolve validates the configuration and loads the password file.
+func (c *globalConfig) resolve() error {
+	if c.Node == "" {
+		return usageError{errors.New("no node given: use --node NAME or set " + envNode)}
+	}
+	scheme := topic.Scheme{Prefix: c.Prefix, Node: c.Node}
+	if err := scheme.Validate(); err != nil {
+		return usageError{err}
+	}
+	if err := session.ValidateBrokerURL(c.Broker); err != nil {
+		return usageError{err}
+	}
+	if c.Timeout <= 0 {
+		return usageError{fmt.Errorf("--timeout %v must be positive", c.Timeout)}
+	}
+	if c.PasswordFile != "" {
+		data, err := os.ReadFile(c.PasswordFile)
+		if err != nil {
+			return fmt.Errorf("reading password file: %w", err)
+		}
+		first, _, _ := strings.Cut(string(data), "\n")
+		c.password = strings.TrimRight(first, "\r")
+		if c.password == "" {
+			return fmt.Errorf("password file %s is empty", c.PasswordFile)
+		}
+	}
+	return nil
+}
+
+// scheme is the topic scheme of the commanded node.
+func (c *globalConfig) scheme() topic.Scheme {
+	return topic.Scheme{Prefix: c.Prefix, Node: c.Node}
+}
+
+// usageError marks an error caused by the command line (exit code 2).
+type usageError struct{ err error }
+
+func (e usageError) Error() string { return e.err.Error() }
+func (e usageError) Unwrap() error { return e.err }

@@ -1,0 +1,141 @@
+package main
+
+import (
+	"context"
+	"encoding/json"
+	"flag"
+	"fmt"
+	"strings"
+
+	v1 "k8s.io/api/core/v1"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+
+	"github.com/mqlet/mqlet/agent/reply"
+)
+
+// getResult mirrors the agent's get result (agent/intake.GetResult),
+// declared here so the CLI does not link the agent.
+type getResult struct {
+	Pods       []v1.Pod       `json:"pods"`
+	ConfigMaps []v1.ConfigMap `json:"configMaps"`
+	Secrets    []v1.Secret    `json:"secrets"`
+}
+
+// getArgs is the get request payload.
+type getArgs struct {
+	Kind      string `json:"kind,omitempty"`
+	Namespace string `json:"namespace,omitempty"`
+	Name      string `json:"name,omitempty"`
+}
+
+func namespaceFlag(fs *flag.FlagSet) *string {
+	ns := fs.String("n", "", "namespace (default: all for get, default for delete)")
+	fs.StringVar(ns, "namespace", "", "same as -n")
+	return ns
+}
+
+// canonicalKind maps the kubectl spellings to the agent's kinds.
+func canonicalKind(s string) (string, bool) {
+	switch strings.ToLower(s) {
+	case "pod", "pods", "po":
+		return "Pod", true
+	case "configmap", "configmaps", "cm":
+		return "ConfigMap", true
+	case "secret", "secrets":
+		return "Secret", true
+	}
+	return "", false
+}
+
+func runGet(ctx context.Context, cfg *globalConfig, args []string, e env) error {
+	fs := newFlagSet("get", cfg, e.stderr)
+	ns := namespaceFlag(fs)
+	cfg.registerOutput(fs, "json, yaml or wide (default: table)")
+	pos, err := parseInterleaved(fs, args)
+	if err != nil {
+		return err
+	}
+	if err := cfg.checkOutput("json", "yaml", "wide"); err != nil {
+		return err
+	}
+	var req getArgs
+	switch len(pos) {
+	case 0:
+		return usageError{fmt.Errorf("get: what? (pods, configmaps, secrets or all)")}
+	case 1, 2:
+		if strings.ToLower(pos[0]) != "all" {
+			kind, ok := canonicalKind(pos[0])
+			if !ok {
+				return usageError{fmt.Errorf("get: unknown kind %q (pods, configmaps, secrets, all)", pos[0])}
+			}
+			req.Kind = kind
+		}
+		if len(pos) == 2 {
+			if req.Kind == "" {
+				return usageError{fmt.Errorf("get all takes no name")}
+			}
+			req.Name = pos[1]
+		}
+	default:
+		return usageError{fmt.Errorf("get: too many arguments %q (want KIND [NAME])", pos)}
+	}
+	req.Namespace = *ns
+	if err := cfg.resolve(); err != nil {
+		return err
+	}
+	payload, _ := json.Marshal(req) // three strings always encode
+	res, err := requestGet(ctx, cfg, payload, e)
+	if err != nil {
+		return err
+	}
+	p := printer{w: e.stdout, now: e.now, wide: cfg.Output == "wide", showNamespace: *ns == ""}
+	switch cfg.Output {
+	case "json", "yaml":
+		return printObjects(e.stdout, cfg.Output, res.objects(req.Name != ""))
+	}
+	return p.printGet(res, req.Kind)
+}
+
+// requestGet sends a get and decodes the succeeded reply's result. A
+// failed reply is printed and reported.
+func requestGet(ctx context.Context, cfg *globalConfig, payload []byte, e env) (*getResult, error) {
+	ctx, cancel := context.WithTimeout(ctx, cfg.Timeout)
+	defer cancel()
+	c, err := dial(ctx, cfg)
+	if err != nil {
+		return nil, err
+	}
+	defer c.close()
+	var final wireReply
+	if _, err := c.request(ctx, "get", payload, func(r wireReply) bool { final = r; return false }); err != nil {
+		return nil, err
+	}
+	if final.Phase == reply.Failed {
+		printReply(e, final)
+		return nil, errReported
+	}
+	var res getResult
+	if err := json.Unmarshal(final.Result, &res); err != nil {
+		return nil, fmt.Errorf("decoding the result of get %s: %w", final.RequestID, err)
+	}
+	return &res, nil
+}
+
+// objects returns the result as Kubernetes objects: the one object when a
+// single name was asked for, else a v1 List.
+func (r *getResult) objects(single bool) any {
+	items := make([]any, 0, len(r.Pods)+len(r.ConfigMaps)+len(r.Secrets))
+	for i := range r.Pods {
+		items = append(items, &r.Pods[i])
+	}
+	for i := range r.ConfigMaps {
+		items = append(items, &r.ConfigMaps[i])
+	}
+	for i := range r.Secrets {
+		items = append(items, &r.Secrets[i])
+	}
+	if single && len(items) == 1 {
+		return items[0]
+	}
+	return map[string]any{"apiVersion": "v1", "kind": "List", "metadata": metav1.ListMeta{}, "items": items}
+}
