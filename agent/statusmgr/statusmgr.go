@@ -77,6 +77,7 @@ func (m *Manager) Set(pod *v1.Pod, status v1.PodStatus) error {
 	m.pods[key] = entry{pod: full, payload: payload}
 	m.published++
 	m.mu.Unlock()
+	m.log.Debug().Str("pod", key).Str("phase", string(status.Phase)).Msg("pod status changed")
 	return m.put(pod.Namespace, pod.Name, payload)
 }
 

@@ -219,6 +219,7 @@ type Client struct {
 	c       paho.Client
 	mu      sync.Mutex
 	msgs    []Msg
+	filters []string
 	changed chan struct{}
 }
 
@@ -230,9 +231,13 @@ func Connect(t testing.TB, broker string) *Client {
 		SetCleanSession(true).SetAutoReconnect(true).SetConnectRetry(true).SetMaxReconnectInterval(time.Second).
 		SetOrderMatters(true)
 	opts.SetOnConnectHandler(func(c paho.Client) {
-		// resubscribe everything after a broker restart
+		// a clean session loses its subscriptions with the broker: take them again
 		cl.mu.Lock()
-		defer cl.mu.Unlock()
+		filters := append([]string(nil), cl.filters...)
+		cl.mu.Unlock()
+		for _, f := range filters {
+			c.Subscribe(f, 1, cl.record)
+		}
 	})
 	opts.SetDefaultPublishHandler(cl.record)
 	cl.c = paho.NewClient(opts)
@@ -255,6 +260,9 @@ func (c *Client) record(_ paho.Client, m paho.Message) {
 // Subscribe subscribes at QoS 1 and records what arrives.
 func (c *Client) Subscribe(filters ...string) {
 	c.t.Helper()
+	c.mu.Lock()
+	c.filters = append(c.filters, filters...)
+	c.mu.Unlock()
 	for _, f := range filters {
 		tok := c.c.Subscribe(f, 1, c.record)
 		if !tok.WaitTimeout(10*time.Second) || tok.Error() != nil {
