@@ -20,7 +20,7 @@ func TestBrokerOutageLosesNothing(t *testing.T) {
 	b := mosquitto.Start(t)
 	const node, ns = "gw-outage", "outage"
 	op := Connect(t, b.URL())
-	op.Subscribe(prefix+"/"+node+"/#")
+	op.Subscribe(prefix + "/" + node + "/#")
 	a := StartAgent(t, AgentOpts{Node: node, Broker: b.URL(), CRI: endpoint, Config: "runtime:\n  plegPeriod: 300ms\nmqtt:\n  reconnectMax: 2s\n"})
 	op.WaitState(0, node, "online", 10*time.Second)
 
