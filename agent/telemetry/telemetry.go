@@ -1,0 +1,167 @@
+package telemetry
+
+import (
+	"context"
+	"fmt"
+	"sync"
+	"time"
+
+	"github.com/rs/zerolog"
+	"k8s.io/apimachinery/pkg/api/resource"
+
+	"github.com/mqlet/mqlet/agent/nodestatus"
+	"github.com/mqlet/mqlet/metrics"
+	"github.com/mqlet/mqlet/mqtt/topic"
+)
+
+// Config is what Telemetry needs from mqlet's configuration.
+type Config struct {
+	Topics          topic.Scheme
+	Version         string
+	StateDir        string
+	CgroupRoot      string
+	RuntimeEndpoint string
+	// MetricsInterval 0 turns metrics off: no collector is created.
+	MetricsInterval    time.Duration
+	NodeStatusInterval time.Duration
+	// MemoryAvailable ("100Mi"), DiskAvailablePct and PIDAvailablePct are
+	// the pressure thresholds, as in the configuration file.
+	MemoryAvailable  string
+	DiskAvailablePct int
+	PIDAvailablePct  int
+	MaxPods          int
+}
+
+// Runtime is what telemetry needs of the runtime manager.
+type Runtime interface {
+	RuntimeState
+	PodSource
+}
+
+// Collector is the metrics collector as telemetry uses it.
+type Collector interface {
+	SummarySource
+	MachineSource
+	Close() error
+}
+
+// NewCollectorFunc creates the metrics collector.
+type NewCollectorFunc func(ctx context.Context, opts metrics.Options, log zerolog.Logger) (Collector, error)
+
+// Deps are the parts telemetry reads from and publishes to.
+type Deps struct {
+	Runtime  Runtime
+	Out      Publisher
+	Events   NodeEventRecorder // may be nil
+	Counters CounterSource     // may be nil
+	// NewCollector defaults to metrics.New; it is only called when metrics are on.
+	NewCollector NewCollectorFunc
+	// Host and MemoryAvailable override the node's host readers (tests).
+	Host            HostReader
+	MemoryAvailable MemoryAvailableReader
+}
+
+// Telemetry runs the node reporter and, when metrics are on, the metrics
+// reporter; it owns the collector.
+type Telemetry struct {
+	node      *NodeReporter
+	metrics   *MetricsReporter // nil when metrics are off
+	collector Collector        // nil when metrics are off
+	log       zerolog.Logger
+}
+
+func newMetricsCollector(ctx context.Context, opts metrics.Options, log zerolog.Logger) (Collector, error) {
+	return metrics.New(ctx, opts, log)
+}
+
+// New builds the reporters. The collector is created only when
+// cfg.MetricsInterval > 0; otherwise MachineInfo is read without it.
+func New(ctx context.Context, cfg Config, deps Deps, log zerolog.Logger) (*Telemetry, error) {
+	thresholds, err := thresholdsFrom(cfg)
+	if err != nil {
+		return nil, err
+	}
+	builder, err := nodestatus.NewBuilder(nodestatus.Options{NodeName: cfg.Topics.Node, Version: cfg.Version, Thresholds: thresholds})
+	if err != nil {
+		return nil, fmt.Errorf("setting up node telemetry: %w", err)
+	}
+	t := &Telemetry{log: log}
+	var machine MachineSource
+	if cfg.MetricsInterval > 0 {
+		newCollector := deps.NewCollector
+		if newCollector == nil {
+			newCollector = newMetricsCollector
+		}
+		t.collector, err = newCollector(ctx, metrics.Options{
+			NodeName:     cfg.Topics.Node,
+			CgroupRoot:   cfg.CgroupRoot,
+			StateDir:     cfg.StateDir,
+			GaugeMetrics: GaugeCounters(),
+		}, log.With().Str("component", "metrics").Logger())
+		if err != nil {
+			return nil, fmt.Errorf("setting up metrics: %w", err)
+		}
+		machine = t.collector
+		t.metrics = NewMetricsReporter(MetricsOptions{Topics: cfg.Topics, Interval: cfg.MetricsInterval},
+			t.collector, deps.Runtime, deps.Counters, deps.Out, log.With().Str("component", "metrics").Logger())
+	} else {
+		hm, err := NewHostMachine()
+		if err != nil {
+			return nil, fmt.Errorf("setting up node telemetry: %w", err)
+		}
+		machine = hm
+	}
+	host := deps.Host
+	if host == nil {
+		host = func() (nodestatus.HostInputs, error) {
+			return nodestatus.ReadHostInputs(nodestatus.HostConfig{StateDir: cfg.StateDir})
+		}
+	}
+	t.node = NewNodeReporter(NodeOptions{Topics: cfg.Topics, Interval: cfg.NodeStatusInterval, MaxPods: cfg.MaxPods, RuntimeEndpoint: cfg.RuntimeEndpoint},
+		builder, NodeSources{Machine: machine, Runtime: deps.Runtime, Host: host, MemoryAvailable: deps.MemoryAvailable},
+		deps.Out, deps.Events, log.With().Str("component", "nodestatus").Logger())
+	return t, nil
+}
+
+// MetricsEnabled reports whether a collector was created.
+func (t *Telemetry) MetricsEnabled() bool { return t.metrics != nil }
+
+// Run runs the reporters until ctx ends, then closes the collector.
+func (t *Telemetry) Run(ctx context.Context) error {
+	var wg sync.WaitGroup
+	run := func(name string, f func(context.Context) error) {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			if err := f(ctx); err != nil {
+				t.log.Error().Err(err).Str("reporter", name).Msg("telemetry reporter stopped")
+			}
+		}()
+	}
+	run("node", t.node.Run)
+	if t.metrics != nil {
+		run("metrics", t.metrics.Run)
+	}
+	wg.Wait()
+	if t.collector != nil {
+		if err := t.collector.Close(); err != nil {
+			return fmt.Errorf("closing the metrics collector: %w", err)
+		}
+	}
+	return nil
+}
+
+func thresholdsFrom(cfg Config) (nodestatus.Thresholds, error) {
+	th := nodestatus.Thresholds{
+		DiskAvailablePercent: float64(cfg.DiskAvailablePct),
+		PIDAvailablePercent:  float64(cfg.PIDAvailablePct),
+	}
+	if cfg.MemoryAvailable != "" {
+		q, err := resource.ParseQuantity(cfg.MemoryAvailable)
+		if err != nil {
+			return th, fmt.Errorf("parsing the memory-available threshold %q: %w", cfg.MemoryAvailable, err)
+		}
+		th.MemoryAvailable = q
+	}
+	return th, nil
+}
