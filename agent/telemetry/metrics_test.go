@@ -40,7 +40,9 @@ func (c *fakeCollector) Summary(_ context.Context, pods []metrics.PodInfo, extra
 	return s, nil
 }
 
-func (c *fakeCollector) MachineInfo() (*cadvisorapi.MachineInfo, error) { return fakeMachine{}.MachineInfo() }
+func (c *fakeCollector) MachineInfo() (*cadvisorapi.MachineInfo, error) {
+	return fakeMachine{}.MachineInfo()
+}
 
 func (c *fakeCollector) Close() error {
 	c.mu.Lock()
@@ -165,7 +167,10 @@ func TestTelemetryRunsBothAndClosesTheCollector(t *testing.T) {
 	var gotOpts metrics.Options
 	tel, err := New(context.Background(), Config{Topics: testTopics, MetricsInterval: 10 * time.Millisecond, NodeStatusInterval: time.Hour, StateDir: "/var/lib/mqlet-test", CgroupRoot: "/mqlet-x", MemoryAvailable: "64Mi"},
 		Deps{Runtime: runtimeWithPods(), Out: out, Host: fakeHost, MemoryAvailable: newMemoryGauge(plentyOfMemory).read,
-			NewCollector: func(_ context.Context, opts metrics.Options, _ zerolog.Logger) (Collector, error) { gotOpts = opts; return col, nil }},
+			NewCollector: func(_ context.Context, opts metrics.Options, _ zerolog.Logger) (Collector, error) {
+				gotOpts = opts
+				return col, nil
+			}},
 		zerolog.Nop())
 	if err != nil {
 		t.Fatal(err)
