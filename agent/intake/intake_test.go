@@ -1,0 +1,246 @@
+package intake
+
+import (
+	"encoding/json"
+	"path/filepath"
+	"strings"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/rs/zerolog"
+	v1 "k8s.io/api/core/v1"
+
+	"github.com/mqlet/mqlet/agent/pending"
+	"github.com/mqlet/mqlet/agent/reply"
+	"github.com/mqlet/mqlet/agent/store"
+	"github.com/mqlet/mqlet/agent/validate"
+	"github.com/mqlet/mqlet/mqtt/topic"
+)
+
+type fakeSender struct {
+	mu      sync.Mutex
+	replies []reply.Reply
+	resent  []string
+	st      *store.Store
+}
+
+func (f *fakeSender) Send(r reply.Reply) error {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	f.replies = append(f.replies, r)
+	b, _ := json.Marshal(r)
+	return f.st.RecordReply(r.RequestID, b, time.Now())
+}
+
+func (f *fakeSender) Resend(id string, _ []byte) error {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	f.resent = append(f.resent, id)
+	return nil
+}
+
+func (f *fakeSender) phases(id string) []string {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	var out []string
+	for _, r := range f.replies {
+		if r.RequestID == id {
+			out = append(out, r.Phase)
+		}
+	}
+	return out
+}
+
+func (f *fakeSender) last(id string) reply.Reply {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	var last reply.Reply
+	for _, r := range f.replies {
+		if r.RequestID == id {
+			last = r
+		}
+	}
+	return last
+}
+
+type fakeTracker struct{ added map[string]map[string]pending.Want }
+
+func (f *fakeTracker) Add(id, _ string, want map[string]pending.Want, _ time.Time) { f.added[id] = want }
+
+type fakeScheduler struct {
+	keys    []string
+	deletes map[string]*int64
+}
+
+func (f *fakeScheduler) Enqueue(key string) { f.keys = append(f.keys, key) }
+func (f *fakeScheduler) EnqueueDelete(key string, grace *int64) {
+	f.keys = append(f.keys, key)
+	f.deletes[key] = grace
+}
+
+type fakeEvents struct{ reasons []string }
+
+func (f *fakeEvents) Event(_ *v1.Pod, _, reason, _ string) { f.reasons = append(f.reasons, reason) }
+func (f *fakeEvents) ObjectEvent(_ v1.ObjectReference, _, reason, _ string) {
+	f.reasons = append(f.reasons, reason)
+}
+
+type noStatus struct{}
+
+func (noStatus) Get(string, string) (*v1.Pod, bool) { return nil, false }
+
+type rig struct {
+	in     *Intake
+	st     *store.Store
+	sender *fakeSender
+	track  *fakeTracker
+	sched  *fakeScheduler
+	events *fakeEvents
+}
+
+func newRig(t *testing.T) *rig {
+	st, err := store.Open(filepath.Join(t.TempDir(), "state.db"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { st.Close() })
+	r := &rig{st: st, sender: &fakeSender{st: st}, track: &fakeTracker{added: map[string]map[string]pending.Want{}},
+		sched: &fakeScheduler{deletes: map[string]*int64{}}, events: &fakeEvents{}}
+	r.in = New(Options{Topics: topic.Scheme{Prefix: "mqlet/v1", Node: "n1"}, MaxPayloadBytes: 4096, Policy: validate.Policy{}, ApplyDeadline: time.Minute},
+		st, r.sender, r.track, r.sched, r.events, noStatus{}, zerolog.Nop())
+	return r
+}
+
+const webPod = `apiVersion: v1
+kind: Pod
+metadata: {name: web}
+spec:
+  containers:
+  - {name: c, image: busybox:1}
+`
+
+func TestApplyStoresAcceptsAndSchedules(t *testing.T) {
+	r := newRig(t)
+	r.in.Handle("mqlet/v1/n1/cmd/apply/a1", []byte(webPod))
+	if got := r.sender.phases("a1"); strings.Join(got, ",") != "accepted,in_progress" {
+		t.Fatalf("phases %v", got)
+	}
+	pod, err := r.st.Pod("default", "web")
+	if err != nil {
+		t.Fatalf("pod not stored before accepted: %v", err)
+	}
+	if pod.Spec.RestartPolicy != v1.RestartPolicyAlways || pod.Generation != 1 {
+		t.Fatalf("stored pod not defaulted: %+v", pod.Spec.RestartPolicy)
+	}
+	if len(r.sched.keys) != 1 || r.sched.keys[0] != "default/web" {
+		t.Fatalf("scheduled %v", r.sched.keys)
+	}
+	if w := r.track.added["a1"]["default/web"]; w.Generation != 1 || w.Gone {
+		t.Fatalf("tracker want %+v", w)
+	}
+	if len(r.events.reasons) != 1 || r.events.reasons[0] != "Scheduled" {
+		t.Fatalf("events %v", r.events.reasons)
+	}
+}
+
+func TestRedeliveryIsAnsweredNotExecuted(t *testing.T) {
+	r := newRig(t)
+	r.in.Handle("mqlet/v1/n1/cmd/apply/a1", []byte(webPod))
+	r.in.Handle("mqlet/v1/n1/cmd/apply/a1", []byte(webPod))
+	if len(r.sender.resent) != 1 || len(r.sched.keys) != 1 {
+		t.Fatalf("redelivery re-executed: resent=%v scheduled=%v", r.sender.resent, r.sched.keys)
+	}
+	// Without an id the same topic+payload derives the same id.
+	r.in.Handle("mqlet/v1/n1/cmd/get", []byte(`{}`))
+	r.in.Handle("mqlet/v1/n1/cmd/get", []byte(`{}`))
+	if len(r.sender.resent) != 2 {
+		t.Fatalf("derived id not stable: resent=%v", r.sender.resent)
+	}
+}
+
+func TestBadCommandsFailAndStoreNothing(t *testing.T) {
+	cases := map[string]struct {
+		topic, payload, want string
+	}{
+		"malformed":    {"apply/b1", "kind: Pod\nmetadata: [", "decoding manifest"},
+		"invalid name": {"apply/b2", strings.Replace(webPod, "name: web", "name: Web", 1), "metadata.name"},
+		"privileged":   {"apply/b3", "apiVersion: v1\nkind: Pod\nmetadata: {name: p}\nspec:\n  containers:\n  - name: c\n    image: i\n    securityContext: {privileged: true}\n", "privileged"},
+		"oversized":    {"apply/b4", strings.Repeat("x", 5000), "exceeds the limit of 4096 bytes"},
+		"bad id":       {"apply/a+b", webPod, "bad command topic"},
+		"unsupported":  {"logs/b5", `{}`, "not supported yet"},
+		"unknown verb": {"dance/b6", `{}`, "unknown verb"},
+		"missing":      {"delete/b7", `{"kind":"Pod","name":"nope"}`, "not found"},
+		"bad get":      {"get/b8", `{"kind":"Deployment"}`, "unknown kind"},
+	}
+	for name, c := range cases {
+		t.Run(name, func(t *testing.T) {
+			r := newRig(t)
+			r.in.Handle("mqlet/v1/n1/cmd/"+c.topic, []byte(c.payload))
+			var last reply.Reply
+			for _, rep := range r.sender.replies {
+				last = rep
+			}
+			if last.Phase != reply.Failed || !strings.Contains(last.Message, c.want) {
+				t.Fatalf("want failed naming %q, got %+v", c.want, last)
+			}
+			if pods, _ := r.st.ListPods(); len(pods) != 0 {
+				t.Fatal("a failed command stored a pod")
+			}
+		})
+	}
+}
+
+func TestOneInvalidObjectRejectsTheWholeApply(t *testing.T) {
+	r := newRig(t)
+	list := `{"apiVersion":"v1","kind":"List","items":[
+	 {"apiVersion":"v1","kind":"Pod","metadata":{"name":"ok"},"spec":{"containers":[{"name":"c","image":"i"}]}},
+	 {"apiVersion":"v1","kind":"Pod","metadata":{"name":"bad"},"spec":{"hostNetwork":true,"containers":[{"name":"c","image":"i"}]}}]}`
+	r.in.Handle("mqlet/v1/n1/cmd/apply/l1", []byte(list))
+	last := r.sender.last("l1")
+	if last.Phase != reply.Failed || !strings.Contains(last.Message, "hostNetwork") || len(last.Errors) != 1 {
+		t.Fatalf("reply %+v", last)
+	}
+	if pods, _ := r.st.ListPods(); len(pods) != 0 {
+		t.Fatal("partial apply stored")
+	}
+}
+
+func TestDeleteAndSyncSchedulePods(t *testing.T) {
+	r := newRig(t)
+	r.in.Handle("mqlet/v1/n1/cmd/apply/a1", []byte(webPod))
+	r.in.Handle("mqlet/v1/n1/cmd/delete/d1", []byte(`{"kind":"Pod","name":"web","gracePeriodSeconds":3}`))
+	if r.sender.last("d1").Phase != reply.Accepted {
+		t.Fatalf("delete reply %+v", r.sender.last("d1"))
+	}
+	if g := r.sched.deletes["default/web"]; g == nil || *g != 3 {
+		t.Fatalf("grace period not passed: %v", g)
+	}
+	if !r.track.added["d1"]["default/web"].Gone {
+		t.Fatal("delete must wait for the pod to be gone")
+	}
+	r.in.Handle("mqlet/v1/n1/cmd/apply/a2", []byte(webPod))
+	r.in.Handle("mqlet/v1/n1/cmd/sync/s1", []byte(`{"apiVersion":"v1","kind":"List","items":[]}`))
+	if r.sender.last("s1").Phase != reply.InProgress || !r.track.added["s1"]["default/web"].Gone {
+		t.Fatalf("sync to empty: %+v %+v", r.sender.last("s1"), r.track.added["s1"])
+	}
+	if pods, _ := r.st.ListPods(); len(pods) != 0 {
+		t.Fatal("sync left pods")
+	}
+}
+
+func TestGetNeverShowsSecretValues(t *testing.T) {
+	r := newRig(t)
+	r.in.Handle("mqlet/v1/n1/cmd/apply/s1", []byte(`{"apiVersion":"v1","kind":"Secret","metadata":{"name":"db"},"stringData":{"password":"sekrit-value"}}`))
+	r.in.Handle("mqlet/v1/n1/cmd/get/g1", []byte(`{"kind":"Secret"}`))
+	for _, rep := range r.sender.replies {
+		b, _ := json.Marshal(rep)
+		if strings.Contains(string(b), "sekrit") || strings.Contains(string(b), "c2Vrcml0") {
+			t.Fatalf("secret value in reply %s", b)
+		}
+	}
+	res, ok := r.sender.last("g1").Result.(GetResult)
+	if !ok || len(res.Secrets) != 1 {
+		t.Fatalf("get result %+v", r.sender.last("g1"))
+	}
+}
