@@ -64,9 +64,13 @@ func (f *fakeSender) last(id string) reply.Reply {
 	return last
 }
 
-type fakeTracker struct{ added map[string]map[string]pending.Want }
+type fakeTracker struct {
+	added map[string]map[string]pending.Want
+}
 
-func (f *fakeTracker) Add(id, _ string, want map[string]pending.Want, _ time.Time) { f.added[id] = want }
+func (f *fakeTracker) Add(id, _ string, want map[string]pending.Want, _ time.Time) {
+	f.added[id] = want
+}
 
 type fakeScheduler struct {
 	keys    []string
