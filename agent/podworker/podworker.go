@@ -78,6 +78,7 @@ type Pool struct {
 
 	mu         sync.Mutex
 	graceFor   map[string]*int64 // grace period asked by a delete command
+	ownGrace   map[string]*int64 // the pod's own terminationGracePeriodSeconds, last synced
 	uids       map[string]string // key → uid last synced, to find a pod gone from the store
 	syncs      uint64
 	failures   uint64
@@ -94,7 +95,7 @@ func New(opts Options, rt Runtime, desired Desired, status StatusSink, observe O
 	return &Pool{
 		opts: opts, rt: rt, desired: desired, status: status, observe: observe, backoff: backoff, events: events, log: log,
 		queue:    workqueue.NewTypedRateLimitingQueueWithConfig(limiter, workqueue.TypedRateLimitingQueueConfig[string]{Name: "pods"}),
-		graceFor: map[string]*int64{}, uids: map[string]string{},
+		graceFor: map[string]*int64{}, ownGrace: map[string]*int64{}, uids: map[string]string{},
 	}
 }
 
@@ -208,6 +209,8 @@ func (p *Pool) syncKey(ctx context.Context, key string) (time.Duration, error) {
 	}
 	p.mu.Lock()
 	p.uids[key] = string(pod.UID)
+	// Kept because the spec is gone from the store by the time a deleted pod is killed.
+	p.ownGrace[key] = pod.Spec.TerminationGracePeriodSeconds
 	p.mu.Unlock()
 
 	rs, err := p.rt.GetPodStatus(ctx, string(pod.UID), pod.Name, pod.Namespace)
@@ -247,6 +250,9 @@ func (p *Pool) removePod(ctx context.Context, key, namespace, name, keepUID stri
 	}
 	p.mu.Lock()
 	grace := p.graceFor[key]
+	if grace == nil {
+		grace = p.ownGrace[key]
+	}
 	p.mu.Unlock()
 	for _, ref := range refs {
 		if ref.Namespace != namespace || ref.Name != name || ref.UID == keepUID {
@@ -263,6 +269,7 @@ func (p *Pool) removePod(ctx context.Context, key, namespace, name, keepUID stri
 	}
 	p.mu.Lock()
 	delete(p.graceFor, key)
+	delete(p.ownGrace, key)
 	delete(p.uids, key)
 	p.mu.Unlock()
 	if err := p.status.Remove(namespace, name); err != nil {
