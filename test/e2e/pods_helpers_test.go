@@ -1,0 +1,232 @@
+package e2e
+
+import (
+	"context"
+	"encoding/json"
+	"fmt"
+	"regexp"
+	"strconv"
+	"strings"
+	"sync/atomic"
+	"testing"
+	"time"
+
+	"github.com/go-logr/logr"
+	v1 "k8s.io/api/core/v1"
+	internalapi "k8s.io/cri-api/pkg/apis"
+	runtimeapi "k8s.io/cri-api/pkg/apis/runtime/v1"
+	criclient "k8s.io/cri-client/pkg"
+	"k8s.io/klog/v2"
+
+	"github.com/mqlet/mqlet/agent/reply"
+	"github.com/mqlet/mqlet/internal/testutil/mosquitto"
+)
+
+// Generous bounds: the test machine has 2 shared cores.
+const (
+	podReadyTimeout = 90 * time.Second
+	podGoneTimeout  = 60 * time.Second
+)
+
+var podEnvSeq atomic.Int64
+
+// podEnv is one mqlet on a real mosquitto and the test containerd, with a
+// node name and pod namespace of its own so tests never see each other's pods.
+type podEnv struct {
+	t        *testing.T
+	node, ns string
+	broker   *mosquitto.Broker
+	mq       *Client
+	cri      *CRI
+	rt       internalapi.RuntimeService // full CRI, for foreign pods and the final sweep
+	agent    *Agent
+	stateDir string
+	ids      atomic.Int64
+}
+
+// podTestConfig makes crash loops and relists fast enough to observe in a test.
+func podTestConfig(logDir, extra string) string {
+	return fmt.Sprintf(`runtime:
+  plegPeriod: 500ms
+  podLogDir: %s
+pods:
+  backoffBase: 1s
+  backoffMax: 4s
+telemetry:
+  metricsInterval: 0s
+%s`, logDir, extra)
+}
+
+var nonDNS = regexp.MustCompile(`[^a-z0-9-]+`)
+
+// newPodEnv starts mosquitto, a recording operator client and mqlet, and
+// waits until mqlet is online. extraConfig is appended to the test config.
+func newPodEnv(t *testing.T, extraConfig string) *podEnv {
+	t.Helper()
+	cri, endpoint := ConnectCRI(t)
+	ctx, cancel := criCtx()
+	defer cancel()
+	rt, err := criclient.NewRemoteRuntimeServiceBuilder().WithEndpoint(endpoint).WithConnectionTimeout(5 * time.Second).WithTracerProvider(nil).Build(ctx)
+	if err != nil {
+		t.Fatalf("connecting to CRI %s: %v", endpoint, err)
+	}
+	short := strings.Trim(nonDNS.ReplaceAllString(strings.ToLower(strings.TrimPrefix(t.Name(), "Test")), "-"), "-")
+	if len(short) > 30 {
+		short = short[:30]
+	}
+	suffix := strconv.FormatInt(time.Now().UnixNano()%1e9, 36) + strconv.FormatInt(podEnvSeq.Add(1), 36)
+	e := &podEnv{t: t, cri: cri, rt: rt, node: "e2e-" + short + "-" + suffix, ns: "e2e-" + short + "-" + suffix}
+	// Registered first, so it runs last: after mqlet stopped, nothing of this
+	// test's namespace may stay in containerd.
+	t.Cleanup(e.sweep)
+	e.broker = mosquitto.Start(t)
+	e.mq = Connect(t, e.broker.URL())
+	e.mq.Subscribe(prefix + "/" + e.node + "/#")
+	e.stateDir = t.TempDir()
+	mark := e.mq.Mark()
+	e.agent = StartAgent(t, AgentOpts{Node: e.node, Broker: e.broker.URL(), CRI: endpoint, StateDir: e.stateDir,
+		Config: podTestConfig(t.TempDir(), extraConfig)})
+	e.mq.WaitState(mark, e.node, "online", 30*time.Second)
+	return e
+}
+
+// nextID is a fresh request id.
+func (e *podEnv) nextID(verb string) string {
+	return fmt.Sprintf("%s-%d-%d", verb, time.Now().UnixNano()%1e6, e.ids.Add(1))
+}
+
+// apply sends an apply command and waits for the wanted final phase.
+func (e *podEnv) apply(payload []byte, phase string, timeout time.Duration) reply.Reply {
+	e.t.Helper()
+	id := e.nextID("apply")
+	e.mq.Command(e.node, "apply", id, payload)
+	return e.mq.WaitReply(e.node, id, phase, timeout)
+}
+
+// deletePod sends a delete command for pod name and waits for it to succeed.
+func (e *podEnv) deletePod(name string) reply.Reply {
+	e.t.Helper()
+	id := e.nextID("delete")
+	e.mq.Command(e.node, "delete", id, fmt.Appendf(nil, `{"kind":"Pod","namespace":%q,"name":%q}`, e.ns, name))
+	return e.mq.WaitReply(e.node, id, reply.Succeeded, podGoneTimeout)
+}
+
+// cleanupPods deletes the named pods through mqlet when the test ends
+// (before mqlet stops), and checks containerd let go of them.
+func (e *podEnv) cleanupPods(names ...string) {
+	e.t.Cleanup(func() {
+		if !e.agent.Running() {
+			return // the sweep removes them
+		}
+		for _, n := range names {
+			e.deletePod(n)
+		}
+		for _, n := range names {
+			Eventually(e.t, podGoneTimeout, "pod "+n+" gone from containerd", func() bool {
+				return len(e.cri.Containers(e.ns, n)) == 0 && len(e.cri.Sandboxes(e.ns, n)) == 0
+			})
+		}
+	})
+}
+
+// sweep removes whatever of this test's namespace is left in containerd.
+func (e *podEnv) sweep() {
+	ctx, cancel := context.WithTimeout(klog.NewContext(context.Background(), logr.Discard()), 60*time.Second)
+	defer cancel()
+	sbs, err := e.rt.ListPodSandbox(ctx, &runtimeapi.PodSandboxFilter{LabelSelector: map[string]string{"io.kubernetes.pod.namespace": e.ns}})
+	if err != nil {
+		e.t.Logf("sweep: listing sandboxes: %v", err)
+		return
+	}
+	for _, sb := range sbs {
+		if err := e.rt.StopPodSandbox(ctx, sb.Id); err != nil {
+			e.t.Logf("sweep: stopping sandbox %s: %v", sb.Id, err)
+		}
+		if err := e.rt.RemovePodSandbox(ctx, sb.Id); err != nil {
+			e.t.Logf("sweep: removing sandbox %s: %v", sb.Id, err)
+		}
+	}
+	_ = e.rt.Close(ctx)
+}
+
+// status returns the last pod status recorded for name: nil and true when
+// the retained topic was cleared, nil and false when none was seen.
+func (e *podEnv) status(name string) (*v1.Pod, bool) {
+	msgs := e.mq.Messages()
+	topic := e.podTopic(name)
+	for i := len(msgs) - 1; i >= 0; i-- {
+		if msgs[i].Topic != topic {
+			continue
+		}
+		if len(msgs[i].Payload) == 0 {
+			return nil, true
+		}
+		var p v1.Pod
+		if err := json.Unmarshal(msgs[i].Payload, &p); err != nil {
+			e.t.Fatalf("pod status on %s is not a v1.Pod: %v: %s", topic, err, msgs[i].Payload)
+		}
+		return &p, true
+	}
+	return nil, false
+}
+
+func (e *podEnv) podTopic(name string) string {
+	return prefix + "/" + e.node + "/pods/" + e.ns + "/" + name
+}
+
+// waitStatus waits until the latest status of pod name satisfies cond.
+func (e *podEnv) waitStatus(name string, timeout time.Duration, what string, cond func(*v1.Pod) bool) *v1.Pod {
+	e.t.Helper()
+	var got *v1.Pod
+	Eventually(e.t, timeout, name+" "+what, func() bool {
+		p, ok := e.status(name)
+		if ok && p != nil && cond(p) {
+			got = p
+			return true
+		}
+		return false
+	})
+	return got
+}
+
+// containerStatus returns the status of container c in pod p.
+func containerStatus(p *v1.Pod, c string, init bool) (v1.ContainerStatus, bool) {
+	list := p.Status.ContainerStatuses
+	if init {
+		list = p.Status.InitContainerStatuses
+	}
+	for _, cs := range list {
+		if cs.Name == c {
+			return cs, true
+		}
+	}
+	return v1.ContainerStatus{}, false
+}
+
+// runningIDs returns the ids of the running containers of pod name, sorted by name.
+func (e *podEnv) runningIDs(name string) map[string]string {
+	out := map[string]string{}
+	for _, c := range e.cri.Running(e.ns, name) {
+		out[c.GetMetadata().GetName()] = c.Id
+	}
+	return out
+}
+
+// sandboxIDs returns the ids of every sandbox of pod name (any state).
+func (e *podEnv) sandboxIDs(name string) []string {
+	var ids []string
+	for _, sb := range e.cri.Sandboxes(e.ns, name) {
+		ids = append(ids, sb.Id)
+	}
+	return ids
+}
+
+// pod is a busybox pod of this env's namespace.
+func (e *podEnv) pod(name, restartPolicy, cmd string) []byte {
+	return podYAML(name, e.ns, restartPolicy, cmd)
+}
+
+func dump(v any) string {
+	b, _ := json.Marshal(v)
+	return string(b)
+}
