@@ -1,4 +1,5 @@
 # mqlet — see README.md. Every target runs as root on Debian 12.
+export PATH := /usr/local/go/bin:$(PATH)
 GO      ?= go
 VERSION ?= $(shell git describe --tags --always --dirty 2>/dev/null || echo dev)
 LDFLAGS := -X github.com/mqlet/mqlet/internal/version.Version=$(VERSION)
