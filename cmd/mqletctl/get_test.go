@@ -1,0 +1,155 @@
+package main
+
+import (
+	"encoding/json"
+	"strings"
+	"testing"
+	"time"
+
+	v1 "k8s.io/api/core/v1"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"sigs.k8s.io/yaml"
+
+	"github.com/mqlet/mqlet/mqtt/broker"
+)
+
+func ago(d time.Duration) metav1.Time { return metav1.NewTime(testNow.Add(-d)) }
+
+// cannedPods: one running, one crash-looping with restarts, one pending.
+func cannedPods() []v1.Pod {
+	running := v1.Pod{
+		ObjectMeta: metav1.ObjectMeta{Name: "web", Namespace: "default", CreationTimestamp: ago(3 * time.Hour)},
+		Spec:       v1.PodSpec{NodeName: "n1", Containers: []v1.Container{{Name: "web"}, {Name: "log"}}},
+		Status: v1.PodStatus{Phase: v1.PodRunning, PodIP: "10.88.0.5", ContainerStatuses: []v1.ContainerStatus{
+			{Name: "web", Ready: true, State: v1.ContainerState{Running: &v1.ContainerStateRunning{}}},
+			{Name: "log", Ready: true, State: v1.ContainerState{Running: &v1.ContainerStateRunning{}}},
+		}},
+	}
+	crashing := v1.Pod{
+		ObjectMeta: metav1.ObjectMeta{Name: "crasher", Namespace: "edge", CreationTimestamp: ago(25 * time.Minute)},
+		Spec:       v1.PodSpec{Containers: []v1.Container{{Name: "app"}}},
+		Status: v1.PodStatus{Phase: v1.PodRunning, ContainerStatuses: []v1.ContainerStatus{{
+			Name: "app", RestartCount: 7,
+			State:                v1.ContainerState{Waiting: &v1.ContainerStateWaiting{Reason: "CrashLoopBackOff"}},
+			LastTerminationState: v1.ContainerState{Terminated: &v1.ContainerStateTerminated{ExitCode: 1, Reason: "Error", FinishedAt: ago(42 * time.Second)}},
+		}}},
+	}
+	pending := v1.Pod{
+		ObjectMeta: metav1.ObjectMeta{Name: "new", Namespace: "default", CreationTimestamp: ago(5 * time.Second)},
+		Spec:       v1.PodSpec{Containers: []v1.Container{{Name: "a"}}},
+		Status:     v1.PodStatus{Phase: v1.PodPending},
+	}
+	return []v1.Pod{running, crashing, pending}
+}
+
+func getAgent(t *testing.T, url string, res getResult) *fakeAgent {
+	return startFakeAgent(t, url, func(r received) []fakeReply {
+		return []fakeReply{{Phase: "succeeded", Message: "canned", Result: res}}
+	})
+}
+
+func TestGetPodsTable(t *testing.T) {
+	url := startBroker(t, broker.Options{})
+	agent := getAgent(t, url, getResult{Pods: cannedPods()})
+	res := runCLI(t, url, "", "get", "pods")
+	if res.code != 0 {
+		t.Fatalf("get pods: %v", res)
+	}
+	want := "" +
+		"NAMESPACE   NAME      READY   STATUS             RESTARTS      AGE\n" +
+		"default     new       0/1     Pending            0             5s\n" +
+		"default     web       2/2     Running            0             3h\n" +
+		"edge        crasher   0/1     CrashLoopBackOff   7 (42s ago)   25m\n"
+	if res.stdout != want {
+		t.Errorf("table:\n%s\nwant:\n%s", res.stdout, want)
+	}
+	var args getArgs
+	if err := json.Unmarshal(agent.only(t).Payload, &args); err != nil || args != (getArgs{Kind: "Pod"}) {
+		t.Errorf("get request = %+v (%v), want kind Pod only", args, err)
+	}
+}
+
+func TestGetPodsInNamespaceWide(t *testing.T) {
+	url := startBroker(t, broker.Options{})
+	agent := getAgent(t, url, getResult{Pods: cannedPods()[:1]})
+	res := runCLI(t, url, "", "get", "pods", "web", "-n", "default", "-o", "wide")
+	want := "" +
+		"NAME   READY   STATUS    RESTARTS   AGE   IP          NODE\n" +
+		"web    2/2     Running   0          3h    10.88.0.5   n1\n"
+	if res.code != 0 || res.stdout != want {
+		t.Fatalf("get -o wide:\n%v\nwant stdout:\n%s", res, want)
+	}
+	var args getArgs
+	if err := json.Unmarshal(agent.only(t).Payload, &args); err != nil || args != (getArgs{Kind: "Pod", Namespace: "default", Name: "web"}) {
+		t.Errorf("get request = %+v (%v)", args, err)
+	}
+}
+
+func TestGetConfigMapsAndSecrets(t *testing.T) {
+	url := startBroker(t, broker.Options{})
+	getAgent(t, url, getResult{
+		ConfigMaps: []v1.ConfigMap{{ObjectMeta: metav1.ObjectMeta{Name: "cfg", Namespace: "default", CreationTimestamp: ago(48 * time.Hour)}, Data: map[string]string{"a": "1", "b": "2"}}},
+		Secrets:    []v1.Secret{{ObjectMeta: metav1.ObjectMeta{Name: "creds", Namespace: "default", CreationTimestamp: ago(time.Minute)}, Data: map[string][]byte{"pw": []byte("<redacted: 6 bytes>")}}},
+	})
+	res := runCLI(t, url, "", "get", "all", "-n", "default")
+	want := "" +
+		"NAME   DATA   AGE\n" +
+		"cfg    2      2d\n" +
+		"\n" +
+		"NAME    TYPE     DATA   AGE\n" +
+		"creds   Opaque   1      60s\n"
+	if res.code != 0 || res.stdout != want {
+		t.Fatalf("get all:\n%v\nwant stdout:\n%s", res, want)
+	}
+}
+
+func TestGetEmpty(t *testing.T) {
+	url := startBroker(t, broker.Options{})
+	getAgent(t, url, getResult{})
+	res := runCLI(t, url, "", "get", "all")
+	if res.code != 0 || res.stdout != "No resources found.\n" {
+		t.Fatalf("get all with nothing: %v", res)
+	}
+}
+
+func TestGetSinglePodJSONAndYAML(t *testing.T) {
+	url := startBroker(t, broker.Options{})
+	getAgent(t, url, getResult{Pods: cannedPods()[1:2]})
+	res := runCLI(t, url, "", "get", "pod", "crasher", "-o", "json")
+	if res.code != 0 {
+		t.Fatalf("get -o json: %v", res)
+	}
+	var pod v1.Pod
+	if err := json.Unmarshal([]byte(res.stdout), &pod); err != nil {
+		t.Fatalf("output is not a Pod: %v\n%v", err, res)
+	}
+	if pod.Name != "crasher" || pod.Status.ContainerStatuses[0].RestartCount != 7 {
+		t.Errorf("decoded pod = %s restarts %d", pod.Name, pod.Status.ContainerStatuses[0].RestartCount)
+	}
+
+	res = runCLI(t, url, "", "get", "pods", "-o", "yaml")
+	if res.code != 0 {
+		t.Fatalf("get -o yaml: %v", res)
+	}
+	var list struct {
+		Kind  string   `json:"kind"`
+		Items []v1.Pod `json:"items"`
+	}
+	if strings.HasPrefix(strings.TrimSpace(res.stdout), "{") {
+		t.Errorf("-o yaml printed JSON:\n%s", res.stdout)
+	}
+	if err := yaml.Unmarshal([]byte(res.stdout), &list); err != nil || list.Kind != "List" || len(list.Items) != 1 || list.Items[0].Name != "crasher" {
+		t.Errorf("yaml list = %+v (%v)", list, err)
+	}
+}
+
+func TestGetFailed(t *testing.T) {
+	url := startBroker(t, broker.Options{})
+	startFakeAgent(t, url, func(r received) []fakeReply {
+		return []fakeReply{{Phase: "failed", Message: "not found: Pod default/nope"}}
+	})
+	res := runCLI(t, url, "", "get", "pod", "nope", "-n", "default")
+	if res.code != 1 || !strings.Contains(res.stderr, "not found: Pod default/nope") || res.stdout != "" {
+		t.Fatalf("get of a missing pod: %v", res)
+	}
+}

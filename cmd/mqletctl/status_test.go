@@ -1,0 +1,94 @@
+package main
+
+import (
+	"encoding/json"
+	"strings"
+	"testing"
+	"time"
+
+	v1 "k8s.io/api/core/v1"
+	"k8s.io/apimachinery/pkg/api/resource"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+
+	"github.com/mqlet/mqlet/mqtt/broker"
+)
+
+func publishNode(t *testing.T, url string, state string) {
+	t.Helper()
+	c := testClient(t, url, "publisher")
+	st, _ := json.Marshal(nodeState{State: state, BootID: "b00t-1", Seq: 42, Version: "v1.2.3",
+		StartedAt: testNow.Add(-2 * time.Hour), TS: testNow.Add(-time.Minute)})
+	node := v1.Node{
+		ObjectMeta: metav1.ObjectMeta{Name: "n1"},
+		Status: v1.NodeStatus{
+			Capacity:    v1.ResourceList{v1.ResourceCPU: resource.MustParse("4"), v1.ResourceMemory: resource.MustParse("2Gi"), v1.ResourcePods: resource.MustParse("110")},
+			Allocatable: v1.ResourceList{v1.ResourceCPU: resource.MustParse("3500m")},
+			Conditions: []v1.NodeCondition{
+				{Type: v1.NodeMemoryPressure, Status: v1.ConditionFalse},
+				{Type: v1.NodeDiskPressure, Status: v1.ConditionTrue},
+				{Type: v1.NodeReady, Status: v1.ConditionTrue, Reason: "KubeletReady", Message: "mqlet is ready"},
+			},
+		},
+	}
+	nb, _ := json.Marshal(node)
+	mustPublish(t, c, scheme.State(), true, st)
+	mustPublish(t, c, scheme.NodeTopic(), true, nb)
+}
+
+func TestStatusReadsRetainedTopics(t *testing.T) {
+	url := startBroker(t, broker.Options{})
+	publishNode(t, url, "online")
+	start := time.Now()
+	// A long retained wait: status must return as soon as both topics came.
+	res := runCLI(t, url, "", "status", "--retained-wait", "20s")
+	if res.code != 0 {
+		t.Fatalf("status: %v", res)
+	}
+	if took := time.Since(start); took > 10*time.Second {
+		t.Errorf("status took %v though both retained topics exist", took)
+	}
+	for _, want := range []string{
+		"Node:              n1\n",
+		"State:             online\n",
+		"Seq:               42\n",
+		"Boot ID:           b00t-1\n",
+		"Version:           v1.2.3\n",
+		"Started:           2026-03-01T10:00:00Z (120m ago)\n",
+		"Ready:             True (KubeletReady: mqlet is ready)\n",
+		"Pressure:          DiskPressure\n",
+		"Capacity:          cpu=4, memory=2Gi, pods=110\n",
+		"Allocatable:       cpu=3500m\n",
+	} {
+		if !strings.Contains(res.stdout, want) {
+			t.Errorf("status output lacks %q:\n%s", want, res.stdout)
+		}
+	}
+}
+
+func TestStatusOfflineExitsOne(t *testing.T) {
+	url := startBroker(t, broker.Options{})
+	publishNode(t, url, "offline")
+	res := runCLI(t, url, "", "status", "-o", "json")
+	if res.code != 1 {
+		t.Fatalf("status of an offline node: want exit 1, got %v", res)
+	}
+	var rep statusReport
+	if err := json.Unmarshal([]byte(res.stdout), &rep); err != nil {
+		t.Fatalf("status -o json: %v\n%v", err, res)
+	}
+	if rep.State == nil || rep.State.State != "offline" || rep.Info == nil || rep.Info.Name != "n1" {
+		t.Errorf("status report = %+v", rep)
+	}
+}
+
+func TestStatusWithoutRetainedState(t *testing.T) {
+	url := startBroker(t, broker.Options{})
+	start := time.Now()
+	res := runCLI(t, url, "", "status", "--retained-wait", "300ms")
+	if res.code != 1 || !strings.Contains(res.stdout, "State:") || !strings.Contains(res.stdout, "unknown (no retained state message") {
+		t.Fatalf("status with nothing published: %v", res)
+	}
+	if took := time.Since(start); took < 300*time.Millisecond || took > 10*time.Second {
+		t.Errorf("status waited %v for absent retained topics, want about --retained-wait", took)
+	}
+}
