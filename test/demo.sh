@@ -38,9 +38,12 @@ MQLET_PID=$!
 for _ in $(seq 50); do
 	mosquitto_sub -p "$PORT" -t "mqlet/v1/$NODE/state" -C 1 -W 1 2>/dev/null | grep -q online && break
 done
-echo "demo: mqlet is online. Applying test/fixtures/web-pod.yaml"
+echo "demo: mqlet is online. Applying test/fixtures/web-pod.yaml; its replies:"
+mosquitto_sub -p "$PORT" -q 1 -t "mqlet/v1/$NODE/reply/demo-1" -C 3 -W 60 -v &
+SUB_PID=$!
+sleep 0.5 # let the subscription settle before the command goes out
 mosquitto_pub -p "$PORT" -q 1 -t "mqlet/v1/$NODE/cmd/apply/demo-1" -f test/fixtures/web-pod.yaml
-mosquitto_sub -p "$PORT" -t "mqlet/v1/$NODE/reply/demo-1" -C 3 -W 60 || true
+wait "$SUB_PID" || true
 cat <<MSG
 
 demo: running. In another shell:
