@@ -232,3 +232,23 @@ func TestCountersMergeAgentOutboxAndSession(t *testing.T) {
 		t.Fatalf("no sources gave %d counters", n)
 	}
 }
+
+func TestCollectorFailureTurnsMetricsOffNotTheNode(t *testing.T) {
+	out := newFakePublisher()
+	tel, err := New(context.Background(), Config{Topics: testTopics, MetricsInterval: time.Millisecond, NodeStatusInterval: time.Hour},
+		Deps{Runtime: newFakeRuntime(true), Out: out, Host: fakeHost, MemoryAvailable: newMemoryGauge(plentyOfMemory).read,
+			NewCollector: func(context.Context, metrics.Options, zerolog.Logger) (Collector, error) {
+				return nil, errors.New("no cgroup mounts")
+			}}, zerolog.Nop())
+	if err != nil {
+		t.Fatalf("a collector failure must not stop mqlet: %v", err)
+	}
+	if tel.MetricsEnabled() {
+		t.Fatal("metrics on without a collector")
+	}
+	runInBackground(t, tel.Run)
+	node := decodeNode(t, out.next(t, "mqlet/v1/gw1/node", 5*time.Second))
+	if node.Status.Capacity.Cpu().Value() < 1 {
+		t.Fatalf("node capacity without a collector: %v (MachineInfo should come from the host)", node.Status.Capacity)
+	}
+}

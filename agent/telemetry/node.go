@@ -25,6 +25,8 @@ const (
 	// DefaultNodeCheckInterval is how often conditions are re-evaluated
 	// between heartbeats (kubelet's nodeStatusUpdateFrequency).
 	DefaultNodeCheckInterval = 10 * time.Second
+	// DefaultStartupGrace covers the runtime's first connection attempt.
+	DefaultStartupGrace = 5 * time.Second
 )
 
 // Publisher queues a message for the broker (the outbox).
@@ -69,6 +71,9 @@ type NodeOptions struct {
 	MaxPods int
 	// RuntimeEndpoint names the CRI endpoint in the not-ready message.
 	RuntimeEndpoint string
+	// StartupGrace is how long the first publication waits for a runtime
+	// that is not ready yet (0 means DefaultStartupGrace).
+	StartupGrace time.Duration
 }
 
 func (o NodeOptions) withDefaults() NodeOptions {
@@ -79,6 +84,9 @@ func (o NodeOptions) withDefaults() NodeOptions {
 		o.CheckInterval = DefaultNodeCheckInterval
 	}
 	o.CheckInterval = min(o.CheckInterval, o.Interval)
+	if o.StartupGrace <= 0 {
+		o.StartupGrace = DefaultStartupGrace
+	}
 	return o
 }
 
@@ -130,6 +138,20 @@ func (r *NodeReporter) Run(ctx context.Context) error {
 	// The change channel is taken before each read of readiness, so a change
 	// that lands during a report closes the channel being waited on.
 	runtimeChanged := r.src.Runtime.Changes()
+	if !r.src.Runtime.Ready() {
+		// The runtime manager starts with the agent: give its first
+		// handshake a moment so a start does not flap NotReady → Ready.
+		grace := time.NewTimer(r.opts.StartupGrace)
+		select {
+		case <-ctx.Done():
+			grace.Stop()
+			return nil
+		case <-runtimeChanged:
+			runtimeChanged = r.src.Runtime.Changes()
+		case <-grace.C:
+		}
+		grace.Stop()
+	}
 	r.report(true)
 	for {
 		select {

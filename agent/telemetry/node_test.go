@@ -194,3 +194,28 @@ func TestReadMemAvailable(t *testing.T) {
 		t.Fatalf("this machine's MemAvailable = %d, %v", real, err)
 	}
 }
+
+func TestNodeReporterWaitsForTheRuntimeAtStart(t *testing.T) {
+	f := newNodeFixture(t, NodeOptions{Interval: time.Hour, CheckInterval: time.Hour, StartupGrace: time.Hour}, false)
+	runInBackground(t, f.rep.Run)
+	f.rt.setReady(true) // the first handshake succeeds during the grace
+	node := decodeNode(t, f.out.next(t, "mqlet/v1/gw1/node", 5*time.Second))
+	if c := condition(t, node, v1.NodeReady); c.Status != v1.ConditionTrue {
+		t.Fatalf("first node Ready = %s, want True", c.Status)
+	}
+	if got := f.events.reasons(); len(got) != 1 || got[0] != "NodeReady" {
+		t.Fatalf("events %v, want only NodeReady (no start-up flap)", got)
+	}
+}
+
+func TestNodeReporterPublishesNotReadyAfterTheGrace(t *testing.T) {
+	f := newNodeFixture(t, NodeOptions{Interval: time.Hour, CheckInterval: time.Hour, StartupGrace: 10 * time.Millisecond}, false)
+	runInBackground(t, f.rep.Run)
+	node := decodeNode(t, f.out.next(t, "mqlet/v1/gw1/node", 5*time.Second))
+	if c := condition(t, node, v1.NodeReady); c.Status != v1.ConditionFalse || c.Reason != nodestatus.ReasonRuntimeUnreachable {
+		t.Fatalf("Ready = %s/%s with the runtime down from the start", c.Status, c.Reason)
+	}
+	if ev, ok := f.events.find("NodeNotReady"); !ok || ev.eventType != v1.EventTypeWarning {
+		t.Fatalf("events %v, want NodeNotReady", f.events.reasons())
+	}
+}

@@ -6,6 +6,7 @@ import (
 	"sync"
 	"time"
 
+	cadvisorapi "github.com/google/cadvisor/lib/model"
 	"github.com/rs/zerolog"
 	"k8s.io/apimachinery/pkg/api/resource"
 
@@ -75,7 +76,8 @@ func newMetricsCollector(ctx context.Context, opts metrics.Options, log zerolog.
 }
 
 // New builds the reporters. The collector is created only when
-// cfg.MetricsInterval > 0; otherwise MachineInfo is read without it.
+// cfg.MetricsInterval > 0; otherwise, or when it cannot be created (logged,
+// not fatal), metrics are off and MachineInfo is read without it.
 func New(ctx context.Context, cfg Config, deps Deps, log zerolog.Logger) (*Telemetry, error) {
 	thresholds, err := thresholdsFrom(cfg)
 	if err != nil {
@@ -92,24 +94,29 @@ func New(ctx context.Context, cfg Config, deps Deps, log zerolog.Logger) (*Telem
 		if newCollector == nil {
 			newCollector = newMetricsCollector
 		}
-		t.collector, err = newCollector(ctx, metrics.Options{
+		collector, err := newCollector(ctx, metrics.Options{
 			NodeName:     cfg.Topics.Node,
 			CgroupRoot:   cfg.CgroupRoot,
 			StateDir:     cfg.StateDir,
 			GaugeMetrics: GaugeCounters(),
 		}, log.With().Str("component", "metrics").Logger())
 		if err != nil {
-			return nil, fmt.Errorf("setting up metrics: %w", err)
+			// Pods matter more than metrics: run on without them, loudly.
+			log.Error().Err(err).Msg("metrics collector unavailable; metrics are off")
+		} else {
+			t.collector, machine = collector, collector
+			t.metrics = NewMetricsReporter(MetricsOptions{Topics: cfg.Topics, Interval: cfg.MetricsInterval},
+				collector, deps.Runtime, deps.Counters, deps.Out, log.With().Str("component", "metrics").Logger())
 		}
-		machine = t.collector
-		t.metrics = NewMetricsReporter(MetricsOptions{Topics: cfg.Topics, Interval: cfg.MetricsInterval},
-			t.collector, deps.Runtime, deps.Counters, deps.Out, log.With().Str("component", "metrics").Logger())
-	} else {
+	}
+	if machine == nil {
 		hm, err := NewHostMachine()
 		if err != nil {
-			return nil, fmt.Errorf("setting up node telemetry: %w", err)
+			log.Error().Err(err).Msg("no machine info; the node is published without cpu and memory capacity")
+			machine = missingMachine{err: err}
+		} else {
+			machine = hm
 		}
-		machine = hm
 	}
 	host := deps.Host
 	if host == nil {
@@ -122,6 +129,11 @@ func New(ctx context.Context, cfg Config, deps Deps, log zerolog.Logger) (*Telem
 		deps.Out, deps.Events, log.With().Str("component", "nodestatus").Logger())
 	return t, nil
 }
+
+// missingMachine stands in when MachineInfo cannot be read at all.
+type missingMachine struct{ err error }
+
+func (m missingMachine) MachineInfo() (*cadvisorapi.MachineInfo, error) { return nil, m.err }
 
 // MetricsEnabled reports whether a collector was created.
 func (t *Telemetry) MetricsEnabled() bool { return t.metrics != nil }

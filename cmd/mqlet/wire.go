@@ -17,6 +17,7 @@ import (
 	"github.com/mqlet/mqlet/agent/presence"
 	"github.com/mqlet/mqlet/agent/restart"
 	"github.com/mqlet/mqlet/agent/store"
+	"github.com/mqlet/mqlet/agent/telemetry"
 	"github.com/mqlet/mqlet/agent/validate"
 	"github.com/mqlet/mqlet/config"
 	"github.com/mqlet/mqlet/internal/version"
@@ -118,6 +119,15 @@ func runAgent(ctx context.Context, cfg *config.Config, log zerolog.Logger) error
 	if err != nil {
 		return fmt.Errorf("configuring the MQTT session: %w", err)
 	}
+	tel, err := telemetry.New(runCtx, telemetry.Config{
+		Topics: topics, Version: version.Version, StateDir: cfg.StateDir, CgroupRoot: cfg.Runtime.CgroupRoot, RuntimeEndpoint: cfg.Runtime.CRIEndpoint,
+		MetricsInterval: cfg.Telemetry.MetricsInterval.Duration, NodeStatusInterval: cfg.Telemetry.NodeStatusInterval.Duration,
+		MemoryAvailable: cfg.Telemetry.MemoryAvailable, DiskAvailablePct: cfg.Telemetry.DiskAvailablePct, PIDAvailablePct: cfg.Telemetry.PIDAvailablePct,
+		MaxPods: cfg.Pods.MaxPods,
+	}, telemetry.Deps{Runtime: rt, Out: box, Events: a.Events(), Counters: telemetry.Counters(a.Counters, box, sess)}, log.With().Str("component", "telemetry").Logger())
+	if err != nil {
+		return fmt.Errorf("setting up telemetry: %w", err)
+	}
 
 	spawn := func(name string, f func(context.Context) error) {
 		wg.Add(1)
@@ -131,6 +141,7 @@ func runAgent(ctx context.Context, cfg *config.Config, log zerolog.Logger) error
 	spawn("mqtt", sess.Run)
 	spawn("outbox", func(ctx context.Context) error { return box.Run(ctx, sess) })
 	spawn("agent", a.Run)
+	spawn("telemetry", tel.Run)
 	log.Info().Str("bootId", birth.BootID()).Str("broker", cfg.MQTT.Broker).Str("cri", cfg.Runtime.CRIEndpoint).Msg("mqlet running")
 
 	<-ctx.Done()
