@@ -149,8 +149,10 @@ func printStatus(w io.Writer, rep *statusReport, now func() time.Time) error {
 		field("Capacity", resourceList(n.Status.Capacity))
 		field("Allocatable", resourceList(n.Status.Allocatable))
 		info := n.Status.NodeInfo
-		if info.OSImage != "" || info.ContainerRuntimeVersion != "" {
-			field("OS", strings.TrimSpace(info.OSImage+" "+info.Architecture))
+		if os := strings.TrimSpace(info.OSImage + " " + info.Architecture); os != "" {
+			field("OS", os)
+		}
+		if info.ContainerRuntimeVersion != "" {
 			field("Runtime", info.ContainerRuntimeVersion)
 		}
 		var addrs []string

@@ -23,6 +23,7 @@ func publishNode(t *testing.T, url string, state string) {
 		Status: v1.NodeStatus{
 			Capacity:    v1.ResourceList{v1.ResourceCPU: resource.MustParse("4"), v1.ResourceMemory: resource.MustParse("2Gi"), v1.ResourcePods: resource.MustParse("110")},
 			Allocatable: v1.ResourceList{v1.ResourceCPU: resource.MustParse("3500m")},
+			NodeInfo:    v1.NodeSystemInfo{OSImage: "Debian GNU/Linux 12", Architecture: "arm64"},
 			Conditions: []v1.NodeCondition{
 				{Type: v1.NodeMemoryPressure, Status: v1.ConditionFalse},
 				{Type: v1.NodeDiskPressure, Status: v1.ConditionTrue},
@@ -58,10 +59,14 @@ func TestStatusReadsRetainedTopics(t *testing.T) {
 		"Pressure:          DiskPressure\n",
 		"Capacity:          cpu=4, memory=2Gi, pods=110\n",
 		"Allocatable:       cpu=3500m\n",
+		"OS:                Debian GNU/Linux 12 arm64\n",
 	} {
 		if !strings.Contains(res.stdout, want) {
 			t.Errorf("status output lacks %q:\n%s", want, res.stdout)
 		}
+	}
+	if strings.Contains(res.stdout, "Runtime:") {
+		t.Errorf("status prints an empty runtime version:\n%s", res.stdout)
 	}
 }
 
