@@ -1,0 +1,203 @@
+// Command bench measures mqlet against a real mosquitto and a real
+// containerd: footprint, command intake, pod start latency next to raw CRI,
+// an idle agent with pods, and container exit → status delay. It prints a
+// report and writes it as JSON. test/run-bench.sh (make bench) prepares the
+// containerd and the binary and runs it.
+//
+//	go run ./test/bench --cri-endpoint unix:///run/mqlet-bench/containerd.sock [--steps footprint,intake,pods,idle,exit] [--duration 60s]
+package main
+
+import (
+	"context"
+	"errors"
+	"flag"
+	"fmt"
+	"io"
+	"os"
+	"os/signal"
+	"path/filepath"
+	"slices"
+	"strings"
+	"syscall"
+	"time"
+
+	"github.com/rs/zerolog"
+)
+
+type options struct {
+	mqlet         string
+	mosquitto     string
+	criEndpoint   string
+	out           string
+	workDir       string
+	steps         []string
+	duration      time.Duration
+	intakeN       int
+	starts        int
+	singleRepeats int
+	burst         int
+	exitPods      int
+	keep          bool
+}
+
+var allSteps = []string{"footprint", "intake", "pods", "idle", "exit"}
+
+func main() {
+	os.Exit(run(os.Args[1:], os.Stdout, os.Stderr))
+}
+
+func parseFlags(args []string, stderr io.Writer) (options, error) {
+	var o options
+	var steps string
+	fs := flag.NewFlagSet("bench", flag.ContinueOnError)
+	fs.SetOutput(stderr)
+	fs.StringVar(&o.mqlet, "mqlet", "bin/mqlet", "the mqlet binary to measure")
+	fs.StringVar(&o.mosquitto, "mosquitto", "/usr/sbin/mosquitto", "the mosquitto binary (a private broker is started)")
+	fs.StringVar(&o.criEndpoint, "cri-endpoint", os.Getenv("MQLET_TEST_CRI_ENDPOINT"), "CRI endpoint of a containerd holding "+busyboxImage+" (default $MQLET_TEST_CRI_ENDPOINT)")
+	fs.StringVar(&o.out, "out", "test/.work/bench.json", "where the JSON report is written")
+	fs.StringVar(&o.workDir, "work-dir", "test/.work", "scratch space (state dirs, logs)")
+	fs.StringVar(&steps, "steps", strings.Join(allSteps, ","), "steps to run, comma separated: "+strings.Join(allSteps, ","))
+	fs.DurationVar(&o.duration, "duration", 60*time.Second, "idle window with the burst pods running")
+	fs.IntVar(&o.intakeN, "intake-n", 500, "ConfigMap applies per intake variant")
+	fs.IntVar(&o.starts, "starts", 5, "mqlet starts timed until online")
+	fs.IntVar(&o.singleRepeats, "single-repeats", 5, "single-pod starts (deleted in between)")
+	fs.IntVar(&o.burst, "burst", 20, "pods in the burst List")
+	fs.IntVar(&o.exitPods, "exit-pods", 10, "pods whose container exits, for the exit → status delay")
+	fs.BoolVar(&o.keep, "keep", false, "keep the scratch dir (logs, state) even when every step passed")
+	if err := fs.Parse(args); err != nil {
+		return o, err
+	}
+	if fs.NArg() > 0 {
+		return o, fmt.Errorf("unexpected arguments %q", fs.Args())
+	}
+	for _, s := range strings.Split(steps, ",") {
+		s = strings.TrimSpace(s)
+		if !slices.Contains(allSteps, s) {
+			return o, fmt.Errorf("unknown step %q (known: %s)", s, strings.Join(allSteps, ","))
+		}
+		o.steps = append(o.steps, s)
+	}
+	if o.criEndpoint == "" {
+		return o, errors.New("no CRI endpoint: pass --cri-endpoint or set MQLET_TEST_CRI_ENDPOINT (test/env/containerd-up.sh prints it)")
+	}
+	if o.intakeN < 1 || o.starts < 1 || o.singleRepeats < 1 || o.burst < 1 || o.exitPods < 1 || o.duration <= 0 {
+		return o, errors.New("counts and --duration must be positive")
+	}
+	return o, nil
+}
+
+func run(args []string, stdout, stderr io.Writer) int {
+	opts, err := parseFlags(args, stderr)
+	if errors.Is(err, flag.ErrHelp) {
+		return 0
+	}
+	if err != nil {
+		fmt.Fprintln(stderr, "bench:", err)
+		return 2
+	}
+	log := zerolog.New(zerolog.ConsoleWriter{Out: stderr, TimeFormat: "15:04:05"}).With().Timestamp().Logger()
+	ctx, stop := signal.NotifyContext(context.Background(), syscall.SIGINT, syscall.SIGTERM)
+	defer stop()
+
+	rep, err := measure(ctx, opts, log)
+	if err != nil {
+		log.Error().Err(err).Msg("bench could not run")
+		return 1
+	}
+	rep.print(stdout)
+	if err := rep.write(opts.out); err != nil {
+		log.Error().Err(err).Msg("writing the JSON report")
+		return 1
+	}
+	fmt.Fprintf(stdout, "\nJSON report: %s\n", opts.out)
+	if len(rep.Errors) > 0 {
+		return 1
+	}
+	return 0
+}
+
+// measure runs the selected steps; a failed step is recorded in the report
+// and the others still run when they can.
+func measure(ctx context.Context, opts options, log zerolog.Logger) (rep *report, err error) {
+	if err := os.MkdirAll(opts.workDir, 0o755); err != nil {
+		return nil, fmt.Errorf("make %s: %w", opts.workDir, err)
+	}
+	if abs, err := filepath.Abs(opts.mqlet); err == nil {
+		opts.mqlet = abs
+	}
+	e, err := newEnv(ctx, opts, log)
+	if err != nil {
+		return nil, err
+	}
+	rep = newReport(opts, e)
+	defer func() {
+		if len(rep.Errors) > 0 {
+			e.opts.keep = true
+			log.Warn().Str("dir", e.workDir).Msg("a step failed: logs and state kept")
+		}
+		if cerr := e.close(); cerr != nil {
+			log.Error().Err(cerr).Msg("cleaning up")
+			rep.fail("cleanup", cerr)
+		}
+	}()
+	want := func(s string) bool { return slices.Contains(opts.steps, s) }
+
+	if want("footprint") {
+		log.Info().Msg("step footprint")
+		fp, err := e.footprint(ctx)
+		rep.Footprint = fp
+		rep.fail("footprint", err)
+	}
+	if !want("intake") && !want("pods") && !want("idle") && !want("exit") {
+		return rep, nil
+	}
+	if err := e.bringUp(ctx); err != nil {
+		rep.fail("start mqlet", err)
+		return rep, nil
+	}
+	if want("intake") {
+		log.Info().Int("commands", opts.intakeN).Msg("step intake")
+		in, err := e.intake(ctx)
+		rep.Intake = in
+		rep.fail("intake", err)
+	}
+	var running []string
+	if want("pods") {
+		log.Info().Msg("step pods")
+		ps, names, err := e.podStart(ctx)
+		rep.PodStart, running = ps, names
+		rep.fail("pods", err)
+		if err != nil && names != nil {
+			if derr := e.deletePods(ctx, names); derr != nil {
+				log.Error().Err(derr).Msg("deleting the burst pods")
+			}
+			running = nil
+		}
+	} else if want("idle") {
+		names, items := e.burstPods()
+		if _, err := e.applyPods(ctx, listOf(items), names, "Running", true); err != nil {
+			rep.fail("idle: starting the burst pods", err)
+		} else {
+			running = names
+		}
+	}
+	if want("idle") && running != nil {
+		log.Info().Dur("window", opts.duration).Int("pods", len(running)).Msg("step idle")
+		id, err := e.idle(ctx, len(running))
+		rep.Idle = id
+		rep.fail("idle", err)
+	}
+	if running != nil {
+		log.Info().Int("pods", len(running)).Msg("deleting the burst pods")
+		if err := e.deletePods(ctx, running); err != nil {
+			rep.fail("deleting the burst pods", err)
+		}
+	}
+	if want("exit") {
+		log.Info().Int("pods", opts.exitPods).Msg("step exit")
+		ex, err := e.exitDelay(ctx)
+		rep.Exit = ex
+		rep.fail("exit", err)
+	}
+	return rep, nil
+}

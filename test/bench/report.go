@@ -1,0 +1,148 @@
+package main
+
+import (
+	"context"
+	"encoding/json"
+	"fmt"
+	"io"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"runtime"
+	"slices"
+	"strings"
+	"time"
+)
+
+type report struct {
+	StartedAt   time.Time        `json:"startedAt"`
+	Host        hostInfo         `json:"host"`
+	Settings    map[string]any   `json:"settings"`
+	Footprint   *footprintResult `json:"footprint,omitempty"`
+	Intake      *intakeResult    `json:"intake,omitempty"`
+	PodStart    *podStartResult  `json:"podStart,omitempty"`
+	Idle        *idleResult      `json:"idle,omitempty"`
+	Exit        *exitResult      `json:"exitToStatus,omitempty"`
+	Errors      []string         `json:"errors,omitempty"`
+	FinishedAt  time.Time        `json:"finishedAt"`
+	mqletBinary string
+}
+
+type hostInfo struct {
+	CPUs       int    `json:"cpus"`
+	Kernel     string `json:"kernel"`
+	Mqlet      string `json:"mqletVersion"`
+	Containerd string `json:"runtime"`
+}
+
+func newReport(opts options, e *env) *report {
+	r := &report{StartedAt: time.Now(), mqletBinary: opts.mqlet}
+	r.Host.CPUs = runtime.NumCPU()
+	if b, err := os.ReadFile("/proc/sys/kernel/osrelease"); err == nil {
+		r.Host.Kernel = strings.TrimSpace(string(b))
+	}
+	if out, err := exec.Command(opts.mqlet, "--version").Output(); err == nil {
+		r.Host.Mqlet = strings.TrimSpace(string(out))
+	}
+	ctx, cancel := context.WithTimeout(quietCtx(context.Background()), 5*time.Second)
+	defer cancel()
+	if v, err := e.cri.Version(ctx, "v1"); err == nil {
+		r.Host.Containerd = v.RuntimeName + " " + v.RuntimeVersion
+	}
+	r.Settings = map[string]any{
+		"steps": opts.steps, "idleWindow": opts.duration.String(), "intakeCommands": opts.intakeN,
+		"starts": opts.starts, "singleRepeats": opts.singleRepeats, "burstPods": opts.burst, "exitPods": opts.exitPods,
+		"mqletConfig": "defaults (metrics 30s, node status 1m, PLEG 1s, 4 workers) except runtime.podLogDir",
+		"broker":      "mosquitto on loopback, QoS 1",
+	}
+	return r
+}
+
+// fail records a failed step; a nil err records nothing.
+func (r *report) fail(step string, err error) {
+	if err != nil {
+		r.Errors = append(r.Errors, step+": "+err.Error())
+	}
+}
+
+func (r *report) write(path string) error {
+	r.FinishedAt = time.Now()
+	data, err := json.MarshalIndent(r, "", "  ")
+	if err != nil {
+		return fmt.Errorf("encode report: %w", err)
+	}
+	if err := os.MkdirAll(filepath.Dir(path), 0o755); err != nil {
+		return fmt.Errorf("make report dir: %w", err)
+	}
+	if err := os.WriteFile(path, append(data, '\n'), 0o644); err != nil {
+		return fmt.Errorf("write report: %w", err)
+	}
+	return nil
+}
+
+func mib(b int64) string { return fmt.Sprintf("%.1f MiB", float64(b)/(1<<20)) }
+
+func lat(l latencies) string {
+	if l.N == 0 {
+		return "-"
+	}
+	return fmt.Sprintf("p50 %7.1f ms  p99 %7.1f ms  (min %.1f, max %.1f, n=%d)", l.P50Ms, l.P99Ms, l.MinMs, l.MaxMs, l.N)
+}
+
+func (r *report) print(w io.Writer) {
+	p := func(format string, a ...any) { fmt.Fprintf(w, format+"\n", a...) }
+	p("mqlet benchmark — %s", r.StartedAt.Format(time.RFC3339))
+	p("host: %d CPUs, kernel %s; %s; runtime %s", r.Host.CPUs, r.Host.Kernel, r.Host.Mqlet, r.Host.Containerd)
+	if f := r.Footprint; f != nil {
+		p("\n1. Footprint")
+		p("   binary:             %s unstripped, %s stripped", mib(f.BinaryBytes), mib(f.StrippedBinaryBytes))
+		p("   idle RSS, no pods:  %s (%s after online)", mib(f.IdleRSSBytes), f.IdleRSSAfter)
+		p("   start → online:     median %.1f ms over %d starts (min %.1f, max %.1f)",
+			f.StartToOnline.P50Ms, f.Starts, f.StartToOnline.MinMs, f.StartToOnline.MaxMs)
+	}
+	if in := r.Intake; in != nil {
+		p("\n2. Command intake (ConfigMap apply, QoS 1, publish → succeeded reply)")
+		for _, v := range []struct {
+			name string
+			v    intakeVariant
+		}{{"pipelined", in.Pipelined}, {"sequential", in.Sequential}} {
+			p("   %-10s %4d cmds in %7.0f ms = %7.1f applies/s; %s", v.name, v.v.Commands, v.v.WallMs, v.v.CommandsPerSecond, lat(v.v.Latency))
+		}
+	}
+	if ps := r.PodStart; ps != nil {
+		p("\n3. Pod start (apply → running)")
+		p("   1 pod (x%d):  status Running  %s", ps.Single.Running.N, lat(ps.Single.Running))
+		p("                 reply succeeded %s", lat(ps.Single.Reply))
+		p("                 raw CRI         %s", lat(ps.Single.Raw))
+		p("                 mqlet/raw       p50 x%.2f  p99 x%.2f", ps.Single.RatioP50, ps.Single.RatioP99)
+		if ps.Burst.Pods > 0 {
+			p("   %d pods (one List): status Running per pod %s", ps.Burst.Pods, lat(ps.Burst.Running))
+			p("                 reply succeeded (all running) %.1f ms", ps.Burst.Reply.MaxMs)
+			p("                 raw CRI per pod (sequential) %s; all %d: %.1f ms", lat(ps.Burst.Raw), ps.Burst.Pods, ps.Burst.RawWallMs)
+			p("                 mqlet/raw       p50 x%.2f  p99 x%.2f  (mqlet: from the one apply, 4 workers; raw: each pod's own calls)", ps.Burst.RatioP50, ps.Burst.RatioP99)
+		}
+	}
+	if id := r.Idle; id != nil {
+		p("\n4. Idle with %d pods for %.0f s (default telemetry settings)", id.Pods, id.WindowSeconds)
+		p("   RSS:  %s at start, %s at end, %s max", mib(id.RSSStartBytes), mib(id.RSSEndBytes), mib(id.RSSMaxBytes))
+		p("   CPU:  %.2f %% of one core", id.CPUPercentCore)
+		p("   MQTT: %d messages, %d payload bytes → %.1f msgs/min, %.0f payload B/min (%.0f B/min with topics)",
+			id.Messages, id.PayloadBytes, id.MessagesPerMin, id.BytesPerMin, id.WireBytesPerMin)
+		var kinds []string
+		for k, n := range id.ByKind {
+			kinds = append(kinds, fmt.Sprintf("%s=%d", k, n))
+		}
+		p("         by kind: %s", strings.Join(slices.Sorted(slices.Values(kinds)), " "))
+	}
+	if ex := r.Exit; ex != nil {
+		p("\n5. Container exit → status Succeeded at a subscriber (%d pods, restartPolicy Never)", ex.Pods)
+		p("   from CRI finishedAt (ns):          %s", lat(ex.Delay))
+		p("   from published finishedAt (1 s):   %s", lat(ex.DelayFromStatus))
+	}
+	if len(r.Errors) > 0 {
+		p("\nFAILED steps:")
+		for _, e := range r.Errors {
+			p("   %s", e)
+		}
+	}
+}
