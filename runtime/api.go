@@ -134,3 +134,16 @@ var ErrImageNeverPull = errors.New("ErrImageNeverPull")
 
 // ErrImagePull is returned (wrapped) when pulling a container's image failed.
 var ErrImagePull = errors.New("ErrImagePull")
+
+// ContainerError says which container could not be started and why, in the
+// kubelet's waiting-reason terms (ErrImageNeverPull, ErrImagePull,
+// CreateContainerConfigError, CreateContainerError, RunContainerError).
+type ContainerError struct {
+	Container string
+	Reason    string
+	Err       error
+}
+
+func (e *ContainerError) Error() string { return e.Err.Error() }
+
+func (e *ContainerError) Unwrap() error { return e.Err }

@@ -160,32 +160,42 @@ func (m *Manager) startContainer(ctx context.Context, svc *services, r startRequ
 		}
 	}
 	what := fmt.Sprintf("container %s of pod %s/%s", c.Name, pod.Namespace, pod.Name)
+	fail := func(reason string, err error) error {
+		return &ContainerError{Container: c.Name, Reason: reason, Err: err}
+	}
 	imageRef, err := m.ensureImage(ctx, svc, pod, c, r.sandbox, r.objects, r.events)
 	if err != nil {
-		return fmt.Errorf("%s: %w", what, err)
+		reason := "ErrImagePull"
+		switch {
+		case errors.Is(err, ErrImageNeverPull):
+			reason = "ErrImageNeverPull"
+		case errors.Is(err, ErrUnavailable):
+			reason = "ContainerCreating"
+		}
+		return fail(reason, fmt.Errorf("%s: %w", what, err))
 	}
 	mounts, err := containerMounts(pod, c, r.volumes)
 	if err != nil {
-		return fmt.Errorf("%s: %w", what, err)
+		return fail("CreateContainerConfigError", fmt.Errorf("%s: %w", what, err))
 	}
 	cfg, err := m.buildContainerConfig(pod, c, containerParams{
 		restartCount: restartCount, init: r.init, podIP: r.podIP, imageRef: imageRef, mounts: mounts,
 	}, r.objects)
 	if err != nil {
 		r.events.Event(pod, v1.EventTypeWarning, "Failed", fmt.Sprintf("Error: %v", err))
-		return fmt.Errorf("build config of %s: %w", what, err)
+		return fail("CreateContainerConfigError", fmt.Errorf("build config of %s: %w", what, err))
 	}
 	id, err := svc.runtime.CreateContainer(ctx, r.sandboxID, cfg, r.sandbox)
 	if err != nil {
 		err = m.conn.classify(err)
 		r.events.Event(pod, v1.EventTypeWarning, "Failed", fmt.Sprintf("Error: %v", err))
-		return fmt.Errorf("create %s: %w", what, err)
+		return fail("CreateContainerError", fmt.Errorf("create %s: %w", what, err))
 	}
 	r.events.Event(pod, v1.EventTypeNormal, "Created", "Created container "+c.Name)
 	if err := svc.runtime.StartContainer(ctx, id); err != nil {
 		err = m.conn.classify(err)
 		r.events.Event(pod, v1.EventTypeWarning, "Failed", fmt.Sprintf("Error: %v", err))
-		return fmt.Errorf("start %s: %w", what, err)
+		return fail("RunContainerError", fmt.Errorf("start %s: %w", what, err))
 	}
 	r.events.Event(pod, v1.EventTypeNormal, "Started", "Started container "+c.Name)
 	m.log.Debug().Str("pod", pod.Namespace+"/"+pod.Name).Str("container", c.Name).Int("restartCount", restartCount).Msg("container started")

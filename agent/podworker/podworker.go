@@ -294,21 +294,32 @@ func (p *Pool) publish(pod *v1.Pod, rs *runtime.PodStatus, hints podstatus.Hints
 	p.observe.Observe(pod.Namespace+"/"+pod.Name, pending.Outcome{Generation: pod.Generation, Done: done, OK: ok, Reason: reason})
 }
 
-// waitingFrom turns a sync error into the waiting reason of the container it concerns.
+// waitingFrom turns a sync error into the waiting reason of each container
+// it concerns (a sync can fail for several containers at once).
 func waitingFrom(err error) map[string]podstatus.Waiting {
 	if err == nil {
 		return nil
 	}
-	var be *runtime.BackoffError
-	if errors.As(err, &be) {
-		return map[string]podstatus.Waiting{be.Container: {Reason: "CrashLoopBackOff", Message: be.Error()}}
+	out := map[string]podstatus.Waiting{}
+	var walk func(error)
+	walk = func(err error) {
+		switch e := err.(type) {
+		case *runtime.BackoffError:
+			out[e.Container] = podstatus.Waiting{Reason: podstatus.ReasonCrashLoopBackOff, Message: e.Error()}
+			return
+		case *runtime.ContainerError:
+			out[e.Container] = podstatus.Waiting{Reason: e.Reason, Message: e.Error()}
+			return
+		case interface{ Unwrap() []error }:
+			for _, inner := range e.Unwrap() {
+				walk(inner)
+			}
+			return
+		}
+		if inner := errors.Unwrap(err); inner != nil {
+			walk(inner)
+		}
 	}
-	var ce interface {
-		ContainerName() string
-		Reason() string
-	}
-	if errors.As(err, &ce) {
-		return map[string]podstatus.Waiting{ce.ContainerName(): {Reason: ce.Reason(), Message: err.Error()}}
-	}
-	return nil
+	walk(err)
+	return out
 }

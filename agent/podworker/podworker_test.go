@@ -3,6 +3,7 @@ package podworker
 import (
 	"context"
 	"errors"
+	"fmt"
 	"sync"
 	"testing"
 	"time"
@@ -278,5 +279,19 @@ func TestRecreatedPodReplacesTheOldUID(t *testing.T) {
 	}
 	if !r.pool.EnqueueUID("uid-a") {
 		t.Fatal("PLEG events for the pod's uid are not routed")
+	}
+}
+
+func TestWaitingReasonsForEveryFailedContainer(t *testing.T) {
+	err := errors.Join(
+		&runtime.BackoffError{Container: "a", Wait: time.Second},
+		fmt.Errorf("sync: %w", &runtime.ContainerError{Container: "b", Reason: "ErrImageNeverPull", Err: errors.New("no image")}),
+	)
+	got := waitingFrom(err)
+	if got["a"].Reason != "CrashLoopBackOff" || got["b"].Reason != "ErrImageNeverPull" || len(got) != 2 {
+		t.Fatalf("waiting reasons %+v", got)
+	}
+	if waitingFrom(errors.New("plain")) == nil || len(waitingFrom(errors.New("plain"))) != 0 {
+		t.Fatal("a plain error names no container")
 	}
 }

@@ -124,7 +124,7 @@ func runAgent(ctx context.Context, cfg *config.Config, log zerolog.Logger) error
 		MetricsInterval: cfg.Telemetry.MetricsInterval.Duration, NodeStatusInterval: cfg.Telemetry.NodeStatusInterval.Duration,
 		MemoryAvailable: cfg.Telemetry.MemoryAvailable, DiskAvailablePct: cfg.Telemetry.DiskAvailablePct, PIDAvailablePct: cfg.Telemetry.PIDAvailablePct,
 		MaxPods: cfg.Pods.MaxPods,
-	}, telemetry.Deps{Runtime: rt, Out: box, Events: a.Events(), Counters: telemetry.Counters(a.Counters, box, sess)}, log.With().Str("component", "telemetry").Logger())
+	}, telemetry.Deps{Runtime: rt, Out: box, Events: a.Events(), Counters: telemetry.Counters(a.Counters, box, sess)}, log)
 	if err != nil {
 		return fmt.Errorf("setting up telemetry: %w", err)
 	}
@@ -167,7 +167,7 @@ func startEmbeddedBroker(ctx context.Context, cfg *config.Config, log zerolog.Lo
 		}
 		opts.TLS = &tls.Config{Certificates: []tls.Certificate{cert}, MinVersion: tls.VersionTLS12}
 	}
-	b, err := broker.Start(ctx, opts, log.With().Str("component", "broker").Logger())
+	b, err := broker.Start(ctx, opts, log)
 	if err != nil {
 		return nil, fmt.Errorf("starting embedded broker: %w", err)
 	}
