@@ -54,7 +54,7 @@ func newEnv(ctx context.Context, opts options, log zerolog.Logger) (*env, error)
 	run := strings.ToLower(fmt.Sprintf("%x", time.Now().UnixNano()%0xffffffff))
 	e := &env{opts: opts, log: log, workDir: workDir, run: run, node: "bench-" + run, ns: "bench-" + run}
 	e.t = topics{prefix: topicPrefix, node: e.node}
-	if e.broker, err = startMosquitto(ctx, opts.mosquitto, workDir); err != nil {
+	if e.broker, err = startMosquitto(ctx, opts.mosquitto, workDir, opts.brokerNoDelay); err != nil {
 		return nil, err
 	}
 	if e.mq, err = connect(ctx, e.broker.url, "bench-operator-"+run); err != nil {

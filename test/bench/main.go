@@ -38,6 +38,7 @@ type options struct {
 	burst         int
 	exitPods      int
 	keep          bool
+	brokerNoDelay bool
 }
 
 var allSteps = []string{"footprint", "intake", "pods", "idle", "exit"}
@@ -64,6 +65,7 @@ func parseFlags(args []string, stderr io.Writer) (options, error) {
 	fs.IntVar(&o.burst, "burst", 20, "pods in the burst List")
 	fs.IntVar(&o.exitPods, "exit-pods", 10, "pods whose container exits, for the exit → status delay")
 	fs.BoolVar(&o.keep, "keep", false, "keep the scratch dir (logs, state) even when every step passed")
+	fs.BoolVar(&o.brokerNoDelay, "broker-tcp-nodelay", false, "set mosquitto's set_tcp_nodelay (off by default in mosquitto 2.0)")
 	if err := fs.Parse(args); err != nil {
 		return o, err
 	}

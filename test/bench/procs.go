@@ -76,7 +76,7 @@ type mosquittoBroker struct {
 	url string
 }
 
-func startMosquitto(ctx context.Context, bin, dir string) (*mosquittoBroker, error) {
+func startMosquitto(ctx context.Context, bin, dir string, noDelay bool) (*mosquittoBroker, error) {
 	if _, err := os.Stat(bin); err != nil {
 		return nil, fmt.Errorf("mosquitto is required (apt-get install mosquitto): %w", err)
 	}
@@ -98,7 +98,8 @@ max_queued_messages 100000
 log_dest stderr
 log_type error
 log_type warning
-`, port, self.Username)
+set_tcp_nodelay %t
+`, port, self.Username, noDelay)
 	confPath := filepath.Join(dir, "mosquitto.conf")
 	if err := os.WriteFile(confPath, []byte(conf), 0o600); err != nil {
 		return nil, fmt.Errorf("write mosquitto config: %w", err)

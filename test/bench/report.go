@@ -52,8 +52,9 @@ func newReport(opts options, e *env) *report {
 	r.Settings = map[string]any{
 		"steps": opts.steps, "idleWindow": opts.duration.String(), "intakeCommands": opts.intakeN,
 		"starts": opts.starts, "singleRepeats": opts.singleRepeats, "burstPods": opts.burst, "exitPods": opts.exitPods,
-		"mqletConfig": "defaults (metrics 30s, node status 1m, PLEG 1s, 4 workers) except runtime.podLogDir",
-		"broker":      "mosquitto on loopback, QoS 1",
+		"mqletConfig":      "defaults (metrics 30s, node status 1m, PLEG 1s, 4 workers) except runtime.podLogDir",
+		"broker":           "mosquitto on loopback, QoS 1",
+		"brokerTcpNoDelay": opts.brokerNoDelay,
 	}
 	return r
 }
