@@ -128,7 +128,7 @@ func Build(pod *v1.Pod, rs *runtime.PodStatus, hints Hints, now time.Time) v1.Po
 	s.QOSClass = v1qos.GetPodQOS(pod)
 	setIPs(pod, rs, hints, old, &s)
 	s.Conditions = conditions(pod, old, &s, sandboxReady(rs), now)
-	s.StartTime = startTime(old, now)
+	s.StartTime = startTime(old, rs, now)
 	s.ObservedGeneration = pod.Generation
 	normalizeTimes(&s)
 	return s
@@ -160,17 +160,27 @@ func unreachableStatus(pod *v1.Pod, old v1.PodStatus, hints Hints, now time.Time
 	if hints.FailReason != "" {
 		s.Phase, s.Reason, s.Message = v1.PodFailed, hints.FailReason, hints.FailMessage
 	}
-	s.StartTime = startTime(old, now)
+	s.StartTime = startTime(old, nil, now)
 	s.ObservedGeneration = pod.Generation
 	normalizeTimes(&s)
 	return s
 }
 
-func startTime(old v1.PodStatus, now time.Time) *metav1.Time {
+// startTime keeps the previous start time; without one (e.g. after mqlet
+// restarted) the oldest sandbox still known to the runtime tells when the
+// pod started, so adopting a running pod does not make it look new.
+func startTime(old v1.PodStatus, rs *runtime.PodStatus, now time.Time) *metav1.Time {
 	if old.StartTime != nil && !old.StartTime.IsZero() {
 		return old.StartTime.DeepCopy()
 	}
 	t := metav1.NewTime(now)
+	if rs != nil {
+		for _, sb := range rs.Sandboxes {
+			if !sb.CreatedAt.IsZero() && sb.CreatedAt.Before(t.Time) {
+				t = metav1.NewTime(sb.CreatedAt)
+			}
+		}
+	}
 	return &t
 }
 

@@ -399,7 +399,7 @@ func TestBuildContainerDetails(t *testing.T) {
 	if s.PodIP != "10.88.0.5" || len(s.PodIPs) != 1 || s.HostIP != "192.168.1.10" || len(s.HostIPs) != 1 {
 		t.Errorf("IPs: pod %q %v host %q %v", s.PodIP, s.PodIPs, s.HostIP, s.HostIPs)
 	}
-	if s.StartTime == nil || !s.StartTime.Time.Equal(at(100)) {
+	if s.StartTime == nil || !s.StartTime.Time.Equal(at(-50)) {
 		t.Errorf("startTime = %v", s.StartTime)
 	}
 	if s.QOSClass != v1.PodQOSBestEffort {
@@ -463,7 +463,7 @@ func TestBuildKeepsTimesStable(t *testing.T) {
 	if got := cond(t, crashed, v1.PodScheduled); !got.LastTransitionTime.Time.Equal(at(100)) {
 		t.Errorf("PodScheduled transition moved to %v", got.LastTransitionTime)
 	}
-	if !crashed.StartTime.Time.Equal(at(100)) {
+	if !crashed.StartTime.Time.Equal(at(0)) {
 		t.Errorf("startTime moved to %v", crashed.StartTime)
 	}
 }

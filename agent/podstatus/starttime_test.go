@@ -1,0 +1,26 @@
+package podstatus
+
+import (
+	"testing"
+	"time"
+
+	v1 "k8s.io/api/core/v1"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+
+	"github.com/mqlet/mqlet/runtime"
+)
+
+func TestAdoptedPodKeepsItsSandboxStartTime(t *testing.T) {
+	now := time.Date(2026, 11, 29, 12, 0, 0, 0, time.UTC)
+	started := now.Add(-3 * time.Hour)
+	pod := &v1.Pod{ObjectMeta: metav1.ObjectMeta{Name: "p", Namespace: "d", UID: "u"},
+		Spec: v1.PodSpec{RestartPolicy: v1.RestartPolicyAlways, Containers: []v1.Container{{Name: "c", Image: "i"}}}}
+	rs := &runtime.PodStatus{UID: "u", Sandboxes: []runtime.SandboxStatus{{ID: "s2", Ready: true, CreatedAt: now.Add(-time.Hour)}, {ID: "s1", CreatedAt: started}}}
+	st := Build(pod, rs, Hints{}, now)
+	if st.StartTime == nil || !st.StartTime.Time.Equal(started) {
+		t.Fatalf("start time %v, want the oldest sandbox %v", st.StartTime, started)
+	}
+	if fresh := Build(pod, nil, Hints{}, now); !fresh.StartTime.Time.Equal(now) {
+		t.Fatalf("a pod unknown to the runtime starts now, got %v", fresh.StartTime)
+	}
+}
