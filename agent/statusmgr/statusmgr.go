@@ -81,22 +81,10 @@ func (m *Manager) Set(pod *v1.Pod, status v1.PodStatus) error {
 	return m.put(pod.Namespace, pod.Name, payload)
 }
 
-// Remove clears the pod's retained topic with an empty payload.
+// Remove clears the pod's retained topic with an empty payload. It does so
+// even when this process never published the pod: a pod deleted while
+// mqlet was down still has a retained status at the broker.
 func (m *Manager) Remove(namespace, name string) error {
-	key := namespace + "/" + name
-	m.mu.Lock()
-	_, known := m.pods[key]
-	delete(m.pods, key)
-	m.mu.Unlock()
-	if !known {
-		return nil
-	}
-	return m.put(namespace, name, nil)
-}
-
-// Forget clears a pod's topic even when this process never published it
-// (a pod deleted while mqlet was down still has a retained status).
-func (m *Manager) Forget(namespace, name string) error {
 	m.mu.Lock()
 	delete(m.pods, namespace+"/"+name)
 	m.mu.Unlock()
