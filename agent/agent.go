@@ -9,6 +9,7 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
+	"maps"
 	"sync"
 	"time"
 
@@ -45,6 +46,8 @@ type Store interface {
 	runtime.ObjectSource
 	Pod(namespace, name string) (*v1.Pod, error)
 	RecordReply(requestID string, reply []byte, at time.Time) error
+	Meta(key string) ([]byte, bool, error)
+	SetMeta(key string, value []byte) error
 	PruneReplies(now time.Time) (int, error)
 }
 
@@ -90,7 +93,7 @@ type Agent struct {
 func New(opts Options, st Store, out Publisher, rt Runtime, log zerolog.Logger) *Agent {
 	a := &Agent{opts: opts, store: st, out: out, rt: rt, log: log}
 	a.events = events.New(eventSink{topics: opts.Topics, out: out, log: log}, events.Options{Node: opts.Topics.Node}, log.With().Str("component", "events").Logger())
-	a.status = statusmgr.New(opts.Topics, out, log.With().Str("component", "status").Logger())
+	a.status = statusmgr.New(opts.Topics, out, st, log.With().Str("component", "status").Logger())
 	sender := reply.NewSender(opts.Topics, out, st, nil, log.With().Str("component", "reply").Logger())
 	a.tracker = pending.New(sender, nil)
 	a.backoff = restart.New(opts.Restart, nil)
@@ -166,6 +169,14 @@ func (a *Agent) reconcile(ctx context.Context) {
 	}
 	for _, p := range pods {
 		keys[p.Namespace+"/"+p.Name] = true
+	}
+	if err == nil {
+		desired := maps.Clone(keys)
+		if n, err := a.status.ClearStale(func(key string) bool { return desired[key] }); err != nil {
+			a.log.Warn().Err(err).Msg("clearing statuses of pods no longer desired")
+		} else if n > 0 {
+			a.log.Info().Int("pods", n).Msg("cleared retained statuses of pods no longer desired")
+		}
 	}
 	if a.rt.Ready() {
 		refs, err := a.rt.ListPods(ctx)

@@ -8,6 +8,8 @@ import (
 	"context"
 	"encoding/json"
 	"fmt"
+	"sort"
+	"strings"
 	"sync"
 	"time"
 
@@ -29,21 +31,96 @@ type entry struct {
 	payload []byte
 }
 
+// Ledger persists the set of pods whose status topic holds a retained
+// value, so a restarted mqlet can clear the ones no longer desired.
+type Ledger interface {
+	Meta(key string) ([]byte, bool, error)
+	SetMeta(key string, value []byte) error
+}
+
+const ledgerKey = "statusmgr/published-pods"
+
 // Manager keeps the latest published status of every pod. Safe for concurrent use.
 type Manager struct {
 	topics topic.Scheme
 	out    Publisher
+	ledger Ledger
 	log    zerolog.Logger
 
 	mu   sync.Mutex
 	pods map[string]entry // key "namespace/name"
 
+	ledgerMu sync.Mutex // serialises read-modify-write of the ledger
+
 	published, skipped uint64
 }
 
-// New returns a Manager publishing through out.
-func New(topics topic.Scheme, out Publisher, log zerolog.Logger) *Manager {
-	return &Manager{topics: topics, out: out, log: log, pods: map[string]entry{}}
+// New returns a Manager publishing through out; ledger may be nil.
+func New(topics topic.Scheme, out Publisher, ledger Ledger, log zerolog.Logger) *Manager {
+	return &Manager{topics: topics, out: out, ledger: ledger, log: log, pods: map[string]entry{}}
+}
+
+// ClearStale clears the retained status of every pod published by an
+// earlier run that is not desired any more (isDesired gets "ns/name").
+func (m *Manager) ClearStale(isDesired func(key string) bool) (int, error) {
+	if m.ledger == nil {
+		return 0, nil
+	}
+	raw, ok, err := m.ledger.Meta(ledgerKey)
+	if err != nil || !ok {
+		return 0, err
+	}
+	var keys []string
+	if err := json.Unmarshal(raw, &keys); err != nil {
+		return 0, fmt.Errorf("reading the published-pods ledger: %w", err)
+	}
+	cleared := 0
+	for _, key := range keys {
+		if isDesired(key) {
+			continue
+		}
+		ns, name, _ := strings.Cut(key, "/")
+		if err := m.Remove(ns, name); err != nil {
+			return cleared, err
+		}
+		cleared++
+	}
+	return cleared, nil
+}
+
+// record updates the ledger when the set of published pods changes.
+func (m *Manager) record(key string, present bool) {
+	if m.ledger == nil {
+		return
+	}
+	m.ledgerMu.Lock()
+	defer m.ledgerMu.Unlock()
+	set := map[string]bool{}
+	if raw, ok, err := m.ledger.Meta(ledgerKey); err == nil && ok {
+		var keys []string
+		if json.Unmarshal(raw, &keys) == nil {
+			for _, k := range keys {
+				set[k] = true
+			}
+		}
+	}
+	if set[key] == present {
+		return
+	}
+	if present {
+		set[key] = true
+	} else {
+		delete(set, key)
+	}
+	keys := make([]string, 0, len(set))
+	for k := range set {
+		keys = append(keys, k)
+	}
+	sort.Strings(keys)
+	raw, _ := json.Marshal(keys)
+	if err := m.ledger.SetMeta(ledgerKey, raw); err != nil {
+		m.log.Warn().Err(err).Msg("recording published pods")
+	}
 }
 
 // Set records the status of pod (its desired spec) and publishes it when
@@ -74,9 +151,13 @@ func (m *Manager) Set(pod *v1.Pod, status v1.PodStatus) error {
 		m.mu.Unlock()
 		return nil
 	}
+	_, known := m.pods[key]
 	m.pods[key] = entry{pod: full, payload: payload}
 	m.published++
 	m.mu.Unlock()
+	if !known {
+		m.record(key, true)
+	}
 	m.log.Debug().Str("pod", key).Str("phase", string(status.Phase)).Msg("pod status changed")
 	return m.put(pod.Namespace, pod.Name, payload)
 }
@@ -88,7 +169,11 @@ func (m *Manager) Remove(namespace, name string) error {
 	m.mu.Lock()
 	delete(m.pods, namespace+"/"+name)
 	m.mu.Unlock()
-	return m.put(namespace, name, nil)
+	if err := m.put(namespace, name, nil); err != nil {
+		return err
+	}
+	m.record(namespace+"/"+name, false)
+	return nil
 }
 
 // Get returns the last status set for the pod.

@@ -33,7 +33,7 @@ func pod() *v1.Pod {
 
 func TestPublishesOnlyOnChangeAndClearsOnRemove(t *testing.T) {
 	c := &capture{}
-	m := New(topic.Scheme{Prefix: "mqlet/v1", Node: "n1"}, c, zerolog.Nop())
+	m := New(topic.Scheme{Prefix: "mqlet/v1", Node: "n1"}, c, nil, zerolog.Nop())
 	p := pod()
 	pending := v1.PodStatus{Phase: v1.PodPending}
 	for range 3 {
@@ -75,5 +75,54 @@ func TestPublishesOnlyOnChangeAndClearsOnRemove(t *testing.T) {
 	}
 	if pub, skip := m.Stats(); pub != 2 || skip != 2 {
 		t.Fatalf("stats published=%d skipped=%d", pub, skip)
+	}
+}
+
+type memLedger struct {
+	mu sync.Mutex
+	kv map[string][]byte
+}
+
+func (l *memLedger) Meta(k string) ([]byte, bool, error) {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	v, ok := l.kv[k]
+	return v, ok, nil
+}
+
+func (l *memLedger) SetMeta(k string, v []byte) error {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	l.kv[k] = v
+	return nil
+}
+
+func TestStaleStatusesOfAnEarlierRunAreCleared(t *testing.T) {
+	ledger := &memLedger{kv: map[string][]byte{}}
+	scheme := topic.Scheme{Prefix: "mqlet/v1", Node: "n1"}
+	first := New(scheme, &capture{}, ledger, zerolog.Nop())
+	for _, name := range []string{"keep", "gone", "deleted"} {
+		p := pod()
+		p.Name = name
+		if err := first.Set(p, v1.PodStatus{Phase: v1.PodRunning}); err != nil {
+			t.Fatal(err)
+		}
+	}
+	if err := first.Remove("default", "deleted"); err != nil {
+		t.Fatal(err)
+	}
+
+	// The next run of mqlet: only "keep" is still desired.
+	c := &capture{}
+	second := New(scheme, c, ledger, zerolog.Nop())
+	n, err := second.ClearStale(func(key string) bool { return key == "default/keep" })
+	if err != nil || n != 1 {
+		t.Fatalf("cleared %d (%v), want 1", n, err)
+	}
+	if len(c.msgs) != 1 || c.msgs[0].Topic != "mqlet/v1/n1/pods/default/gone" || len(c.msgs[0].Payload) != 0 || !c.msgs[0].Retained {
+		t.Fatalf("want one empty retained message for default/gone, got %+v", c.msgs)
+	}
+	if n, _ := second.ClearStale(func(string) bool { return false }); n != 1 {
+		t.Fatalf("after clearing, only keep remains in the ledger; cleared %d", n)
 	}
 }
