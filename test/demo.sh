@@ -5,13 +5,7 @@
 set -euo pipefail
 cd "$(dirname "$0")/.."
 export PATH=/usr/local/go/bin:$PATH
-need=()
-for pkg in mosquitto-clients containerd runc containernetworking-plugins busybox-static iptables jq; do
-	dpkg -s "$pkg" >/dev/null 2>&1 || need+=("$pkg")
-done
-if [ ${#need[@]} -gt 0 ]; then
-	apt-get update -qq && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq "${need[@]}" >/dev/null
-fi
+test/env/install-deps.sh
 make -s build
 
 export MQLET_TEST_DIR=/run/mqlet-demo MQLET_TEST_BRIDGE=mqletdemo0 MQLET_TEST_SUBNET=10.88.78.0/24

@@ -1,0 +1,18 @@
+#!/usr/bin/env bash
+# Installs, from Debian 12's archive, the packages mqlet's tests, demo and
+# benchmarks need, skipping those already present. Run as root.
+set -euo pipefail
+need=()
+for pkg in mosquitto mosquitto-clients containerd runc containernetworking-plugins busybox-static iptables jq; do
+	dpkg -s "$pkg" >/dev/null 2>&1 || need+=("$pkg")
+done
+if [ ${#need[@]} -gt 0 ]; then
+	echo "installing: ${need[*]}" >&2
+	apt-get update -qq
+	DEBIAN_FRONTEND=noninteractive apt-get install -y -qq "${need[@]}" >/dev/null
+fi
+# The Debian package may start a system-wide mosquitto; tests and the demo
+# run their own brokers.
+if pidof mosquitto >/dev/null 2>&1 && [ -x /etc/init.d/mosquitto ]; then
+	/etc/init.d/mosquitto stop >/dev/null 2>&1 || true
+fi
