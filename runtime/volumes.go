@@ -138,53 +138,70 @@ func projectItems(items []v1.KeyToPath, data map[string][]byte, defaultMode os.F
 }
 
 func (m *Manager) writeConfigMapVolume(pod *v1.Pod, src *v1.ConfigMapVolumeSource, dir string, objects ObjectSource) error {
-	optional := src.Optional != nil && *src.Optional
-	what := "configmap " + pod.Namespace + "/" + src.Name
-	data := map[string][]byte{}
-	cm, err := objects.ConfigMap(pod.Namespace, src.Name)
-	switch {
-	case (err != nil || cm == nil) && !optional:
-		return fmt.Errorf("%s: %w", what, errOrMissing(err))
-	case cm != nil:
-		for k, v := range cm.Data {
-			data[k] = []byte(v)
-		}
-		for k, v := range cm.BinaryData {
-			data[k] = v
-		}
-	}
-	mode := os.FileMode(defaultConfigMapMode)
-	if src.DefaultMode != nil {
-		mode = os.FileMode(*src.DefaultMode)
-	}
-	files, err := projectItems(src.Items, data, mode, optional, what)
-	if err != nil {
-		return err
-	}
-	return writeAtomic(dir, files)
+	return writeKeyedVolume(keyedVolume{
+		what: "configmap " + pod.Namespace + "/" + src.Name, items: src.Items, defaultMode: src.DefaultMode,
+		fallbackMode: defaultConfigMapMode, optional: src.Optional != nil && *src.Optional,
+		read: func() (map[string][]byte, error) {
+			cm, err := objects.ConfigMap(pod.Namespace, src.Name)
+			if err != nil || cm == nil {
+				return nil, errOrMissing(err)
+			}
+			data := make(map[string][]byte, len(cm.Data)+len(cm.BinaryData))
+			for k, v := range cm.Data {
+				data[k] = []byte(v)
+			}
+			for k, v := range cm.BinaryData {
+				data[k] = v
+			}
+			return data, nil
+		},
+	}, dir)
 }
 
 func (m *Manager) writeSecretVolume(pod *v1.Pod, src *v1.SecretVolumeSource, dir string, objects ObjectSource) error {
-	optional := src.Optional != nil && *src.Optional
-	what := "secret " + pod.Namespace + "/" + src.SecretName
-	data := map[string][]byte{}
-	s, err := objects.Secret(pod.Namespace, src.SecretName)
-	switch {
-	case (err != nil || s == nil) && !optional:
-		return fmt.Errorf("%s: %w", what, errOrMissing(err))
-	case s != nil:
-		for k, v := range s.StringData {
-			data[k] = []byte(v)
+	return writeKeyedVolume(keyedVolume{
+		what: "secret " + pod.Namespace + "/" + src.SecretName, items: src.Items, defaultMode: src.DefaultMode,
+		fallbackMode: defaultSecretMode, optional: src.Optional != nil && *src.Optional,
+		read: func() (map[string][]byte, error) {
+			s, err := objects.Secret(pod.Namespace, src.SecretName)
+			if err != nil || s == nil {
+				return nil, errOrMissing(err)
+			}
+			data := make(map[string][]byte, len(s.StringData)+len(s.Data))
+			for k, v := range s.StringData {
+				data[k] = []byte(v)
+			}
+			for k, v := range s.Data {
+				data[k] = v
+			}
+			return data, nil
+		},
+	}, dir)
+}
+
+// keyedVolume is a configMap or secret volume: keys projected into files.
+type keyedVolume struct {
+	what         string
+	items        []v1.KeyToPath
+	defaultMode  *int32
+	fallbackMode int
+	optional     bool
+	read         func() (map[string][]byte, error)
+}
+
+func writeKeyedVolume(v keyedVolume, dir string) error {
+	data, err := v.read()
+	if err != nil {
+		if !v.optional {
+			return fmt.Errorf("%s: %w", v.what, err)
 		}
-		for k, v := range s.Data {
-			data[k] = v
-		}
+		data = map[string][]byte{}
 	}
-	mode := os.FileMode(defaultSecretMode)
-	if src.DefaultMode != nil {
-		mode = os.FileMode(*src.DefaultMode)
+	mode := os.FileMode(v.fallbackMode)
+	if v.defaultMode != nil {
+		mode = os.FileMode(*v.defaultMode)
 	}
-	files, err := projectItems(src.Items, data, mode, optional, what)
+	files, err := projectItems(v.items, data, mode, v.optional, v.what)
 	if err != nil {
 		return err
 	}
