@@ -2,7 +2,7 @@
 export PATH := /usr/local/go/bin:$(PATH)
 GO      ?= go
 VERSION ?= $(shell git describe --tags --always --dirty 2>/dev/null || echo dev)
-LDFLAGS := -X github.com/mqlet/mqlet/internal/version.Version=$(VERSION)
+LDFLAGS := -s -w -X github.com/mqlet/mqlet/internal/version.Version=$(VERSION)
 
 .PHONY: build test unit bench demo fmt vet fuzz clean
 
