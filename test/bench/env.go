@@ -101,6 +101,11 @@ func (e *env) mqletConfig(dir string) (string, error) {
 // startMqlet starts an mqlet for node with state in stateDir and returns it
 // with the moment just before the process was started.
 func (e *env) startMqlet(node, stateDir string) (*process, time.Time, error) {
+	return e.startMqletOn(e.broker.url, node, stateDir)
+}
+
+// startMqletOn is startMqlet with another broker.
+func (e *env) startMqletOn(broker, node, stateDir string) (*process, time.Time, error) {
 	if err := os.MkdirAll(stateDir, 0o700); err != nil {
 		return nil, time.Time{}, fmt.Errorf("make state dir: %w", err)
 	}
@@ -108,7 +113,7 @@ func (e *env) startMqlet(node, stateDir string) (*process, time.Time, error) {
 	if err != nil {
 		return nil, time.Time{}, err
 	}
-	args := []string{"--node", node, "--broker", e.broker.url, "--state-dir", stateDir,
+	args := []string{"--node", node, "--broker", broker, "--state-dir", stateDir,
 		"--cri-endpoint", e.opts.criEndpoint, "--log-level", "info", "--config", conf}
 	start := time.Now()
 	p, err := startProcess("mqlet", filepath.Join(e.workDir, "mqlet-"+node+".log"), e.opts.mqlet, args...)

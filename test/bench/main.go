@@ -39,6 +39,7 @@ type options struct {
 	exitPods      int
 	keep          bool
 	brokerNoDelay bool
+	intakeNoDelay bool
 }
 
 var allSteps = []string{"footprint", "intake", "pods", "idle", "exit"}
@@ -66,6 +67,7 @@ func parseFlags(args []string, stderr io.Writer) (options, error) {
 	fs.IntVar(&o.exitPods, "exit-pods", 10, "pods whose container exits, for the exit → status delay")
 	fs.BoolVar(&o.keep, "keep", false, "keep the scratch dir (logs, state) even when every step passed")
 	fs.BoolVar(&o.brokerNoDelay, "broker-tcp-nodelay", false, "set mosquitto's set_tcp_nodelay (off by default in mosquitto 2.0)")
+	fs.BoolVar(&o.intakeNoDelay, "intake-nodelay-too", true, "repeat the intake through a second mosquitto with set_tcp_nodelay true")
 	if err := fs.Parse(args); err != nil {
 		return o, err
 	}

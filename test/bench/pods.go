@@ -157,6 +157,9 @@ type podStartCase struct {
 	// mqlet's per-pod Running latency over raw CRI's per-pod latency.
 	RatioP50 float64 `json:"ratioP50"`
 	RatioP99 float64 `json:"ratioP99"`
+	// Burst only: time until the last pod ran under mqlet (in parallel) over
+	// raw CRI's time for all pods one after another.
+	RatioAllPods float64 `json:"ratioAllRunningToRawWall,omitempty"`
 }
 
 type podStartResult struct {
@@ -208,6 +211,7 @@ func (e *env) podStart(ctx context.Context) (*podStartResult, []string, error) {
 		running = append(running, got.reached[n])
 	}
 	res.Burst = podCase(e.opts.burst, running, []time.Duration{got.reply}, rawBurst, rawWall)
+	res.Burst.RatioAllPods = ratio(res.Burst.Running.MaxMs, res.Burst.RawWallMs)
 	e.log.Info().Float64("p50ms", res.Burst.Running.P50Ms).Dur("reply", got.reply).Msg("pods: burst running")
 	return res, names, nil
 }

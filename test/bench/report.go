@@ -109,6 +109,15 @@ func (r *report) print(w io.Writer) {
 		}{{"pipelined", in.Pipelined}, {"sequential", in.Sequential}} {
 			p("   %-10s %4d cmds in %7.0f ms = %7.1f applies/s; %s", v.name, v.v.Commands, v.v.WallMs, v.v.CommandsPerSecond, lat(v.v.Latency))
 		}
+		if nd := in.NoDelay; nd != nil {
+			p("   the same through a mosquitto with set_tcp_nodelay true (its default is false):")
+			for _, v := range []struct {
+				name string
+				v    intakeVariant
+			}{{"pipelined", nd.Pipelined}, {"sequential", nd.Sequential}} {
+				p("   %-10s %4d cmds in %7.0f ms = %7.1f applies/s; %s", v.name, v.v.Commands, v.v.WallMs, v.v.CommandsPerSecond, lat(v.v.Latency))
+			}
+		}
 	}
 	if ps := r.PodStart; ps != nil {
 		p("\n3. Pod start (apply → running)")
@@ -121,6 +130,7 @@ func (r *report) print(w io.Writer) {
 			p("                 reply succeeded (all running) %.1f ms", ps.Burst.Reply.MaxMs)
 			p("                 raw CRI per pod (sequential) %s; all %d: %.1f ms", lat(ps.Burst.Raw), ps.Burst.Pods, ps.Burst.RawWallMs)
 			p("                 mqlet/raw       p50 x%.2f  p99 x%.2f  (mqlet: from the one apply, 4 workers; raw: each pod's own calls)", ps.Burst.RatioP50, ps.Burst.RatioP99)
+			p("                 all %d running: mqlet %.1f ms / raw sequential %.1f ms = x%.2f", ps.Burst.Pods, ps.Burst.Running.MaxMs, ps.Burst.RawWallMs, ps.Burst.RatioAllPods)
 		}
 	}
 	if id := r.Idle; id != nil {
