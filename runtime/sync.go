@@ -153,7 +153,10 @@ func (m *Manager) startContainer(ctx context.Context, svc *services, r startRequ
 			key := BackoffKey(pod, c.Name)
 			if wait, d := r.backoff.InBackoff(key, prev.FinishedAt); wait {
 				be := &BackoffError{Container: c.Name, Wait: d}
-				r.events.Event(pod, v1.EventTypeWarning, "BackOff", be.Error())
+				// The wait stays out of the event message (as in kubelet), so each
+				// crash counts into the same event instead of a new one per delay.
+				r.events.Event(pod, v1.EventTypeWarning, "BackOff",
+					fmt.Sprintf("Back-off restarting failed container %s in pod %s/%s", c.Name, pod.Namespace, pod.Name))
 				return be
 			}
 			r.backoff.Next(key, prev.FinishedAt)
