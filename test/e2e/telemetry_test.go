@@ -162,21 +162,19 @@ func TestTelemetryCrashLoop(t *testing.T) {
 		t.Error("no status showed Waiting/CrashLoopBackOff between runs")
 	}
 
-	// BackOff events: deduplicated into one event (same name) with a growing count.
-	Eventually(t, 30*time.Second, "a BackOff event re-published with count >= 3", func() bool {
-		for _, ev := range e.events(from) {
-			if ev.Reason == "BackOff" && ev.InvolvedObject.Name == "crash" && ev.Count >= 3 {
-				return true
-			}
-		}
-		return false
-	})
+	// BackOff events: deduplicated into one event (same name) with a growing
+	// count. Polled, not waited on fatally, so a failure shows what came.
+	deadline := time.Now().Add(30 * time.Second)
+	for time.Now().Before(deadline) && !backOffCounted(e.events(from), 3) {
+		e.mq.WaitFor(e.mq.Mark(), time.Until(deadline)+5*time.Second, "any message", func(Msg) bool { return true })
+	}
 	byName := map[string][]int32{}
 	for _, ev := range e.events(from) {
 		if ev.Reason != "BackOff" || ev.InvolvedObject.Name != "crash" {
 			continue
 		}
 		byName[ev.Name] = append(byName[ev.Name], ev.Count)
+		t.Logf("BackOff %s count %d: %s", ev.Name, ev.Count, ev.Message)
 		if ev.Type != v1.EventTypeWarning || ev.FirstTimestamp.IsZero() || ev.LastTimestamp.Before(&ev.FirstTimestamp) {
 			t.Errorf("BackOff event %s: type %s, first %v, last %v", ev.Name, ev.Type, ev.FirstTimestamp, ev.LastTimestamp)
 		}
@@ -230,4 +228,14 @@ func TestTelemetryCompletedAndFailed(t *testing.T) {
 			}
 		}
 	}
+}
+
+// backOffCounted reports whether a BackOff event of pod crash reached count n.
+func backOffCounted(evs []v1.Event, n int32) bool {
+	for _, ev := range evs {
+		if ev.Reason == "BackOff" && ev.InvolvedObject.Name == "crash" && ev.Count >= n {
+			return true
+		}
+	}
+	return false
 }
