@@ -45,7 +45,10 @@ if ! make -s build >"$WORK/build.log" 2>&1; then
 	# mqletctl may be mid-work; the bench needs only mqlet.
 	CGO_ENABLED=0 go build -trimpath -o bin/mqlet ./cmd/mqlet
 fi
+# make build strips symbols; an unstripped build of the same source gives the size comparison.
+CGO_ENABLED=0 go build -trimpath -o "$WORK/mqlet.unstripped" ./cmd/mqlet
 go build -o "$WORK/bench" ./test/bench
 
 echo "== running the benchmark (about 3 minutes)"
-"$WORK/bench" --mqlet bin/mqlet --cri-endpoint "$MQLET_TEST_CRI_ENDPOINT" --out "$WORK/bench.json" --work-dir "$WORK" "$@"
+"$WORK/bench" --mqlet bin/mqlet --cri-endpoint "$MQLET_TEST_CRI_ENDPOINT" --out "$WORK/bench.json" --work-dir "$WORK" \
+	--unstripped "$WORK/mqlet.unstripped" "$@"

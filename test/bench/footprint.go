@@ -2,6 +2,7 @@ package main
 
 import (
 	"context"
+	"debug/elf"
 	"fmt"
 	"os"
 	"os/exec"
@@ -10,13 +11,18 @@ import (
 )
 
 type footprintResult struct {
-	BinaryBytes         int64     `json:"binaryBytes"`
-	StrippedBinaryBytes int64     `json:"strippedBinaryBytes"`
-	IdleRSSBytes        int64     `json:"idleRssBytes"`
-	IdleRSSAfter        string    `json:"idleRssAfter"`
-	Starts              int       `json:"starts"`
-	StartToOnline       latencies `json:"startToOnline"`
-	StartToOnlineMs     []float64 `json:"startToOnlineSamplesMs"`
+	// The binary measured (bin/mqlet as make build ships it) and whether it
+	// still holds a symbol table.
+	BinaryBytes       int64     `json:"binaryBytes"`
+	BinaryHasSymbols  bool      `json:"binaryHasSymbols"`
+	UnstrippedBytes   int64     `json:"unstrippedBinaryBytes"`
+	StrippedBytes     int64     `json:"strippedBinaryBytes"`
+	UnstrippedFromArg bool      `json:"unstrippedFromSeparateBuild"`
+	IdleRSSBytes      int64     `json:"idleRssBytes"`
+	IdleRSSAfter      string    `json:"idleRssAfter"`
+	Starts            int       `json:"starts"`
+	StartToOnline     latencies `json:"startToOnline"`
+	StartToOnlineMs   []float64 `json:"startToOnlineSamplesMs"`
 }
 
 // footprint measures the binary, an idle agent's memory and how long a
@@ -24,8 +30,7 @@ type footprintResult struct {
 // its own node (and state dir, kept across its starts like a real restart).
 func (e *env) footprint(ctx context.Context) (*footprintResult, error) {
 	res := &footprintResult{Starts: e.opts.starts, IdleRSSAfter: idleRSSAfter.String()}
-	var err error
-	if res.BinaryBytes, res.StrippedBinaryBytes, err = binarySizes(ctx, e.opts.mqlet, e.workDir); err != nil {
+	if err := e.binarySizes(ctx, res); err != nil {
 		return nil, err
 	}
 	node := "bench-fp-" + e.run
@@ -68,39 +73,62 @@ func (e *env) footprint(ctx context.Context) (*footprintResult, error) {
 const idleRSSAfter = 5 * time.Second
 
 func rssAfter(ctx context.Context, p *process, wait time.Duration) (int64, error) {
-	timer := time.NewTimer(wait)
-	defer timer.Stop()
-	select {
-	case <-timer.C:
-	case <-p.exited:
-		return 0, fmt.Errorf("mqlet exited while idle")
-	case <-ctx.Done():
-		return 0, context.Cause(ctx)
+	if err := waitOrDone(ctx, p, wait); err != nil {
+		return 0, fmt.Errorf("mqlet idling: %w", err)
 	}
 	return procRSS(p.pid())
 }
 
-// binarySizes returns the size of bin and of a stripped copy of it.
-func binarySizes(ctx context.Context, bin, dir string) (int64, int64, error) {
-	st, err := os.Stat(bin)
-	if err != nil {
-		return 0, 0, fmt.Errorf("mqlet binary: %w", err)
+// binarySizes fills in the size of the measured binary, of an unstripped
+// build (the binary itself when it has symbols, else --unstripped) and of
+// that build stripped.
+func (e *env) binarySizes(ctx context.Context, res *footprintResult) error {
+	var err error
+	if res.BinaryBytes, res.BinaryHasSymbols, err = elfSize(e.opts.mqlet); err != nil {
+		return err
 	}
-	data, err := os.ReadFile(bin)
-	if err != nil {
-		return 0, 0, fmt.Errorf("read mqlet binary: %w", err)
+	unstripped := e.opts.mqlet
+	if !res.BinaryHasSymbols {
+		if e.opts.unstripped == "" {
+			return fmt.Errorf("%s is already stripped: pass --unstripped with a build without -s -w", e.opts.mqlet)
+		}
+		unstripped, res.UnstrippedFromArg = e.opts.unstripped, true
+		var symbols bool
+		if res.UnstrippedBytes, symbols, err = elfSize(unstripped); err != nil {
+			return err
+		}
+		if !symbols {
+			return fmt.Errorf("--unstripped %s has no symbol table", unstripped)
+		}
+	} else {
+		res.UnstrippedBytes = res.BinaryBytes
 	}
-	stripped := filepath.Join(dir, "mqlet.stripped")
+	data, err := os.ReadFile(unstripped)
+	if err != nil {
+		return fmt.Errorf("read %s: %w", unstripped, err)
+	}
+	stripped := filepath.Join(e.workDir, "mqlet.stripped")
 	if err := os.WriteFile(stripped, data, 0o755); err != nil {
-		return 0, 0, fmt.Errorf("copy mqlet binary: %w", err)
+		return fmt.Errorf("copy mqlet binary: %w", err)
 	}
 	defer os.Remove(stripped)
 	if out, err := exec.CommandContext(ctx, "strip", stripped).CombinedOutput(); err != nil {
-		return 0, 0, fmt.Errorf("strip a copy of mqlet: %w: %s", err, out)
+		return fmt.Errorf("strip a copy of %s: %w: %s", unstripped, err, out)
 	}
-	sst, err := os.Stat(stripped)
+	res.StrippedBytes, _, err = elfSize(stripped)
+	return err
+}
+
+// elfSize returns the file size of an ELF binary and whether it has a symbol table.
+func elfSize(path string) (int64, bool, error) {
+	st, err := os.Stat(path)
 	if err != nil {
-		return 0, 0, fmt.Errorf("stat stripped mqlet: %w", err)
+		return 0, false, fmt.Errorf("mqlet binary: %w", err)
 	}
-	return st.Size(), sst.Size(), nil
+	f, err := elf.Open(path)
+	if err != nil {
+		return 0, false, fmt.Errorf("read ELF %s: %w", path, err)
+	}
+	defer f.Close()
+	return st.Size(), f.Section(".symtab") != nil, nil
 }

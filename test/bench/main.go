@@ -40,6 +40,7 @@ type options struct {
 	keep          bool
 	brokerNoDelay bool
 	intakeNoDelay bool
+	unstripped    string
 }
 
 var allSteps = []string{"footprint", "intake", "pods", "idle", "exit"}
@@ -54,6 +55,7 @@ func parseFlags(args []string, stderr io.Writer) (options, error) {
 	fs := flag.NewFlagSet("bench", flag.ContinueOnError)
 	fs.SetOutput(stderr)
 	fs.StringVar(&o.mqlet, "mqlet", "bin/mqlet", "the mqlet binary to measure")
+	fs.StringVar(&o.unstripped, "unstripped", "", "an unstripped build of the same mqlet, for the size comparison when --mqlet is stripped")
 	fs.StringVar(&o.mosquitto, "mosquitto", "/usr/sbin/mosquitto", "the mosquitto binary (a private broker is started)")
 	fs.StringVar(&o.criEndpoint, "cri-endpoint", os.Getenv("MQLET_TEST_CRI_ENDPOINT"), "CRI endpoint of a containerd holding "+busyboxImage+" (default $MQLET_TEST_CRI_ENDPOINT)")
 	fs.StringVar(&o.out, "out", "test/.work/bench.json", "where the JSON report is written")

@@ -96,7 +96,11 @@ func (r *report) print(w io.Writer) {
 	p("host: %d CPUs, kernel %s; %s; runtime %s", r.Host.CPUs, r.Host.Kernel, r.Host.Mqlet, r.Host.Containerd)
 	if f := r.Footprint; f != nil {
 		p("\n1. Footprint")
-		p("   binary:             %s unstripped, %s stripped", mib(f.BinaryBytes), mib(f.StrippedBinaryBytes))
+		shipped := "stripped"
+		if f.BinaryHasSymbols {
+			shipped = "with symbols"
+		}
+		p("   binary:             %s as built (%s); %s unstripped, %s stripped", mib(f.BinaryBytes), shipped, mib(f.UnstrippedBytes), mib(f.StrippedBytes))
 		p("   idle RSS, no pods:  %s (%s after online)", mib(f.IdleRSSBytes), f.IdleRSSAfter)
 		p("   start → online:     median %.1f ms over %d starts (min %.1f, max %.1f)",
 			f.StartToOnline.P50Ms, f.Starts, f.StartToOnline.MinMs, f.StartToOnline.MaxMs)
