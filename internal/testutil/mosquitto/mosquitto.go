@@ -64,6 +64,7 @@ func Start(t testing.TB) *Broker {
 	conf := fmt.Sprintf(`listener %d 127.0.0.1
 user %s
 allow_anonymous true
+set_tcp_nodelay true
 persistence true
 persistence_location %s/
 autosave_interval 1
