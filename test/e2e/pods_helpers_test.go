@@ -100,7 +100,28 @@ func (e *podEnv) apply(payload []byte, phase string, timeout time.Duration) repl
 	e.t.Helper()
 	id := e.nextID("apply")
 	e.mq.Command(e.node, "apply", id, payload)
-	return e.mq.WaitReply(e.node, id, phase, timeout)
+	return e.waitFinal(id, phase, timeout)
+}
+
+// waitFinal waits for the final reply to request id and fails unless it has
+// phase. (Client.WaitReply fails inside its match function while holding the
+// client's lock, which deadlocks the test's cleanup; this does not.)
+func (e *podEnv) waitFinal(id, phase string, timeout time.Duration) reply.Reply {
+	e.t.Helper()
+	var got reply.Reply
+	topic := prefix + "/" + e.node + "/reply/" + id
+	e.mq.WaitFor(0, timeout, "final reply to "+id, func(m Msg) bool {
+		var r reply.Reply
+		if m.Topic != topic || json.Unmarshal(m.Payload, &r) != nil || !r.Final() {
+			return false
+		}
+		got = r
+		return true
+	})
+	if got.Phase != phase {
+		e.t.Fatalf("request %s ended %s (%s), want %s; errors: %v", id, got.Phase, got.Message, phase, got.Errors)
+	}
+	return got
 }
 
 // deletePod sends a delete command for pod name and waits for it to succeed.
@@ -108,7 +129,7 @@ func (e *podEnv) deletePod(name string) reply.Reply {
 	e.t.Helper()
 	id := e.nextID("delete")
 	e.mq.Command(e.node, "delete", id, fmt.Appendf(nil, `{"kind":"Pod","namespace":%q,"name":%q}`, e.ns, name))
-	return e.mq.WaitReply(e.node, id, reply.Succeeded, podGoneTimeout)
+	return e.waitFinal(id, reply.Succeeded, podGoneTimeout)
 }
 
 // cleanupPods deletes the named pods through mqlet when the test ends
