@@ -139,6 +139,10 @@ func (e *podEnv) cleanupPods(names ...string) {
 		if !e.agent.Running() {
 			return // the sweep removes them
 		}
+		// A client of its own: the test's clients may be closed already
+		// (their cleanups ran first) or belong to a broker since restarted.
+		e.mq = Connect(e.t, e.broker.URL())
+		e.mq.Subscribe(prefix + "/" + e.node + "/reply/#")
 		for _, n := range names {
 			e.deletePod(n)
 		}
