@@ -57,6 +57,7 @@ type ContainerStatus struct {
 	RestartCount int    // the attempt number recorded when it was created
 	SpecHash     string // hash of the v1.Container it was created from
 	Init         bool   // an init container
+	GracePeriod  *int64 // the pod's terminationGracePeriodSeconds when it was created
 }
 
 // SandboxStatus is one pod sandbox attempt.

@@ -48,6 +48,7 @@ func (m *Manager) buildContainerConfig(pod *v1.Pod, c *v1.Container, p container
 		Annotations: map[string]string{
 			AnnotationContainerHash: HashContainer(c),
 			AnnotationRestartCount:  strconv.Itoa(p.restartCount),
+			AnnotationGracePeriod:   strconv.FormatInt(gracePeriod(pod, nil), 10),
 		},
 		Mounts:    p.mounts,
 		LogPath:   filepath.Join(c.Name, strconv.Itoa(p.restartCount)+".log"),

@@ -30,7 +30,6 @@ func (m *Manager) stopPod(ctx context.Context, svc *services, pod *v1.Pod, statu
 	if status == nil {
 		return nil
 	}
-	grace := gracePeriod(pod, override)
 	var (
 		wg   sync.WaitGroup
 		mu   sync.Mutex
@@ -43,6 +42,7 @@ func (m *Manager) stopPod(ctx context.Context, svc *services, pod *v1.Pod, statu
 		if pod != nil && c.State == ContainerRunning {
 			events.Event(pod, v1.EventTypeNormal, "Killing", "Stopping container "+c.Name)
 		}
+		grace := containerGrace(pod, c, override)
 		wg.Add(1)
 		go func(id, name string) {
 			defer wg.Done()
@@ -66,6 +66,15 @@ func (m *Manager) stopPod(ctx context.Context, svc *services, pod *v1.Pod, statu
 		}
 	}
 	return nil
+}
+
+// containerGrace is the grace period for stopping c: the override, else the
+// pod spec's, else what the container recorded at creation, else the default.
+func containerGrace(pod *v1.Pod, c ContainerStatus, override *int64) int64 {
+	if override == nil && (pod == nil || pod.Spec.TerminationGracePeriodSeconds == nil) && c.GracePeriod != nil {
+		return *c.GracePeriod
+	}
+	return gracePeriod(pod, override)
 }
 
 // KillPod stops the pod's containers (gracePeriod overrides the pod's

@@ -23,6 +23,10 @@ const (
 	AnnotationRestartCount   = "io.kubernetes.container.restartCount"
 	AnnotationSandboxHash    = "io.mqlet.sandbox.hash"
 	AnnotationTerminationMsg = "io.kubernetes.container.terminationMessagePath"
+	// AnnotationGracePeriod keeps the pod's terminationGracePeriodSeconds on
+	// each container, so a pod killed without its spec (deleted while mqlet
+	// was down) still gets its own grace period.
+	AnnotationGracePeriod = "io.kubernetes.pod.terminationGracePeriod"
 )
 
 func managedSelector() map[string]string { return map[string]string{LabelManaged: "true"} }

@@ -109,6 +109,7 @@ func (m *Manager) containerStatus(ctx context.Context, svc *services, c *runtime
 		ImageRef:     s.ImageRef,
 		RestartCount: restarts,
 		SpecHash:     c.Annotations[AnnotationContainerHash],
+		GracePeriod:  parseGrace(c.Annotations[AnnotationGracePeriod]),
 		Init:         c.Labels[LabelInitContainer] == "true",
 	}
 	if img := s.GetImage().GetImage(); img != "" {
@@ -181,4 +182,13 @@ func (m *Manager) ListPods(ctx context.Context) ([]PodRef, error) {
 		return refs[i].Name < refs[j].Name
 	})
 	return refs, nil
+}
+
+// parseGrace reads a grace period annotation; nil when absent or invalid.
+func parseGrace(v string) *int64 {
+	n, err := strconv.ParseInt(v, 10, 64)
+	if err != nil || n < 0 {
+		return nil
+	}
+	return &n
 }

@@ -329,28 +329,27 @@ func (c *Client) WaitFor(from int, timeout time.Duration, what string, match fun
 	}
 }
 
-// WaitReply waits for a reply to request id with the given phase.
+// WaitReply waits for a reply to request id with the given phase; a final
+// reply with another phase fails the test at once.
 func (c *Client) WaitReply(node, id, phase string, timeout time.Duration) reply.Reply {
 	c.t.Helper()
 	topic := prefix + "/" + node + "/reply/" + id
 	var got reply.Reply
 	c.WaitFor(0, timeout, fmt.Sprintf("reply %s %s", id, phase), func(m Msg) bool {
-		if m.Topic != topic {
-			return false
-		}
 		var r reply.Reply
-		if json.Unmarshal(m.Payload, &r) != nil {
+		if m.Topic != topic || json.Unmarshal(m.Payload, &r) != nil {
 			return false
 		}
-		if r.Phase == phase {
+		if r.Phase == phase || r.Final() {
 			got = r
 			return true
 		}
-		if r.Final() && r.Phase != phase {
-			c.t.Fatalf("request %s ended %s (%s), want %s; errors: %v", id, r.Phase, r.Message, phase, r.Errors)
-		}
 		return false
 	})
+	// Failing here, not inside the match, which runs under the client's lock.
+	if got.Phase != phase {
+		c.t.Fatalf("request %s ended %s (%s), want %s; errors: %v", id, got.Phase, got.Message, phase, got.Errors)
+	}
 	return got
 }
 
