@@ -63,6 +63,13 @@ var nonDNS = regexp.MustCompile(`[^a-z0-9-]+`)
 // waits until mqlet is online. extraConfig is appended to the test config.
 func newPodEnv(t *testing.T, extraConfig string) *podEnv {
 	t.Helper()
+	return startPodEnv(t, func(logDir string) string { return podTestConfig(logDir, extraConfig) })
+}
+
+// startPodEnv is newPodEnv with the mqlet config made by config (given a
+// fresh pod log dir) and extra mqlet flags.
+func startPodEnv(t *testing.T, config func(logDir string) string, args ...string) *podEnv {
+	t.Helper()
 	cri, endpoint := ConnectCRI(t)
 	ctx, cancel := criCtx()
 	defer cancel()
@@ -85,7 +92,7 @@ func newPodEnv(t *testing.T, extraConfig string) *podEnv {
 	e.stateDir = t.TempDir()
 	mark := e.mq.Mark()
 	e.agent = StartAgent(t, AgentOpts{Node: e.node, Broker: e.broker.URL(), CRI: endpoint, StateDir: e.stateDir,
-		Config: podTestConfig(t.TempDir(), extraConfig)})
+		Config: config(t.TempDir()), Args: args})
 	e.mq.WaitState(mark, e.node, "online", 30*time.Second)
 	return e
 }

@@ -7,17 +7,14 @@ import (
 	"fmt"
 	"io"
 	"sort"
-	"strconv"
 	"strings"
 	"testing"
 	"time"
 
 	v1 "k8s.io/api/core/v1"
-	criclient "k8s.io/cri-client/pkg"
 	statsv1alpha1 "k8s.io/kubelet/pkg/apis/stats/v1alpha1"
 
 	"github.com/mqlet/mqlet/agent/reply"
-	"github.com/mqlet/mqlet/internal/testutil/mosquitto"
 )
 
 // Telemetry intervals of the agents under test, short enough to watch.
@@ -41,30 +38,8 @@ pods:
 // newTelEnv is newPodEnv with metrics and node status every 2 s.
 func newTelEnv(t *testing.T) *podEnv {
 	t.Helper()
-	cri, endpoint := ConnectCRI(t)
-	ctx, cancel := criCtx()
-	defer cancel()
-	rt, err := criclient.NewRemoteRuntimeServiceBuilder().WithEndpoint(endpoint).WithConnectionTimeout(5 * time.Second).WithTracerProvider(nil).Build(ctx)
-	if err != nil {
-		t.Fatalf("connecting to CRI %s: %v", endpoint, err)
-	}
-	short := strings.Trim(nonDNS.ReplaceAllString(strings.ToLower(strings.TrimPrefix(t.Name(), "Test")), "-"), "-")
-	if len(short) > 30 {
-		short = short[:30]
-	}
-	suffix := strconv.FormatInt(time.Now().UnixNano()%1e9, 36) + strconv.FormatInt(podEnvSeq.Add(1), 36)
-	e := &podEnv{t: t, cri: cri, rt: rt, node: "e2e-" + short + "-" + suffix, ns: "e2e-" + short + "-" + suffix}
-	t.Cleanup(e.sweep) // runs last, after mqlet stopped
-	e.broker = mosquitto.Start(t)
-	e.mq = Connect(t, e.broker.URL())
-	e.mq.Subscribe(prefix + "/" + e.node + "/#")
-	e.stateDir = t.TempDir()
-	mark := e.mq.Mark()
-	e.agent = StartAgent(t, AgentOpts{Node: e.node, Broker: e.broker.URL(), CRI: endpoint, StateDir: e.stateDir,
-		Config: telTestConfig(t.TempDir()),
-		Args:   []string{"--metrics-interval", telMetricsInterval.String(), "--node-status-interval", telNodeStatusInterval.String()}})
-	e.mq.WaitState(mark, e.node, "online", 30*time.Second)
-	return e
+	return startPodEnv(t, telTestConfig,
+		"--metrics-interval", telMetricsInterval.String(), "--node-status-interval", telNodeStatusInterval.String())
 }
 
 // telState is the documented payload of the state topic, field for field.
