@@ -19,6 +19,7 @@ import (
 	"os"
 	"strings"
 	"sync"
+	"time"
 
 	mqtt "github.com/mochi-mqtt/server/v2"
 	"github.com/mochi-mqtt/server/v2/listeners"
@@ -98,13 +99,25 @@ func Start(ctx context.Context, opts Options, log zerolog.Logger) (*Broker, erro
 // Addr is the bound host:port (useful with a ":0" listen address).
 func (b *Broker) Addr() string { return b.listener.Address() }
 
+// closeTimeout bounds how long Close waits for the broker to stop.
+const closeTimeout = 5 * time.Second
+
 // Close stops the broker and disconnects its clients.
 func (b *Broker) Close() error {
 	b.closeOnce.Do(func() {
 		close(b.stop)
 		<-b.watchDone
-		if err := b.server.Close(); err != nil {
-			b.closeErr = fmt.Errorf("close broker: %w", err)
+		// mochi's Close was seen to hang under load (a client connecting
+		// while it runs); the agent's shutdown must not hang with it.
+		done := make(chan error, 1)
+		go func() { done <- b.server.Close() }()
+		select {
+		case err := <-done:
+			if err != nil {
+				b.closeErr = fmt.Errorf("close broker: %w", err)
+			}
+		case <-time.After(closeTimeout):
+			b.closeErr = fmt.Errorf("close broker: not stopped after %v; giving up on it", closeTimeout)
 		}
 		close(b.closed)
 	})
