@@ -12,19 +12,7 @@ export PATH=/usr/local/go/bin:$PATH
 WORK=$(pwd)/test/.work
 mkdir -p "$WORK"
 
-need=()
-for pkg in mosquitto mosquitto-clients containerd runc containernetworking-plugins busybox-static iptables jq; do
-	dpkg -s "$pkg" >/dev/null 2>&1 || need+=("$pkg")
-done
-if [ ${#need[@]} -gt 0 ]; then
-	echo "installing: ${need[*]}"
-	apt-get update -qq
-	DEBIAN_FRONTEND=noninteractive apt-get install -y -qq "${need[@]}" >/dev/null
-fi
-# The Debian package may start a system mosquitto; the bench runs its own.
-if pidof mosquitto >/dev/null 2>&1 && [ -x /etc/init.d/mosquitto ]; then
-	/etc/init.d/mosquitto stop >/dev/null 2>&1 || true
-fi
+test/env/install-deps.sh
 
 # A containerd of its own, so the bench neither disturbs nor is disturbed by
 # the tests' instance.
