@@ -12,6 +12,8 @@ type Config struct {
 	PodDir string
 	// CgroupRoot is the cgroupfs parent of all pod cgroups (pods get <root>/pod<uid>).
 	CgroupRoot string
+	// CgroupFS is where the cgroup hierarchies are mounted.
+	CgroupFS string
 	// ConnectTimeout bounds one connection attempt (dial and version handshake).
 	ConnectTimeout time.Duration
 	// RequestTimeout bounds one ordinary CRI call (pulls and stops get more).
@@ -31,6 +33,7 @@ const (
 	DefaultPodLogDir       = "/var/log/pods"
 	DefaultPodDir          = "/var/lib/mqlet/pods"
 	DefaultCgroupRoot      = "/mqlet"
+	DefaultCgroupFS        = "/sys/fs/cgroup"
 	DefaultConnectTimeout  = 5 * time.Second
 	DefaultRequestTimeout  = 2 * time.Minute
 	DefaultRetryMin        = 500 * time.Millisecond
@@ -52,6 +55,9 @@ func (c Config) withDefaults() Config {
 	}
 	if c.CgroupRoot == "" {
 		c.CgroupRoot = DefaultCgroupRoot
+	}
+	if c.CgroupFS == "" {
+		c.CgroupFS = DefaultCgroupFS
 	}
 	if c.ConnectTimeout <= 0 {
 		c.ConnectTimeout = DefaultConnectTimeout

@@ -157,6 +157,15 @@ func (m *Manager) gcPodDirs(ctx context.Context, svc *services, isDesired func(s
 			}
 		}
 	}
+	// Empty pod cgroups left behind (e.g. mqlet was killed mid-removal);
+	// a cgroup still in use refuses the rmdir and stays.
+	for _, uid := range m.podCgroupUIDs() {
+		if orphan(uid) {
+			if err := m.removePodCgroup(uid); err != nil && !errors.Is(err, syscall.EBUSY) {
+				errs = append(errs, fmt.Errorf("gc: pod cgroup %s: %w", uid, err))
+			}
+		}
+	}
 	return errors.Join(errs...)
 }
 

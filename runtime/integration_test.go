@@ -250,9 +250,15 @@ func TestPodLifecycle(t *testing.T) {
 		t.Fatalf("container change touched the sandbox: %+v", st.Sandboxes)
 	}
 
-	// KillPod removes everything.
+	// KillPod removes everything, the pod's cgroup too.
+	if dirs := e.m.podCgroupDirs(string(pod.UID)); len(dirs) == 0 {
+		t.Fatal("a running pod has no cgroup directories")
+	}
 	if err := e.m.KillPod(e.ctx, pod, nil); err != nil {
 		t.Fatal(err)
+	}
+	if dirs := e.m.podCgroupDirs(string(pod.UID)); len(dirs) != 0 {
+		t.Fatalf("pod cgroups survived KillPod: %v", dirs)
 	}
 	if st := e.status(pod); len(st.Sandboxes) != 0 || len(st.Containers) != 0 {
 		t.Fatalf("after KillPod: %+v", st)

@@ -114,6 +114,11 @@ func (m *Manager) killPod(ctx context.Context, pod *v1.Pod, uid, name, namespace
 	if err := m.removePodDirs(uid, name, namespace); err != nil {
 		return fmt.Errorf("kill pod %s/%s: %w", namespace, name, err)
 	}
+	if uid != "" {
+		if err := m.removePodCgroup(uid); err != nil {
+			m.log.Warn().Err(err).Str("pod", namespace+"/"+name).Msg("removing the pod's cgroup")
+		}
+	}
 	return nil
 }
 

@@ -43,8 +43,17 @@ if [ -n "$pid" ] && kill -0 "$pid" 2>/dev/null; then
 fi
 
 # Shims of this instance carry its socket address on their command line.
+# Their children are the containers' processes: kill those first, since a
+# killed shim leaves its container running, reparented to init.
+kill_tree() {
+	local child
+	for child in $(pgrep -P "$1" || true); do
+		kill_tree "$child"
+	done
+	kill -KILL "$1" 2>/dev/null || true
+}
 for shim in $(pgrep -f "containerd-shim-runc-v2 .*-address $SOCK( |$)" || true); do
-	kill -KILL "$shim" 2>/dev/null || true
+	kill_tree "$shim"
 done
 
 for path in "${netns[@]}"; do

@@ -1,0 +1,83 @@
+package runtime
+
+import (
+	"errors"
+	"io/fs"
+	"os"
+	"path/filepath"
+	"strings"
+)
+
+// podCgroupDirs lists the directories of the pod's cgroup under every
+// mounted hierarchy (each cgroup v1 controller, and the v2 tree).
+func (m *Manager) podCgroupDirs(uid string) []string {
+	parent := m.podCgroupParent(uid)
+	dirs, _ := filepath.Glob(filepath.Join(m.cfg.CgroupFS, "*", parent))
+	if st, err := os.Stat(filepath.Join(m.cfg.CgroupFS, parent)); err == nil && st.IsDir() {
+		dirs = append(dirs, filepath.Join(m.cfg.CgroupFS, parent))
+	}
+	return dirs
+}
+
+// removePodCgroup removes the pod's cgroup directories once its containers
+// are gone; the runtime removes the containers' cgroups but not the parent
+// that mqlet named, which would otherwise pile up on a long-lived gateway.
+// A cgroup still in use cannot be removed (rmdir fails), so this never
+// disturbs a running pod.
+func (m *Manager) removePodCgroup(uid string) error {
+	var errs []error
+	for _, dir := range m.podCgroupDirs(uid) {
+		if err := removeCgroupTree(dir); err != nil {
+			errs = append(errs, err)
+		}
+	}
+	return errors.Join(errs...)
+}
+
+// removeCgroupTree rmdirs dir and its sub-cgroups, deepest first. cgroupfs
+// directories hold only kernel files, which go with the rmdir.
+func removeCgroupTree(dir string) error {
+	var subdirs []string
+	err := filepath.WalkDir(dir, func(path string, d fs.DirEntry, err error) error {
+		if err != nil {
+			return err
+		}
+		if d.IsDir() {
+			subdirs = append(subdirs, path)
+		}
+		return nil
+	})
+	if errors.Is(err, fs.ErrNotExist) {
+		return nil
+	}
+	if err != nil {
+		return err
+	}
+	for i := len(subdirs) - 1; i >= 0; i-- {
+		if err := os.Remove(subdirs[i]); err != nil && !errors.Is(err, fs.ErrNotExist) {
+			return err
+		}
+	}
+	return nil
+}
+
+// podCgroupUIDs lists the uids of pod cgroups under the cgroup root (as
+// seen in the memory hierarchy, or the v2 tree).
+func (m *Manager) podCgroupUIDs() []string {
+	var uids []string
+	for _, base := range []string{filepath.Join(m.cfg.CgroupFS, "memory", m.cfg.CgroupRoot), filepath.Join(m.cfg.CgroupFS, m.cfg.CgroupRoot)} {
+		entries, err := os.ReadDir(base)
+		if err != nil {
+			continue
+		}
+		for _, e := range entries {
+			if e.IsDir() && strings.HasPrefix(e.Name(), "pod") {
+				uids = append(uids, strings.TrimPrefix(e.Name(), "pod"))
+			}
+		}
+		if len(uids) > 0 {
+			break
+		}
+	}
+	return uids
+}
