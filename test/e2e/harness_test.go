@@ -6,6 +6,7 @@ package e2e
 import (
 	"bytes"
 	"context"
+	"crypto/tls"
 	"encoding/json"
 	"fmt"
 	"os"
@@ -226,6 +227,13 @@ type Client struct {
 // Connect connects a recording client to broker (tcp://host:port).
 func Connect(t testing.TB, broker string) *Client {
 	t.Helper()
+	return ConnectTLS(t, broker, nil)
+}
+
+// ConnectTLS connects a recording client over TLS (ssl://host:port) with
+// tlsConfig (client certificate and CA); nil means plain TCP.
+func ConnectTLS(t testing.TB, broker string, tlsConfig *tls.Config) *Client {
+	t.Helper()
 	cl := &Client{t: t, changed: make(chan struct{})}
 	opts := paho.NewClientOptions().AddBroker(broker).SetClientID(fmt.Sprintf("e2e-%d", time.Now().UnixNano())).
 		SetCleanSession(true).SetAutoReconnect(true).SetConnectRetry(true).SetMaxReconnectInterval(time.Second).
@@ -240,6 +248,9 @@ func Connect(t testing.TB, broker string) *Client {
 		}
 	})
 	opts.SetDefaultPublishHandler(cl.record)
+	if tlsConfig != nil {
+		opts.SetTLSConfig(tlsConfig)
+	}
 	cl.c = paho.NewClient(opts)
 	tok := cl.c.Connect()
 	if !tok.WaitTimeout(10*time.Second) || tok.Error() != nil {

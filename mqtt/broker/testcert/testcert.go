@@ -10,10 +10,12 @@ import (
 	"crypto/x509"
 	"crypto/x509/pkix"
 	"encoding/pem"
+	"fmt"
 	"math/big"
 	"net"
 	"os"
 	"path/filepath"
+	"sync"
 	"testing"
 	"time"
 )
@@ -26,6 +28,11 @@ type Files struct {
 	ClientCert string
 	ClientKey  string
 	Pool       *x509.CertPool // the CA, for building tls.Configs directly
+
+	// IssueClient writes another client certificate with common name cn
+	// (e.g. a node name, for brokers that take the CN as username) and
+	// returns its certificate and key files.
+	IssueClient func(t testing.TB, cn string) (certFile, keyFile string)
 }
 
 // Generate writes a CA, a server certificate for 127.0.0.1/localhost and a
@@ -88,6 +95,19 @@ func Generate(t testing.TB) Files {
 	}
 	issue(2, "localhost", x509.ExtKeyUsageServerAuth, f.ServerCert, f.ServerKey)
 	issue(3, "mqlet-test-client", x509.ExtKeyUsageClientAuth, f.ClientCert, f.ClientKey)
+	var mu sync.Mutex
+	serial := int64(3)
+	f.IssueClient = func(t testing.TB, cn string) (string, string) {
+		t.Helper()
+		mu.Lock()
+		serial++
+		n := serial
+		mu.Unlock()
+		certPath := filepath.Join(dir, fmt.Sprintf("client-%d.pem", n))
+		keyPath := filepath.Join(dir, fmt.Sprintf("client-%d-key.pem", n))
+		issue(n, cn, x509.ExtKeyUsageClientAuth, certPath, keyPath)
+		return certPath, keyPath
+	}
 	return f
 }
 

@@ -1,0 +1,137 @@
+package e2e
+
+import (
+	"crypto/tls"
+	"fmt"
+	"net"
+	"os"
+	"os/exec"
+	"os/user"
+	"path/filepath"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/mqlet/mqlet/mqtt/broker/testcert"
+)
+
+// startTLSMosquitto runs mosquitto with the project's deploy configuration
+// (client certificates required, CN as username, the per-node ACL), only
+// with test paths and a free loopback port.
+func startTLSMosquitto(t *testing.T, certs testcert.Files) string {
+	t.Helper()
+	conf, err := os.ReadFile(filepath.Join("..", "..", "deploy", "mosquitto-tls.conf"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	l, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	port := l.Addr().(*net.TCPAddr).Port
+	l.Close()
+	self, err := user.Current()
+	if err != nil {
+		t.Fatal(err)
+	}
+	acl, err := filepath.Abs(filepath.Join("..", "..", "deploy", "mosquitto-mqlet.acl"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	text := string(conf)
+	for old, repl := range map[string]string{
+		"listener 8883":                   fmt.Sprintf("listener %d 127.0.0.1", port),
+		"/etc/mosquitto/certs/ca.crt":     certs.CA,
+		"/etc/mosquitto/certs/server.crt": certs.ServerCert,
+		"/etc/mosquitto/certs/server.key": certs.ServerKey,
+		"/etc/mosquitto/mqlet.acl":        acl,
+		"persistence true":                "persistence false",
+	} {
+		if !strings.Contains(text, old) {
+			t.Fatalf("deploy/mosquitto-tls.conf no longer contains %q", old)
+		}
+		text = strings.ReplaceAll(text, old, repl)
+	}
+	text += "\nuser " + self.Username + "\n"
+	file := filepath.Join(t.TempDir(), "mosquitto.conf")
+	if err := os.WriteFile(file, []byte(text), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	cmd := exec.Command("/usr/sbin/mosquitto", "-c", file)
+	var logs syncBuffer
+	cmd.Stdout, cmd.Stderr = &logs, &logs
+	if err := cmd.Start(); err != nil {
+		t.Fatalf("starting mosquitto (is it installed?): %v", err)
+	}
+	t.Cleanup(func() {
+		_ = cmd.Process.Kill()
+		_ = cmd.Wait()
+		if t.Failed() {
+			t.Logf("mosquitto log:\n%s", logs.String())
+		}
+	})
+	addr := fmt.Sprintf("127.0.0.1:%d", port)
+	Eventually(t, 10*time.Second, "mosquitto listening", func() bool {
+		c, err := net.Dial("tcp", addr)
+		if err == nil {
+			c.Close()
+		}
+		return err == nil
+	})
+	return "ssl://" + addr
+}
+
+func clientTLS(t *testing.T, certs testcert.Files, cert, key string) *tls.Config {
+	t.Helper()
+	pair, err := tls.LoadX509KeyPair(cert, key)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return &tls.Config{RootCAs: certs.Pool, Certificates: []tls.Certificate{pair}, MinVersion: tls.VersionTLS12}
+}
+
+// A gateway on mTLS with the per-node ACL: it comes online and obeys the
+// operator; another gateway's certificate cannot command it; without a
+// client certificate, or trusting another CA, mqlet never gets on the broker.
+func TestMutualTLSAndPerNodeACL(t *testing.T) {
+	certs := testcert.Generate(t)
+	url := startTLSMosquitto(t, certs)
+	const node = "gw-tls"
+	gwCert, gwKey := certs.IssueClient(t, node)
+	opCert, opKey := certs.IssueClient(t, "operator")
+	rogueCert, rogueKey := certs.IssueClient(t, "gw-rogue")
+
+	op := ConnectTLS(t, url, clientTLS(t, certs, opCert, opKey))
+	op.Subscribe(prefix + "/#")
+	tlsConfig := func(ca, cert, key string) string {
+		return fmt.Sprintf("mqtt:\n  caFile: %s\n  certFile: %s\n  keyFile: %s\n  reconnectMax: 2s\n", ca, cert, key)
+	}
+	a := StartAgent(t, AgentOpts{Node: node, Broker: url, Config: tlsConfig(certs.CA, gwCert, gwKey)})
+	op.WaitState(0, node, "online", 15*time.Second)
+
+	op.Command(node, "apply", "tls-1", []byte(`{"apiVersion":"v1","kind":"ConfigMap","metadata":{"name":"c"},"data":{"k":"v"}}`))
+	op.WaitReply(node, "tls-1", "succeeded", 10*time.Second)
+
+	// Another gateway's certificate is allowed on the broker but may not
+	// publish to this gateway's command topics: the broker drops it.
+	rogue := ConnectTLS(t, url, clientTLS(t, certs, rogueCert, rogueKey))
+	rogue.Command(node, "apply", "evil", []byte(`{"apiVersion":"v1","kind":"ConfigMap","metadata":{"name":"evil"},"data":{}}`))
+	op.Command(node, "get", "after-evil", []byte(`{"kind":"ConfigMap"}`))
+	got := op.WaitReply(node, "after-evil", "succeeded", 10*time.Second)
+	if strings.Contains(a.Logs(), `"requestId":"evil"`) || strings.Contains(fmt.Sprint(got.Result), "evil") {
+		t.Fatal("a command from another gateway's certificate reached mqlet")
+	}
+
+	// No client certificate, or a CA that does not sign the broker: no session.
+	other := testcert.Generate(t)
+	noCert := StartAgent(t, AgentOpts{Node: "gw-nocert", Broker: url, Config: fmt.Sprintf("mqtt:\n  caFile: %s\n  reconnectMax: 1s\n", certs.CA)})
+	wrongCA := StartAgent(t, AgentOpts{Node: "gw-wrongca", Broker: url, Config: tlsConfig(other.CA, gwCert, gwKey)})
+	Eventually(t, 15*time.Second, "both agents fail to connect, repeatedly", func() bool {
+		return strings.Count(noCert.Logs(), "mqtt connection down; reconnecting") >= 2 && strings.Count(wrongCA.Logs(), "mqtt connection down; reconnecting") >= 2
+	})
+	for _, m := range op.Messages() {
+		if strings.Contains(m.Topic, "/gw-nocert/") || strings.Contains(m.Topic, "/gw-wrongca/") {
+			t.Fatalf("an agent without valid TLS published %s", m.Topic)
+		}
+	}
+}
