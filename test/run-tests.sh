@@ -40,9 +40,10 @@ echo "== go test -race (runtime and end-to-end, one package at a time)"
 go test -race -count=1 -timeout 40m -p 1 -v $serial >>"$WORK/test.log" 2>&1 || status=$?
 grep -E '^(ok|FAIL|---|panic:)|^\s+--- FAIL' "$WORK/test.log" | grep -v -- '--- PASS' || true
 
-echo "== fuzzing the command decoder briefly"
-for target in FuzzDecode FuzzDecodeRef; do
-	if ! go test -run '^$' -fuzz "^${target}\$" -fuzztime 10s ./agent/manifest >"$WORK/fuzz-$target.log" 2>&1; then
+echo "== fuzzing the command decoder and intake briefly"
+for spec in agent/manifest:FuzzDecode agent/manifest:FuzzDecodeRef agent/intake:FuzzHandle; do
+	pkg=${spec%%:*} target=${spec##*:}
+	if ! go test -run '^$' -fuzz "^${target}\$" -fuzztime 10s "./$pkg" >"$WORK/fuzz-$target.log" 2>&1; then
 		echo "fuzz $target failed:"; tail -20 "$WORK/fuzz-$target.log"; status=1
 	else
 		echo "fuzz $target: ok"

@@ -103,7 +103,7 @@ type rig struct {
 	events *fakeEvents
 }
 
-func newRig(t *testing.T) *rig {
+func newRig(t testing.TB) *rig {
 	st, err := store.Open(filepath.Join(t.TempDir(), "state.db"))
 	if err != nil {
 		t.Fatal(err)
