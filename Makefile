@@ -33,8 +33,9 @@ vet:
 	$(GO) vet ./...
 
 fuzz:
-	$(GO) test -run '^$$' -fuzz FuzzDecode$$ -fuzztime 15s ./agent/manifest
-	$(GO) test -run '^$$' -fuzz FuzzDecodeRef -fuzztime 15s ./agent/manifest
+	$(GO) test -run '^$$' -fuzz FuzzDecode$$ -fuzztime 60s ./agent/manifest
+	$(GO) test -run '^$$' -fuzz FuzzDecodeRef -fuzztime 60s ./agent/manifest
+	$(GO) test -run '^$$' -fuzz FuzzHandle -fuzztime 60s ./agent/intake
 
 clean:
 	rm -rf bin
