@@ -59,7 +59,6 @@ type Publisher interface {
 // Options are the agent's settings, taken from the configuration.
 type Options struct {
 	Topics          topic.Scheme
-	Version         string
 	MaxPayloadBytes int
 	Policy          validate.Policy
 	Workers         int

@@ -12,6 +12,7 @@ import (
 	"fmt"
 	"sort"
 	"strings"
+	"sync/atomic"
 	"time"
 
 	"github.com/rs/zerolog"
@@ -87,7 +88,7 @@ type Intake struct {
 	now     func() time.Time
 	log     zerolog.Logger
 
-	received, rejected uint64
+	received, rejected atomic.Uint64 // read by the metrics loop while commands arrive
 }
 
 // New returns an Intake.
@@ -99,7 +100,7 @@ func New(opts Options, st Store, replies Sender, tracker Tracker, pods Scheduler
 // is persisted and the first reply is queued, so the broker's QoS 1 ack
 // follows persistence.
 func (in *Intake) Handle(topicName string, payload []byte) {
-	in.received++
+	in.received.Add(1)
 	verb, id, err := in.opts.Topics.ParseCommand(topicName)
 	if id == "" {
 		id = DeriveRequestID(topicName, payload)
@@ -141,7 +142,9 @@ func (in *Intake) Handle(topicName string, payload []byte) {
 }
 
 // Stats returns how many commands were received and rejected.
-func (in *Intake) Stats() (received, rejected uint64) { return in.received, in.rejected }
+func (in *Intake) Stats() (received, rejected uint64) {
+	return in.received.Load(), in.rejected.Load()
+}
 
 // DeriveRequestID names a request that came without an id: the same topic
 // and payload always give the same id, so a redelivery is recognised.
@@ -154,7 +157,7 @@ func DeriveRequestID(topicName string, payload []byte) string {
 }
 
 func (in *Intake) fail(id, verb string, err error, details ...string) {
-	in.rejected++
+	in.rejected.Add(1)
 	in.log.Warn().Str("requestId", id).Str("verb", verb).Err(err).Msg("command failed")
 	_ = in.replies.Send(reply.Reply{RequestID: id, Verb: verb, Phase: reply.Failed, Message: err.Error(), Errors: details})
 }

@@ -2,6 +2,7 @@ package intake
 
 import (
 	"encoding/json"
+	"fmt"
 	"path/filepath"
 	"strings"
 	"sync"
@@ -246,5 +247,23 @@ func TestGetNeverShowsSecretValues(t *testing.T) {
 	res, ok := r.sender.last("g1").Result.(GetResult)
 	if !ok || len(res.Secrets) != 1 {
 		t.Fatalf("get result %+v", r.sender.last("g1"))
+	}
+}
+
+func TestStatsAreSafeWhileCommandsArrive(t *testing.T) {
+	r := newRig(t)
+	done := make(chan struct{})
+	go func() {
+		defer close(done)
+		for range 50 {
+			r.in.Stats()
+		}
+	}()
+	for i := range 20 {
+		r.in.Handle(fmt.Sprintf("mqlet/v1/n1/cmd/get/s%d", i), []byte(`{}`))
+	}
+	<-done
+	if received, _ := r.in.Stats(); received != 20 {
+		t.Fatalf("received %d, want 20", received)
 	}
 }

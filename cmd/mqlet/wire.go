@@ -73,7 +73,6 @@ func runAgent(ctx context.Context, cfg *config.Config, log zerolog.Logger) error
 	}, log)
 	a := agent.New(agent.Options{
 		Topics:          topics,
-		Version:         version.Version,
 		MaxPayloadBytes: cfg.MQTT.MaxPayloadBytes,
 		Policy:          policyFrom(cfg.Admission),
 		Workers:         cfg.Pods.Workers,
