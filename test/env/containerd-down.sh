@@ -56,6 +56,12 @@ for shim in $(pgrep -f "containerd-shim-runc-v2 .*-address $SOCK( |$)" || true);
 	kill_tree "$shim"
 done
 
+# Pod cgroups left empty by the killed containers. Other instances share the
+# /mqlet parent, but a cgroup in use refuses rmdir, so only empty ones go.
+for dir in /sys/fs/cgroup/*/mqlet/pod*/ /sys/fs/cgroup/mqlet/pod*/; do
+	[ -d "$dir" ] && find "$dir" -depth -type d -exec rmdir {} \; 2>/dev/null
+done
+
 for path in "${netns[@]}"; do
 	name=$(basename "$path")
 	ip netns delete "$name" 2>/dev/null || { umount "$path" 2>/dev/null; rm -f "$path"; }
