@@ -10,6 +10,7 @@ import (
 	"errors"
 	"fmt"
 	"maps"
+	"slices"
 	"sync"
 	"time"
 
@@ -260,10 +261,15 @@ func (a *Agent) housekeeping(ctx context.Context) {
 			a.log.Warn().Err(err).Msg("listing desired pods for garbage collection")
 			continue
 		}
+		policy := a.opts.GCPolicy
+		policy.KeepImages = slices.Clone(policy.KeepImages)
 		for _, p := range pods {
 			desiredUIDs[string(p.UID)] = true
+			for _, c := range slices.Concat(p.Spec.InitContainers, p.Spec.Containers) {
+				policy.KeepImages = append(policy.KeepImages, c.Image)
+			}
 		}
-		if err := a.rt.GarbageCollect(ctx, a.opts.GCPolicy, func(uid string) bool { return desiredUIDs[uid] }); err != nil {
+		if err := a.rt.GarbageCollect(ctx, policy, func(uid string) bool { return desiredUIDs[uid] }); err != nil {
 			a.log.Warn().Err(err).Msg("garbage collection")
 		}
 	}

@@ -2,6 +2,7 @@ package runtime
 
 import (
 	"context"
+	"encoding/json"
 	"errors"
 	"fmt"
 	"os"
@@ -26,7 +27,8 @@ type GCPolicy struct {
 	// below ImageGCLowThresholdPercent.
 	ImageGCHighThresholdPercent int
 	ImageGCLowThresholdPercent  int
-	// KeepImages are never removed (e.g. the sandbox image).
+	// KeepImages are never removed: the agent passes the images of every
+	// desired pod, which an offline gateway could not pull again.
 	KeepImages []string
 }
 
@@ -203,7 +205,12 @@ func (m *Manager) gcImages(ctx context.Context, svc *services, policy GCPolicy) 
 	}
 	keep := map[string]bool{}
 	for _, k := range policy.KeepImages {
-		keep[k] = true
+		keep[NormalizeImage(k)] = true
+	}
+	// Offline, a removed sandbox image cannot come back and no pod could
+	// start again: never remove it.
+	if sandboxImage := m.sandboxImage(ctx, svc); sandboxImage != "" {
+		keep[NormalizeImage(sandboxImage)] = true
 	}
 	images, err := svc.image.ListImages(ctx, nil)
 	if err != nil {
@@ -234,4 +241,42 @@ func anyIn(list []string, set map[string]bool) bool {
 		}
 	}
 	return false
+}
+
+// sandboxImage asks the runtime which image its sandboxes use (containerd
+// reports its CRI config in the verbose status); "" when it does not say.
+func (m *Manager) sandboxImage(ctx context.Context, svc *services) string {
+	resp, err := svc.runtime.Status(ctx, true)
+	if err != nil {
+		return ""
+	}
+	var cfg struct {
+		SandboxImage string `json:"sandboxImage"`
+	}
+	if json.Unmarshal([]byte(resp.GetInfo()["config"]), &cfg) != nil {
+		return ""
+	}
+	return cfg.SandboxImage
+}
+
+// NormalizeImage writes an image reference the way runtimes list repo tags:
+// "busybox" is "docker.io/library/busybox:latest".
+func NormalizeImage(ref string) string {
+	if ref == "" || strings.Contains(ref, "@") {
+		return ref
+	}
+	name, domain := ref, ""
+	if i := strings.IndexByte(ref, '/'); i > 0 && (strings.ContainsAny(ref[:i], ".:") || ref[:i] == "localhost") {
+		domain, name = ref[:i], ref[i+1:]
+	}
+	if domain == "" {
+		domain = "docker.io"
+		if !strings.Contains(name, "/") {
+			name = "library/" + name
+		}
+	}
+	if !strings.Contains(name[strings.LastIndexByte(name, '/')+1:], ":") {
+		name += ":latest"
+	}
+	return domain + "/" + name
 }

@@ -33,3 +33,20 @@ func TestContainerGracePrefersOverrideThenSpecThenRecorded(t *testing.T) {
 		t.Fatal("parseGrace wrong")
 	}
 }
+
+func TestNormalizeImage(t *testing.T) {
+	for in, want := range map[string]string{
+		"busybox":                      "docker.io/library/busybox:latest",
+		"busybox:1.36":                 "docker.io/library/busybox:1.36",
+		"mqlet/busybox:test":           "docker.io/mqlet/busybox:test",
+		"docker.io/mqlet/busybox:test": "docker.io/mqlet/busybox:test",
+		"registry.local:5000/app":      "registry.local:5000/app:latest",
+		"localhost/app:v1":             "localhost/app:v1",
+		"quay.io/x/y@sha256:abc":       "quay.io/x/y@sha256:abc",
+		"registry.k8s.io/pause:3.9":    "registry.k8s.io/pause:3.9",
+	} {
+		if got := NormalizeImage(in); got != want {
+			t.Errorf("NormalizeImage(%q) = %q, want %q", in, got, want)
+		}
+	}
+}

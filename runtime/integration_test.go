@@ -454,6 +454,15 @@ func TestGarbageCollect(t *testing.T) {
 	if _, err := os.Stat(filepath.Join(e.m.cfg.PodDir, string(gone.UID))); !os.IsNotExist(err) {
 		t.Fatalf("pod dir of undesired pod survived GC: %v", err)
 	}
+	// Image GC never takes the sandbox image, which an offline node could
+	// not pull again.
+	svc, err := e.m.conn.get()
+	if err != nil {
+		t.Fatal(err)
+	}
+	if got := e.m.sandboxImage(e.ctx, svc); NormalizeImage(got) != containerd.PauseImage {
+		t.Fatalf("sandbox image reported as %q, want %s", got, containerd.PauseImage)
+	}
 }
 
 func TestPLEG(t *testing.T) {
