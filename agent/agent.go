@@ -154,7 +154,6 @@ func (a *Agent) Run(ctx context.Context) error {
 	spawn("pleg", a.runPLEG)
 	spawn("runtime-watch", a.watchRuntime)
 	spawn("housekeeping", a.housekeeping)
-	a.reconcile(ctx)
 	wg.Wait()
 	return nil
 }
@@ -214,28 +213,34 @@ func (a *Agent) runPLEG(ctx context.Context) {
 	}
 }
 
-// watchRuntime reports runtime availability changes and re-syncs every pod
-// when the runtime comes back.
+// watchRuntime reconciles at start and again whenever the runtime comes
+// back, and reports availability changes as node events.
 func (a *Agent) watchRuntime(ctx context.Context) {
-	ready := a.rt.Ready()
+	first, ready := true, false
 	for {
+		// Take the change signal before reading the state, so a change in
+		// between is not missed.
 		changed := a.rt.Changes()
+		now := a.rt.Ready()
+		switch {
+		case now && !ready:
+			if !first {
+				name, version := a.rt.RuntimeInfo()
+				a.events.NodeEvent(v1.EventTypeNormal, "ContainerRuntimeReady", fmt.Sprintf("container runtime %s %s is reachable", name, version))
+			}
+			a.reconcile(ctx)
+		case first:
+			// Desired pods are queued even without a runtime, so their status
+			// says why they do not run.
+			a.reconcile(ctx)
+		case !now && ready:
+			a.events.NodeEvent(v1.EventTypeWarning, "ContainerRuntimeUnreachable", "container runtime is unreachable; pods keep running, mqlet retries")
+		}
+		first, ready = false, now
 		select {
 		case <-ctx.Done():
 			return
 		case <-changed:
-		}
-		now := a.rt.Ready()
-		if now == ready {
-			continue
-		}
-		ready = now
-		if now {
-			name, version := a.rt.RuntimeInfo()
-			a.events.NodeEvent(v1.EventTypeNormal, "ContainerRuntimeReady", fmt.Sprintf("container runtime %s %s is reachable", name, version))
-			a.reconcile(ctx)
-		} else {
-			a.events.NodeEvent(v1.EventTypeWarning, "ContainerRuntimeUnreachable", "container runtime is unreachable; pods keep running, mqlet retries")
 		}
 	}
 }
