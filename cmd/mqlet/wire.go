@@ -5,6 +5,7 @@ import (
 	"crypto/tls"
 	"fmt"
 	"net"
+	"net/url"
 	"os"
 	"path/filepath"
 	"strings"
@@ -71,25 +72,12 @@ func runAgent(ctx context.Context, cfg *config.Config, log zerolog.Logger) error
 		CgroupRoot:     cfg.Runtime.CgroupRoot,
 		RequestTimeout: cfg.Runtime.RequestTimeout.Duration,
 	}, log)
-	a := agent.New(agent.Options{
-		Topics:          topics,
-		MaxPayloadBytes: cfg.MQTT.MaxPayloadBytes,
-		Policy:          policyFrom(cfg.Admission),
-		Workers:         cfg.Pods.Workers,
-		Restart:         restart.Policy{Base: cfg.Pods.BackoffBase.Duration, Max: cfg.Pods.BackoffMax.Duration, ResetAfter: cfg.Pods.BackoffResetAfter.Duration},
-		ApplyDeadline:   cfg.Pods.ApplyDeadline.Duration,
-		PLEGPeriod:      cfg.Runtime.PLEGPeriod.Duration,
-		GCInterval:      cfg.GC.Interval.Duration,
-		GCPolicy: runtime.GCPolicy{
-			MinAge:                      cfg.GC.MinDeadAge.Duration,
-			MaxPerPodContainer:          cfg.GC.MaxDeadPerContainer,
-			ImageGCHighThresholdPercent: cfg.GC.ImageGCHighPercent,
-			ImageGCLowThresholdPercent:  max(cfg.GC.ImageGCHighPercent-5, 0),
-		},
-		PodStatusResync: cfg.Telemetry.PodStatusResync.Duration,
-		HostIPs:         hostIPs(),
-	}, st, box, rt, log)
+	a := agent.New(agentOptions(cfg, topics), st, box, rt, log)
 
+	tlsConfig, err := tlsFor(cfg)
+	if err != nil {
+		return err
+	}
 	birth := presence.New(topics.State(), version.Version, st, nil)
 	will := birth.Offline()
 	var sess *session.Session
@@ -98,7 +86,7 @@ func runAgent(ctx context.Context, cfg *config.Config, log zerolog.Logger) error
 		ClientID:      session.ClientID(cfg.Node),
 		Username:      cfg.MQTT.Username,
 		Password:      cfg.MQTT.Password,
-		TLS:           tlsFor(cfg, log),
+		TLS:           tlsConfig,
 		KeepAlive:     cfg.MQTT.KeepAlive.Duration,
 		PingTimeout:   cfg.MQTT.PingTimeout.Duration,
 		ReconnectMin:  cfg.MQTT.ReconnectMin.Duration,
@@ -118,12 +106,7 @@ func runAgent(ctx context.Context, cfg *config.Config, log zerolog.Logger) error
 	if err != nil {
 		return fmt.Errorf("configuring the MQTT session: %w", err)
 	}
-	tel, err := telemetry.New(runCtx, telemetry.Config{
-		Topics: topics, Version: version.Version, StateDir: cfg.StateDir, CgroupRoot: cfg.Runtime.CgroupRoot, RuntimeEndpoint: cfg.Runtime.CRIEndpoint,
-		MetricsInterval: cfg.Telemetry.MetricsInterval.Duration, NodeStatusInterval: cfg.Telemetry.NodeStatusInterval.Duration,
-		MemoryAvailable: cfg.Telemetry.MemoryAvailable, DiskAvailablePct: cfg.Telemetry.DiskAvailablePct, PIDAvailablePct: cfg.Telemetry.PIDAvailablePct,
-		MaxPods: cfg.Pods.MaxPods,
-	}, telemetry.Deps{Runtime: rt, Out: box, Events: a.Events(), Counters: telemetry.Counters(a.Counters, box, sess)}, log)
+	tel, err := telemetry.New(runCtx, telemetryConfig(cfg, topics), telemetry.Deps{Runtime: rt, Out: box, Events: a.Events(), Counters: telemetry.Counters(a.Counters, box, sess)}, log)
 	if err != nil {
 		return fmt.Errorf("setting up telemetry: %w", err)
 	}
@@ -141,7 +124,7 @@ func runAgent(ctx context.Context, cfg *config.Config, log zerolog.Logger) error
 	spawn("outbox", func(ctx context.Context) error { return box.Run(ctx, sess) })
 	spawn("agent", a.Run)
 	spawn("telemetry", tel.Run)
-	log.Info().Str("bootId", birth.BootID()).Str("broker", cfg.MQTT.Broker).Str("cri", cfg.Runtime.CRIEndpoint).Msg("mqlet running")
+	log.Info().Str("bootId", birth.BootID()).Str("broker", redacted(brokerURL(cfg))).Str("cri", cfg.Runtime.CRIEndpoint).Msg("mqlet running")
 
 	<-ctx.Done()
 	log.Info().Msg("stopping: publishing offline state")
@@ -187,16 +170,15 @@ func brokerURL(cfg *config.Config) string {
 	return cfg.MQTT.Broker
 }
 
-func tlsFor(cfg *config.Config, log zerolog.Logger) *tls.Config {
+func tlsFor(cfg *config.Config) (*tls.Config, error) {
 	if cfg.MQTT.CAFile == "" && cfg.MQTT.CertFile == "" && !cfg.MQTT.InsecureSkipVerify {
-		return nil
+		return nil, nil
 	}
 	t, err := session.TLSConfig(cfg.MQTT.CAFile, cfg.MQTT.CertFile, cfg.MQTT.KeyFile, cfg.MQTT.InsecureSkipVerify)
 	if err != nil {
-		// config validation checked the pairing; a file problem is fatal for TLS
-		log.Fatal().Err(err).Msg("loading MQTT TLS material")
+		return nil, fmt.Errorf("loading MQTT TLS material: %w", err)
 	}
-	return t
+	return t, nil
 }
 
 func policyFrom(a config.Admission) validate.Policy {
@@ -229,4 +211,45 @@ func hostIPs() []string {
 		}
 	}
 	return ips
+}
+
+// agentOptions takes the agent's settings from the configuration.
+func agentOptions(cfg *config.Config, topics topic.Scheme) agent.Options {
+	return agent.Options{
+		Topics:          topics,
+		MaxPayloadBytes: cfg.MQTT.MaxPayloadBytes,
+		Policy:          policyFrom(cfg.Admission),
+		Workers:         cfg.Pods.Workers,
+		Restart:         restart.Policy{Base: cfg.Pods.BackoffBase.Duration, Max: cfg.Pods.BackoffMax.Duration, ResetAfter: cfg.Pods.BackoffResetAfter.Duration},
+		ApplyDeadline:   cfg.Pods.ApplyDeadline.Duration,
+		PLEGPeriod:      cfg.Runtime.PLEGPeriod.Duration,
+		GCInterval:      cfg.GC.Interval.Duration,
+		GCPolicy: runtime.GCPolicy{
+			MinAge:                      cfg.GC.MinDeadAge.Duration,
+			MaxPerPodContainer:          cfg.GC.MaxDeadPerContainer,
+			ImageGCHighThresholdPercent: cfg.GC.ImageGCHighPercent,
+			ImageGCLowThresholdPercent:  max(cfg.GC.ImageGCHighPercent-5, 0),
+		},
+		PodStatusResync: cfg.Telemetry.PodStatusResync.Duration,
+		HostIPs:         hostIPs(),
+	}
+}
+
+// telemetryConfig takes the node status and metrics settings from the configuration.
+func telemetryConfig(cfg *config.Config, topics topic.Scheme) telemetry.Config {
+	return telemetry.Config{
+		Topics: topics, Version: version.Version, StateDir: cfg.StateDir, CgroupRoot: cfg.Runtime.CgroupRoot, RuntimeEndpoint: cfg.Runtime.CRIEndpoint,
+		MetricsInterval: cfg.Telemetry.MetricsInterval.Duration, NodeStatusInterval: cfg.Telemetry.NodeStatusInterval.Duration,
+		MemoryAvailable: cfg.Telemetry.MemoryAvailable, DiskAvailablePct: cfg.Telemetry.DiskAvailablePct, PIDAvailablePct: cfg.Telemetry.PIDAvailablePct,
+		MaxPods: cfg.Pods.MaxPods,
+	}
+}
+
+// redacted hides a password written into a broker URL.
+func redacted(raw string) string {
+	u, err := url.Parse(raw)
+	if err != nil {
+		return "(unparsable URL)"
+	}
+	return u.Redacted()
 }
