@@ -3,10 +3,7 @@ package e2e
 import (
 	"crypto/tls"
 	"fmt"
-	"net"
 	"os"
-	"os/exec"
-	"os/user"
 	"path/filepath"
 	"strings"
 	"testing"
@@ -24,16 +21,7 @@ func startTLSMosquitto(t *testing.T, certs testcert.Files) string {
 	if err != nil {
 		t.Fatal(err)
 	}
-	l, err := net.Listen("tcp", "127.0.0.1:0")
-	if err != nil {
-		t.Fatal(err)
-	}
-	port := l.Addr().(*net.TCPAddr).Port
-	l.Close()
-	self, err := user.Current()
-	if err != nil {
-		t.Fatal(err)
-	}
+	port := freeLoopbackPort(t)
 	acl, err := filepath.Abs(filepath.Join("..", "..", "deploy", "mosquitto-mqlet.acl"))
 	if err != nil {
 		t.Fatal(err)
@@ -52,32 +40,8 @@ func startTLSMosquitto(t *testing.T, certs testcert.Files) string {
 		}
 		text = strings.ReplaceAll(text, old, repl)
 	}
-	text += "\nuser " + self.Username + "\n"
-	file := filepath.Join(t.TempDir(), "mosquitto.conf")
-	if err := os.WriteFile(file, []byte(text), 0o600); err != nil {
-		t.Fatal(err)
-	}
-	cmd := exec.Command("/usr/sbin/mosquitto", "-c", file)
-	var logs syncBuffer
-	cmd.Stdout, cmd.Stderr = &logs, &logs
-	if err := cmd.Start(); err != nil {
-		t.Fatalf("starting mosquitto (is it installed?): %v", err)
-	}
-	t.Cleanup(func() {
-		_ = cmd.Process.Kill()
-		_ = cmd.Wait()
-		if t.Failed() {
-			t.Logf("mosquitto log:\n%s", logs.String())
-		}
-	})
+	runMosquitto(t, text, port)
 	addr := fmt.Sprintf("127.0.0.1:%d", port)
-	Eventually(t, 10*time.Second, "mosquitto listening", func() bool {
-		c, err := net.Dial("tcp", addr)
-		if err == nil {
-			c.Close()
-		}
-		return err == nil
-	})
 	return "ssl://" + addr
 }
 
