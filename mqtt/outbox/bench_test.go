@@ -62,3 +62,31 @@ func BenchmarkDrain(b *testing.B) {
 		})
 	}
 }
+
+// BenchmarkPutParallel is many publishers at once (pod workers, the intake,
+// telemetry), which is where group commit pays.
+func BenchmarkPutParallel(b *testing.B) {
+	o, err := Open(filepath.Join(b.TempDir(), "ob.db"), 1<<30, zerolog.Nop())
+	if err != nil {
+		b.Fatal(err)
+	}
+	defer o.Close()
+	payload := make([]byte, 512)
+	b.SetBytes(int64(len(payload)))
+	b.SetParallelism(4)
+	b.ResetTimer()
+	b.RunParallel(func(pb *testing.PB) {
+		i := 0
+		for pb.Next() {
+			i++
+			m := Message{Topic: "n/events", Payload: payload, QoS: 1}
+			if i%2 == 1 {
+				m = Message{Topic: fmt.Sprintf("n/pods/default/p%d", i%64), Payload: payload, QoS: 1, Retained: true}
+			}
+			if err := o.Put(m); err != nil {
+				b.Error(err)
+				return
+			}
+		}
+	})
+}
