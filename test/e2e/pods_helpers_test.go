@@ -111,8 +111,7 @@ func (e *podEnv) apply(payload []byte, phase string, timeout time.Duration) repl
 }
 
 // waitFinal waits for the final reply to request id and fails unless it has
-// phase. (Client.WaitReply fails inside its match function while holding the
-// client's lock, which deadlocks the test's cleanup; this does not.)
+// phase.
 func (e *podEnv) waitFinal(id, phase string, timeout time.Duration) reply.Reply {
 	e.t.Helper()
 	var got reply.Reply
