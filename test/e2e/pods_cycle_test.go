@@ -73,4 +73,3 @@ func rssKiB(t *testing.T, a *Agent) int {
 	t.Fatal("no VmRSS")
 	return 0
 }
-
