@@ -7,6 +7,7 @@ import (
 	"os"
 	"path"
 	"path/filepath"
+	"strconv"
 	"sync"
 	"time"
 
@@ -234,7 +235,13 @@ type sample struct {
 // sampleLocked reads cgroup name (pid > 0 adds that process's network
 // stats), reusing a sample younger than the housekeeping interval.
 func (c *Collector) sampleLocked(name string, pid int, now time.Time) (sample, error) {
-	s := c.cgroups[name]
+	// The handler reads network stats of a fixed pid, so a new pid (a pod's
+	// sandbox re-created) needs a sampler of its own.
+	key := name
+	if pid > 0 {
+		key += "#" + strconv.Itoa(pid)
+	}
+	s := c.cgroups[key]
 	if s == nil {
 		paths := common.MakeCgroupPaths(c.cgroupMounts, name)
 		if !common.CgroupExists(paths) {
@@ -245,12 +252,12 @@ func (c *Collector) sampleLocked(name string, pid int, now time.Time) (sample, e
 			return sample{}, fmt.Errorf("opening cgroup %q: %w", name, err)
 		}
 		s = &cgroupSampler{name: name, paths: paths, handler: libcontainer.NewHandler(mgr, "/", pid, c.metrics)}
-		c.cgroups[name] = s
+		c.cgroups[key] = s
 	}
 	s.seen = true
 	if s.last == nil || now.Sub(s.last.Timestamp) >= c.opts.HousekeepingInterval {
 		if !common.CgroupExists(s.paths) {
-			delete(c.cgroups, name)
+			delete(c.cgroups, key)
 			return sample{}, fmt.Errorf("sampling cgroup %q: %w", name, errNoCgroup)
 		}
 		spec, err := common.GetSpec(s.paths, c.rootMachine, false, false)

@@ -105,11 +105,13 @@ func (c *Collector) podStatsLocked(pod PodInfo, now time.Time) statsv1alpha1.Pod
 		})
 	}
 	sort.Slice(out.Containers, func(i, j int) bool { return out.Containers[i].Name < out.Containers[j].Name })
-	// The pod is read after its containers so its totals cover theirs.
-	if s, err := c.sampleLocked(podCgroup, 0, now); err == nil {
+	// The pod is read after its containers so its totals cover theirs; the
+	// network counters come from a process in the pod's network namespace.
+	if s, err := c.sampleLocked(podCgroup, c.podNetPID(pod.UID), now); err == nil {
 		out.StartTime = metav1.NewTime(s.spec.CreationTime)
 		out.CPU = cpuStats(s)
 		out.Memory = memoryStats(s, 0)
+		out.Network = networkStats(s.stats)
 	} else {
 		c.logMissing(err, pod, "")
 	}

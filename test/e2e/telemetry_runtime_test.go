@@ -39,6 +39,7 @@ spec:
 	from := e.mq.Mark()
 	var sum statsv1alpha1.Summary
 	var spin *statsv1alpha1.ContainerStats
+	var burnPod *statsv1alpha1.PodStats
 	// Usage rates need two samples of the pod's cgroup: allow a few intervals.
 	e.mq.WaitFor(from, 30*time.Second, "metrics with usage of burn/spin", func(m Msg) bool {
 		if m.Topic != prefix+"/"+e.node+"/metrics" {
@@ -49,11 +50,12 @@ spec:
 			t.Errorf("metrics do not decode strictly: %v", err)
 			return false
 		}
-		spin = nil
-		for _, p := range sum.Pods {
+		spin, burnPod = nil, nil
+		for pi, p := range sum.Pods {
 			if p.PodRef.Namespace != e.ns || p.PodRef.Name != "burn" {
 				continue
 			}
+			burnPod = &sum.Pods[pi]
 			for i := range p.Containers {
 				if p.Containers[i].Name == "spin" {
 					spin = &p.Containers[i]
@@ -72,6 +74,10 @@ spec:
 	}
 	if m := spin.Memory; m == nil || m.WorkingSetBytes == nil || *m.WorkingSetBytes == 0 {
 		t.Errorf("spin has no working set: %s", b)
+	}
+	// The pod's own network namespace: its eth0 from the CNI bridge.
+	if net := burnPod.Network; net == nil || net.Name != "eth0" || net.RxBytes == nil {
+		t.Errorf("pod network stats missing or not the pod's eth0: %s", dump(burnPod.Network))
 	}
 
 	n := sum.Node
