@@ -81,6 +81,18 @@ type PodInfo struct {
 	Namespace string
 	// Containers maps a runtime container ID to the container's name.
 	Containers map[string]string
+	// Filesystems, by container ID, says how much disk each container uses
+	// (from the runtime); containers missing here get no rootfs/logs stats.
+	Filesystems map[string]ContainerFilesystem
+}
+
+// ContainerFilesystem is one container's disk use and where it lives, so
+// capacity and availability can be read from those filesystems.
+type ContainerFilesystem struct {
+	RootfsUsedBytes uint64
+	RootfsDir       string
+	LogsUsedBytes   uint64
+	LogsDir         string
 }
 
 // ErrClosed is returned by a Collector after Close.

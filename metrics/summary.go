@@ -97,12 +97,17 @@ func (c *Collector) podStatsLocked(pod PodInfo, now time.Time) statsv1alpha1.Pod
 			c.logMissing(err, pod, id)
 			continue
 		}
-		out.Containers = append(out.Containers, statsv1alpha1.ContainerStats{
+		cs := statsv1alpha1.ContainerStats{
 			Name:      pod.Containers[id],
 			StartTime: metav1.NewTime(s.spec.CreationTime),
 			CPU:       cpuStats(s),
 			Memory:    memoryStats(s, 0),
-		})
+		}
+		if use, ok := pod.Filesystems[id]; ok {
+			cs.Rootfs = c.usageOnLocked(use.RootfsDir, use.RootfsUsedBytes, now)
+			cs.Logs = c.usageOnLocked(use.LogsDir, use.LogsUsedBytes, now)
+		}
+		out.Containers = append(out.Containers, cs)
 	}
 	sort.Slice(out.Containers, func(i, j int) bool { return out.Containers[i].Name < out.Containers[j].Name })
 	// The pod is read after its containers so its totals cover theirs; the
@@ -226,6 +231,23 @@ func fsStats(f fs.Fs, now time.Time) *statsv1alpha1.FsStats {
 			out.InodesUsed = &inodesUsed
 		}
 	}
+	return out
+}
+
+// usageOnLocked is a container's own use of the filesystem holding dir:
+// UsedBytes is the container's, capacity and availability the filesystem's.
+func (c *Collector) usageOnLocked(dir string, used uint64, now time.Time) *statsv1alpha1.FsStats {
+	out := &statsv1alpha1.FsStats{Time: metav1.NewTime(now), UsedBytes: &used}
+	if dir == "" {
+		return out
+	}
+	f, err := c.dirFsLocked(dir, now)
+	if err != nil {
+		c.log.Debug().Err(err).Str("dir", dir).Msg("no filesystem figures for container usage")
+		return out
+	}
+	capacity, available := f.Capacity, f.Available
+	out.CapacityBytes, out.AvailableBytes = &capacity, &available
 	return out
 }
 

@@ -525,3 +525,30 @@ func TestRecoversAfterRuntimeRestart(t *testing.T) {
 		t.Fatalf("RuntimeInfo %q %q", name, version)
 	}
 }
+
+func TestContainerFilesystems(t *testing.T) {
+	e := newEnv(t)
+	pod := e.newPod(v1.RestartPolicyAlways, v1.Container{Name: "writer",
+		Command: []string{"sh", "-c", "echo hello from the writer; dd if=/dev/zero of=/tmp/blob bs=1k count=256 2>/dev/null; sleep 3600"}})
+	st := e.syncUntil(pod, 30*time.Second, "container running", isRunning("writer"))
+	id := latest(st, "writer").ID
+	deadline := time.Now().Add(20 * time.Second)
+	var use ContainerFs
+	for {
+		all, err := e.m.ContainerFilesystems(e.ctx)
+		if err != nil {
+			t.Fatal(err)
+		}
+		use = all[id]
+		if use.LogsUsedBytes > 0 && use.RootfsUsedBytes >= 256<<10 {
+			break
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("disk use of the writer never showed its log and its 256 KiB file: %+v", use)
+		}
+		<-time.After(200 * time.Millisecond) // polling the runtime with a deadline
+	}
+	if !strings.HasSuffix(use.LogsDir, "/writer") || use.RootfsMount == "" {
+		t.Fatalf("locations not reported: %+v", use)
+	}
+}

@@ -140,9 +140,15 @@ func (r *MetricsReporter) podInfos(ctx context.Context) []metrics.PodInfo {
 		r.log.Warn().Err(err).Msg("listing pods for metrics")
 		return nil
 	}
+	var disk map[string]runtime.ContainerFs
+	if fsSrc, ok := r.pods.(FilesystemSource); ok {
+		if disk, err = fsSrc.ContainerFilesystems(ctx); err != nil {
+			r.log.Debug().Err(err).Msg("no container disk usage for metrics")
+		}
+	}
 	out := make([]metrics.PodInfo, 0, len(refs))
 	for _, ref := range refs {
-		info := metrics.PodInfo{UID: ref.UID, Name: ref.Name, Namespace: ref.Namespace, Containers: map[string]string{}}
+		info := metrics.PodInfo{UID: ref.UID, Name: ref.Name, Namespace: ref.Namespace, Containers: map[string]string{}, Filesystems: map[string]metrics.ContainerFilesystem{}}
 		status, err := r.pods.GetPodStatus(ctx, ref.UID, ref.Name, ref.Namespace)
 		if err != nil {
 			r.log.Debug().Err(err).Str("pod", ref.Namespace+"/"+ref.Name).Msg("no container list for metrics")
@@ -151,12 +157,24 @@ func (r *MetricsReporter) podInfos(ctx context.Context) []metrics.PodInfo {
 				// Exited attempts have no cgroup left to measure.
 				if c.State == runtime.ContainerRunning {
 					info.Containers[c.ID] = c.Name
+					if use, ok := disk[c.ID]; ok {
+						info.Filesystems[c.ID] = metrics.ContainerFilesystem{
+							RootfsUsedBytes: use.RootfsUsedBytes, RootfsDir: use.RootfsMount,
+							LogsUsedBytes: use.LogsUsedBytes, LogsDir: use.LogsDir,
+						}
+					}
 				}
 			}
 		}
 		out = append(out, info)
 	}
 	return out
+}
+
+// FilesystemSource reports the disk use of containers; a PodSource that
+// also implements it (the runtime manager does) adds rootfs and logs figures.
+type FilesystemSource interface {
+	ContainerFilesystems(ctx context.Context) (map[string]runtime.ContainerFs, error)
 }
 
 // threadCPU is the user+system CPU time of the calling OS thread.

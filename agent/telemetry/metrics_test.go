@@ -252,3 +252,31 @@ func TestCollectorFailureTurnsMetricsOffNotTheNode(t *testing.T) {
 		t.Fatalf("node capacity without a collector: %v (MachineInfo should come from the host)", node.Status.Capacity)
 	}
 }
+
+// runtimeWithDisk is a runtime that also reports container disk use.
+type runtimeWithDisk struct {
+	*fakeRuntime
+	disk map[string]runtime.ContainerFs
+}
+
+func (r runtimeWithDisk) ContainerFilesystems(context.Context) (map[string]runtime.ContainerFs, error) {
+	return r.disk, nil
+}
+
+func TestMetricsCarryContainerDiskUse(t *testing.T) {
+	rt := runtimeWithDisk{fakeRuntime: runtimeWithPods(), disk: map[string]runtime.ContainerFs{
+		"c-new": {RootfsUsedBytes: 4096, RootfsMount: "/var/lib/containerd", LogsUsedBytes: 77, LogsDir: "/var/log/pods/x/app"},
+		"c-old": {RootfsUsedBytes: 1},
+	}}
+	col := &fakeCollector{}
+	rep := NewMetricsReporter(MetricsOptions{Topics: testTopics, Interval: time.Hour}, col, rt, func() map[string]uint64 { return nil }, newFakePublisher(), zerolog.New(zerolog.NewTestWriter(t)))
+	if _, err := rep.Tick(context.Background()); err != nil {
+		t.Fatal(err)
+	}
+	_, pods, _, _ := col.snapshot()
+	got := pods[0].Filesystems
+	want := metrics.ContainerFilesystem{RootfsUsedBytes: 4096, RootfsDir: "/var/lib/containerd", LogsUsedBytes: 77, LogsDir: "/var/log/pods/x/app"}
+	if len(got) != 1 || got["c-new"] != want {
+		t.Fatalf("filesystems %+v: want only the running container's, %+v", got, want)
+	}
+}

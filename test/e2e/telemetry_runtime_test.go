@@ -75,6 +75,13 @@ spec:
 	if m := spin.Memory; m == nil || m.WorkingSetBytes == nil || *m.WorkingSetBytes == 0 {
 		t.Errorf("spin has no working set: %s", b)
 	}
+	// Container disk use: the writable layer and the logs, on filesystems
+	// whose capacity is known.
+	for name, f := range map[string]*statsv1alpha1.FsStats{"rootfs": spin.Rootfs, "logs": spin.Logs} {
+		if f == nil || f.UsedBytes == nil || f.CapacityBytes == nil || *f.CapacityBytes == 0 {
+			t.Errorf("spin has no %s stats: %s", name, dump(f))
+		}
+	}
 	// The pod's own network namespace: its eth0 from the CNI bridge.
 	if net := burnPod.Network; net == nil || net.Name != "eth0" || net.RxBytes == nil {
 		t.Errorf("pod network stats missing or not the pod's eth0: %s", dump(burnPod.Network))
