@@ -325,7 +325,7 @@ func TestRestartPolicies(t *testing.T) {
 			if !errors.As(err, &be) || be.Container != "job" || !errors.Is(err, ErrCrashLoopBackOff) {
 				t.Fatalf("sync right after exit: %v, want a BackoffError", err)
 			}
-			st = e.syncUntil(pod, 30*time.Second, "restarted", func(st *PodStatus) bool {
+			e.syncUntil(pod, 30*time.Second, "restarted", func(st *PodStatus) bool {
 				c := latest(st, "job")
 				return c != nil && c.RestartCount == 1
 			})
@@ -359,19 +359,19 @@ func TestInitContainers(t *testing.T) {
 			e.t = t
 			pod := e.newPod(policy, sleeper("app"))
 			pod.Spec.InitContainers = []v1.Container{{Name: "init", Image: containerd.BusyboxImage, ImagePullPolicy: v1.PullNever, Command: []string{"sh", "-c", "exit 2"}}}
-			st := e.syncUntil(pod, 30*time.Second, "init failed", func(st *PodStatus) bool {
+			e.syncUntil(pod, 30*time.Second, "init failed", func(st *PodStatus) bool {
 				c := latest(st, "init")
 				return c != nil && c.State == ContainerExited
 			})
 			if policy == v1.RestartPolicyAlways {
-				st = e.syncUntil(pod, 30*time.Second, "init restarted", func(st *PodStatus) bool {
+				e.syncUntil(pod, 30*time.Second, "init restarted", func(st *PodStatus) bool {
 					c := latest(st, "init")
 					return c != nil && c.RestartCount >= 1 && c.State == ContainerExited
 				})
 			} else if err := e.sync(pod); err != nil {
 				t.Fatal(err)
 			}
-			st = e.status(pod)
+			st := e.status(pod)
 			if latest(st, "app") != nil {
 				t.Fatalf("app container created although init failed: %+v", st.Containers)
 			}

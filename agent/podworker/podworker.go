@@ -76,14 +76,13 @@ type Pool struct {
 	log     zerolog.Logger
 	queue   workqueue.TypedRateLimitingInterface[string]
 
-	mu         sync.Mutex
-	graceFor   map[string]*int64 // grace period asked by a delete command
-	ownGrace   map[string]*int64 // the pod's own terminationGracePeriodSeconds, last synced
-	uids       map[string]string // key → uid last synced, to find a pod gone from the store
-	syncs      uint64
-	failures   uint64
-	backoffs   uint64
-	runtimeBad bool
+	mu       sync.Mutex
+	graceFor map[string]*int64 // grace period asked by a delete command
+	ownGrace map[string]*int64 // the pod's own terminationGracePeriodSeconds, last synced
+	uids     map[string]string // key → uid last synced, to find a pod gone from the store
+	syncs    uint64
+	failures uint64
+	backoffs uint64
 }
 
 // New returns a Pool; call Run to start it.

@@ -93,7 +93,7 @@ func (s *Store) PruneReplies(now time.Time) (int, error) {
 		replies, index := tx.Bucket(bucketReplies), tx.Bucket(bucketReplyIndex)
 		for {
 			k, _ := index.Cursor().First()
-			if k == nil || len(k) < 8 || binary.BigEndian.Uint64(k[:8]) >= cutoff {
+			if len(k) < 8 || binary.BigEndian.Uint64(k[:8]) >= cutoff {
 				return nil
 			}
 			if err := deleteReply(replies, index, k); err != nil {

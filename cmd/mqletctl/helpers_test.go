@@ -5,11 +5,12 @@ import (
 	"context"
 	"encoding/json"
 	"fmt"
-	"io"
 	"strings"
 	"sync"
 	"testing"
 	"time"
+
+	"github.com/mqlet/mqlet/internal/testutil/syncbuf"
 
 	paho "github.com/eclipse/paho.mqtt.golang"
 	"github.com/rs/zerolog"
@@ -179,22 +180,5 @@ func (r result) String() string {
 	return fmt.Sprintf("exit %d\n--- stdout:\n%s--- stderr:\n%s", r.code, r.stdout, r.stderr)
 }
 
-// syncBuffer is an io.Writer safe to read while a CLI run writes to it.
-type syncBuffer struct {
-	mu  sync.Mutex
-	buf bytes.Buffer
-}
-
-func (b *syncBuffer) Write(p []byte) (int, error) {
-	b.mu.Lock()
-	defer b.mu.Unlock()
-	return b.buf.Write(p)
-}
-
-func (b *syncBuffer) String() string {
-	b.mu.Lock()
-	defer b.mu.Unlock()
-	return b.buf.String()
-}
-
-var _ io.Writer = (*syncBuffer)(nil)
+// syncBuffer is readable while its writer writes.
+type syncBuffer = syncbuf.Buffer

@@ -4,7 +4,6 @@
 package e2e
 
 import (
-	"bytes"
 	"context"
 	"crypto/tls"
 	"encoding/json"
@@ -17,6 +16,8 @@ import (
 	"syscall"
 	"testing"
 	"time"
+
+	"github.com/mqlet/mqlet/internal/testutil/syncbuf"
 
 	paho "github.com/eclipse/paho.mqtt.golang"
 	"github.com/go-logr/logr"
@@ -63,23 +64,8 @@ func mqletBin(t testing.TB) string {
 	return binPath
 }
 
-// syncBuffer is a bytes.Buffer safe for the process writer and the test reader.
-type syncBuffer struct {
-	mu  sync.Mutex
-	buf bytes.Buffer
-}
-
-func (b *syncBuffer) Write(p []byte) (int, error) {
-	b.mu.Lock()
-	defer b.mu.Unlock()
-	return b.buf.Write(p)
-}
-
-func (b *syncBuffer) String() string {
-	b.mu.Lock()
-	defer b.mu.Unlock()
-	return b.buf.String()
-}
+// syncBuffer is readable while its writer writes.
+type syncBuffer = syncbuf.Buffer
 
 // AgentOpts say how to start one mqlet.
 type AgentOpts struct {
