@@ -27,6 +27,7 @@ import (
 	"github.com/mqlet/mqlet/agent/store"
 	"github.com/mqlet/mqlet/agent/validate"
 	"github.com/mqlet/mqlet/mqtt/outbox"
+	"github.com/mqlet/mqlet/mqtt/session"
 	"github.com/mqlet/mqlet/mqtt/topic"
 	"github.com/mqlet/mqlet/runtime"
 )
@@ -106,10 +107,10 @@ func New(opts Options, st Store, out Publisher, rt Runtime, log zerolog.Logger) 
 
 // HandleCommand processes one message from the command topics. It returns
 // once the command's effect on the desired state is persisted.
-func (a *Agent) HandleCommand(topicName string, payload []byte) {
+func (a *Agent) HandleCommand(m session.Inbound) {
 	a.mu.Lock()
 	defer a.mu.Unlock()
-	a.intake.Handle(topicName, payload)
+	a.intake.Handle(m.Topic, m.Payload)
 }
 
 // Events is the event recorder, for components wired outside the agent.

@@ -39,6 +39,17 @@ const (
 	DefaultWriteTimeout   = 30 * time.Second
 )
 
+// Inbound is one message received on the command subscription.
+type Inbound struct {
+	Topic   string
+	Payload []byte
+	// Retained is set when the broker delivered a stored retained message
+	// (replayed on every subscribe), not a fresh publication.
+	Retained bool
+	// Duplicate is the MQTT DUP flag: the broker may have sent it before.
+	Duplicate bool
+}
+
 // Options configure a Session.
 type Options struct {
 	BrokerURL string // tcp://, ssl://, ws:// or wss://
@@ -70,7 +81,7 @@ type Options struct {
 	// QoS 1 acknowledgement only after it returns, so a handler that stores
 	// the command before returning never loses it. It must not block for
 	// long nor publish synchronously.
-	Handler func(topic string, payload []byte)
+	Handler func(m Inbound)
 	// OnConnect runs after each connect's subscription and before Connected
 	// is signalled, e.g. to publish the birth state with Publish. An error
 	// drops the connection and reconnects.
@@ -429,7 +440,7 @@ func (s *Session) connect(ctx context.Context) (*conn, error) {
 		SetWriteTimeout(DefaultWriteTimeout).
 		SetDefaultPublishHandler(func(_ paho.Client, m paho.Message) {
 			s.messagesIn.Add(1)
-			s.opts.Handler(m.Topic(), m.Payload())
+			s.opts.Handler(Inbound{Topic: m.Topic(), Payload: m.Payload(), Retained: m.Retained(), Duplicate: m.Duplicate()})
 		}).
 		SetConnectionLostHandler(func(_ paho.Client, err error) { c.markLost(err) })
 	if s.opts.TLS != nil {

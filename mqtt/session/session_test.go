@@ -42,8 +42,8 @@ func newFixture(t *testing.T, url string, tune func(*Options)) *fixture {
 		ReconnectMax:  200 * time.Millisecond,
 		Will:          &outbox.Message{Topic: f.scheme.State(), Payload: []byte("offline"), QoS: 1, Retained: true},
 		CommandFilter: f.scheme.CommandFilter(),
-		Handler: func(topic string, payload []byte) {
-			f.cmds <- received{topic: topic, payload: string(payload)}
+		Handler: func(m Inbound) {
+			f.cmds <- received{topic: m.Topic, payload: string(m.Payload), retained: m.Retained}
 		},
 	}
 	opts.OnConnect = func(ctx context.Context) error {
@@ -186,8 +186,8 @@ func TestUnacknowledgedCommandIsRedelivered(t *testing.T) {
 		var calls atomic.Int32
 		f := newFixture(t, p.URL(), func(o *Options) {
 			next := o.Handler
-			o.Handler = func(topic string, payload []byte) {
-				next(topic, payload)
+			o.Handler = func(m Inbound) {
+				next(m)
 				if calls.Add(1) == 1 {
 					<-release // hold the first delivery until the link is cut
 				}
@@ -306,10 +306,36 @@ func TestValidateBrokerURL(t *testing.T) {
 	if err == nil || strings.Contains(err.Error(), "hunter2") {
 		t.Errorf("error %v must exist and not show the password", err)
 	}
-	if _, err := New(Options{BrokerURL: "tcp://h:1", Handler: func(string, []byte) {}}, zerolog.Nop()); err == nil {
+	if _, err := New(Options{BrokerURL: "tcp://h:1", Handler: func(Inbound) {}}, zerolog.Nop()); err == nil {
 		t.Error("New accepted an empty client id")
 	}
-	if _, err := New(Options{BrokerURL: "mqtt://h:1", ClientID: "c", Handler: func(string, []byte) {}}, zerolog.Nop()); err == nil {
+	if _, err := New(Options{BrokerURL: "mqtt://h:1", ClientID: "c", Handler: func(Inbound) {}}, zerolog.Nop()); err == nil {
 		t.Error("New accepted an unsupported scheme")
 	}
+}
+
+// A retained message on a command topic is replayed by the broker on every
+// subscribe; the handler must be told so it can refuse to execute it.
+func TestRetainedCommandIsFlagged(t *testing.T) {
+	brokers(t, func(t *testing.T, b testBroker) {
+		f := newFixture(t, b.URL(), nil)
+		obs := newObserver(t, b.URL(), "obs-"+f.scheme.Node)
+		retainedCmd := f.scheme.Command("apply", "stored")
+		obs.publish(t, retainedCmd, "old", true)
+		t.Cleanup(func() { obs.publish(t, retainedCmd, "", true) })
+		runSession(t, f.s)
+		waitClosed(t, f.s.Connected(), "connection")
+		got := f.nextCommand(t)
+		expect(t, got, retainedCmd, "old")
+		if !got.retained {
+			t.Fatal("a retained command replayed on subscribe was not flagged Retained")
+		}
+		fresh := f.scheme.Command("apply", "fresh")
+		obs.publish(t, fresh, "new", false)
+		got = f.nextCommand(t)
+		expect(t, got, fresh, "new")
+		if got.retained {
+			t.Fatal("a fresh command was flagged Retained")
+		}
+	})
 }
