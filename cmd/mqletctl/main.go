@@ -54,6 +54,7 @@ func commands() []command {
 		{"get", "get pods|configmaps|secrets [NAME] [-n NS] [-o json|yaml|wide]", runGet},
 		{"status", "status [-o json|yaml]              online/offline, boot id, node readiness, capacity", runStatus},
 		{"watch", "watch [pods|events|all] [--count N] print updates until Ctrl-C", runWatch},
+		{"keys", "keys generate [--out FILE]          new Ed25519 signing key; prints the node's trustedKeys entry", runKeys},
 		{"version", "version                            print the mqletctl version", runVersion},
 	}
 }
@@ -61,6 +62,7 @@ func commands() []command {
 // run executes one command line and returns the exit code.
 func run(ctx context.Context, args []string, e env) int {
 	cfg := newGlobalConfig(e.getenv)
+	cfg.now = e.now
 	top := flag.NewFlagSet("mqletctl", flag.ContinueOnError)
 	top.SetOutput(e.stderr)
 	cfg.register(top)
