@@ -74,7 +74,7 @@ type Options struct {
 	Opener intake.Opener
 	// ProfilePolicy is the policy for pods of a command signed by a key
 	// allowed a pod security profile (nil: always the node's policy).
-	ProfilePolicy func(node validate.Policy, profile string) validate.Policy
+	ProfilePolicy func(node validate.Policy, namespace, profile string) validate.Policy
 }
 
 // Agent is the running core.

@@ -76,9 +76,10 @@ type Options struct {
 	// Opener, if set, checks signed commands (and whether one is required)
 	// before a payload is decoded.
 	Opener Opener
-	// ProfilePolicy, if set, turns the node's policy into the one for a
-	// command signed by a key allowed a pod security profile (its MaxProfile).
-	ProfilePolicy func(node validate.Policy, profile string) validate.Policy
+	// ProfilePolicy, if set, gives the policy for a pod in namespace of a
+	// command signed by a key allowed a pod security profile (its
+	// MaxProfile); it must only ever loosen the node's policy.
+	ProfilePolicy func(node validate.Policy, namespace, profile string) validate.Policy
 }
 
 // Intake handles commands. Handle is called by the MQTT session for every
@@ -259,7 +260,7 @@ func (in *Intake) validateAll(objs []apiruntime.Object) []string {
 				obj.Namespace = v1.NamespaceDefault
 			}
 			validate.DefaultPod(obj)
-			if errs := validate.ValidatePod(obj, in.opts.Topics.Node, in.podPolicy()); len(errs) > 0 {
+			if errs := validate.ValidatePod(obj, in.opts.Topics.Node, in.podPolicy(obj.Namespace)); len(errs) > 0 {
 				msg := fmt.Sprintf("Pod %s/%s: %s", obj.Namespace, obj.Name, validate.FormatErrors(errs))
 				problems = append(problems, msg)
 				in.events.Event(obj, v1.EventTypeWarning, "FailedValidation", msg)

@@ -34,12 +34,12 @@ func (in *Intake) open(id, verb string, payload []byte) ([]byte, bool) {
 	return opened.Body, true
 }
 
-// podPolicy is the admission policy for the pods of the command being
-// handled: the node's, or what ProfilePolicy makes of it for the profile
-// the command's signing key may ask for.
-func (in *Intake) podPolicy() validate.Policy {
+// podPolicy is the admission policy for a pod in namespace of the command
+// being handled: the node's, or what ProfilePolicy makes of it for the
+// profile the command's signing key may ask for.
+func (in *Intake) podPolicy(namespace string) validate.Policy {
 	if in.cmdProfile == "" || in.opts.ProfilePolicy == nil {
 		return in.opts.Policy
 	}
-	return in.opts.ProfilePolicy(in.opts.Policy, in.cmdProfile)
+	return in.opts.ProfilePolicy(in.opts.Policy, namespace, in.cmdProfile)
 }

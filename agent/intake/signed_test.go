@@ -46,8 +46,8 @@ func signedRig(t *testing.T, required bool) (*rig, *signing.Signer, *signing.Sig
 	}
 	r.in.opts.Opener = v
 	// Stands in for the node's profile logic: a privileged-profile command may run privileged pods.
-	r.in.opts.ProfilePolicy = func(p validate.Policy, profile string) validate.Policy {
-		if profile == signing.ProfilePrivileged {
+	r.in.opts.ProfilePolicy = func(p validate.Policy, namespace, profile string) validate.Policy {
+		if namespace == "default" && profile == signing.ProfilePrivileged {
 			p.AllowPrivileged = true
 		}
 		return p
