@@ -5,6 +5,7 @@ import (
 	"errors"
 	"fmt"
 
+	"github.com/mqlet/mqlet/mqtt/topic"
 	"github.com/mqlet/mqlet/signing"
 )
 
@@ -40,5 +41,48 @@ func runKeys(_ context.Context, cfg *globalConfig, args []string, e env) error {
 	fmt.Fprintf(e.stdout, "keyId: %s publicKey: %s\n", s.KeyID(), pub)
 	fmt.Fprintf(e.stdout, "# node config, under security.trustedKeys:\n")
 	fmt.Fprintf(e.stdout, "  - keyId: %s\n    publicKey: %s\n    verbs: [apply, delete, sync, get]\n", s.KeyID(), pub)
+	return nil
+}
+
+// runSign prints a signed envelope instead of sending it, for a dashboard
+// or mosquitto_pub on a node that wants signed commands.
+func runSign(_ context.Context, cfg *globalConfig, args []string, e env) error {
+	fs := newFlagSet("sign", cfg, e.stderr)
+	file := fs.String("f", "", "the command body: manifest or JSON args (- for stdin)")
+	id := fs.String("request-id", "", "request id of the topic it will be sent on (default: a new one)")
+	pos, err := parseInterleaved(fs, args)
+	if err != nil {
+		return err
+	}
+	if len(pos) != 1 {
+		return usageError{errors.New("sign: want VERB (apply, delete, sync, get, ...) and -f FILE")}
+	}
+	verb := pos[0]
+	if *file == "" {
+		return usageError{errors.New("sign: -f FILE (or -f - for stdin) is required")}
+	}
+	if cfg.SignKey == "" {
+		return usageError{errors.New("sign: --sign-key FILE is required")}
+	}
+	if err := cfg.resolve(); err != nil {
+		return err
+	}
+	if *id == "" {
+		*id = newRequestID()
+	}
+	scheme := cfg.scheme()
+	if err := topic.ValidateRequestID(*id); err != nil {
+		return usageError{fmt.Errorf("sign: --request-id: %w", err)}
+	}
+	body, err := readManifest(*file, e.stdin)
+	if err != nil {
+		return err
+	}
+	env, err := cfg.seal(verb, *id, body)
+	if err != nil {
+		return err
+	}
+	fmt.Fprintf(e.stderr, "publish to %s (valid for %s)\n", scheme.Command(verb, *id), cfg.SignTTL)
+	fmt.Fprintf(e.stdout, "%s\n", env)
 	return nil
 }

@@ -128,3 +128,28 @@ func TestSignKeySignsEveryCommandForItsTopic(t *testing.T) {
 		t.Fatalf("within the default ttl: %v", err)
 	}
 }
+
+func TestSignPrintsAnEnvelopeForMosquittoPub(t *testing.T) {
+	file, id, pub := generateKey(t)
+	manifest := writeFile(t, "cm.yaml", "kind: ConfigMap\n")
+	res := runCLIEnv(t, map[string]string{envNode: "n1"}, "", "sign", "apply", "-f", manifest, "--sign-key", file, "--request-id", "r7")
+	if res.code != 0 {
+		t.Fatalf("sign: %v", res)
+	}
+	if !strings.Contains(res.stderr, "publish to mqlet/v1/n1/cmd/apply/r7") {
+		t.Fatalf("sign does not name the topic: %q", res.stderr)
+	}
+	pubKey, _ := signing.ParsePublicKey(pub)
+	v, err := signing.NewVerifier(signing.Policy{Required: true, Targets: []string{"n1"}, MaxLifetime: time.Hour, MaxEnvelopeBytes: 1 << 20,
+		Keys: []signing.Key{{ID: id, Public: pubKey, Verbs: []string{"apply"}}}}, nonces{}, func() time.Time { return testNow })
+	if err != nil {
+		t.Fatal(err)
+	}
+	opened, err := v.Open("apply", "r7", []byte(res.stdout))
+	if err != nil || string(opened.Body) != "kind: ConfigMap\n" {
+		t.Fatalf("printed envelope: %+v, %v", opened, err)
+	}
+	if res := runCLIEnv(t, map[string]string{envNode: "n1"}, "", "sign", "apply", "-f", manifest); res.code != exitUsage {
+		t.Fatalf("sign without a key: %v", res)
+	}
+}
