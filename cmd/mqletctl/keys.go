@@ -11,10 +11,14 @@ import (
 
 const defaultKeyFile = "mqlet-signing.key"
 
-// runKeys manages signing keys; only generate for now.
+// runKeys manages signing keys: generate a new one, or show the node's
+// config entry of an existing one.
 func runKeys(_ context.Context, cfg *globalConfig, args []string, e env) error {
+	if len(args) > 0 && args[0] == "show" {
+		return showKey(cfg, args[1:], e)
+	}
 	if len(args) == 0 || args[0] != "generate" {
-		return usageError{errors.New("keys: want `keys generate [--out FILE]`")}
+		return usageError{errors.New("keys: want `keys generate [--out FILE]` or `keys show --sign-key FILE`")}
 	}
 	fs := newFlagSet("keys generate", cfg, e.stderr)
 	out := fs.String("out", defaultKeyFile, "file for the new private key (created 0600; never overwritten)")
@@ -36,12 +40,34 @@ func runKeys(_ context.Context, cfg *globalConfig, args []string, e env) error {
 	if err != nil {
 		return usageError{fmt.Errorf("--key-id: %w", err)}
 	}
-	pub := signing.EncodePublicKey(s.Public())
 	fmt.Fprintf(e.stderr, "wrote private key %s (keep it secret; sign with --sign-key %s)\n", *out, *out)
+	printTrustedKey(e, s)
+	return nil
+}
+
+func showKey(cfg *globalConfig, args []string, e env) error {
+	fs := newFlagSet("keys show", cfg, e.stderr)
+	pos, err := parseInterleaved(fs, args)
+	if err != nil {
+		return err
+	}
+	if len(pos) > 0 || cfg.SignKey == "" {
+		return usageError{errors.New("keys show: want `keys show --sign-key FILE`")}
+	}
+	if err := cfg.loadSigner(); err != nil {
+		return err
+	}
+	printTrustedKey(e, cfg.signer)
+	return nil
+}
+
+// printTrustedKey prints the key id and public key, and the entry to paste
+// into the node's configuration.
+func printTrustedKey(e env, s *signing.Signer) {
+	pub := signing.EncodePublicKey(s.Public())
 	fmt.Fprintf(e.stdout, "keyId: %s publicKey: %s\n", s.KeyID(), pub)
 	fmt.Fprintf(e.stdout, "# node config, under security.trustedKeys:\n")
 	fmt.Fprintf(e.stdout, "  - keyId: %s\n    publicKey: %s\n    verbs: [apply, delete, sync, get]\n", s.KeyID(), pub)
-	return nil
 }
 
 // runSign prints a signed envelope instead of sending it, for a dashboard

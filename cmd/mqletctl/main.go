@@ -55,7 +55,7 @@ func commands() []command {
 		{"status", "status [-o json|yaml]              online/offline, boot id, node readiness, capacity", runStatus},
 		{"watch", "watch [pods|events|all] [--count N] print updates until Ctrl-C", runWatch},
 		{"sign", "sign VERB -f FILE [--request-id ID] print a command signed with --sign-key, for mosquitto_pub", runSign},
-		{"keys", "keys generate [--out FILE]         new Ed25519 signing key; prints the node's trustedKeys entry", runKeys},
+		{"keys", "keys generate [--out FILE] | show  new Ed25519 signing key (show: of --sign-key); prints the node's trustedKeys entry", runKeys},
 		{"version", "version                            print the mqletctl version", runVersion},
 	}
 }

@@ -62,6 +62,9 @@ func TestKeysGenerate(t *testing.T) {
 	if signing.KeyID(key.Public().(ed25519.PublicKey)) != id {
 		t.Fatalf("printed key id %s is not derived from the key", id)
 	}
+	if res := runCLIEnv(t, nil, "", "keys", "show", "--sign-key", file); res.code != 0 || !strings.Contains(res.stdout, "keyId: "+id+" publicKey: "+pub+"\n") {
+		t.Fatalf("keys show: %v", res)
+	}
 	if res := runCLIEnv(t, nil, "", "keys", "generate", "--out", file); res.code == 0 || !strings.Contains(res.stderr, "exists") {
 		t.Fatalf("overwrote an existing key: %v", res)
 	}
