@@ -40,6 +40,7 @@ replace (
 
 require (
 	github.com/eclipse/paho.mqtt.golang v1.5.1
+	github.com/go-jose/go-jose/v4 v4.1.9
 	github.com/google/cadvisor/lib v0.60.5
 	github.com/mochi-mqtt/server/v2 v2.7.9
 	github.com/rs/zerolog v1.35.1

@@ -71,6 +71,11 @@ type Options struct {
 	GCPolicy        runtime.GCPolicy
 	PodStatusResync time.Duration
 	HostIPs         []string
+	// Opener checks signed commands (nil: payloads are taken as they come).
+	Opener intake.Opener
+	// ProfilePolicy is the policy for pods of a command signed by a key
+	// allowed a pod security profile (nil: always the node's policy).
+	ProfilePolicy func(node validate.Policy, namespace, profile string) validate.Policy
 }
 
 // Agent is the running core.
@@ -100,7 +105,8 @@ func New(opts Options, st Store, out Publisher, rt Runtime, log zerolog.Logger) 
 	a.backoff = restart.New(opts.Restart, nil)
 	a.pool = podworker.New(podworker.Options{Workers: opts.Workers, BackoffBase: opts.Restart.Base, BackoffMax: opts.Restart.Max, HostIPs: opts.HostIPs},
 		rt, desired{st}, a.status, a.tracker, a.backoff, a.events, log.With().Str("component", "podworker").Logger())
-	a.intake = intake.New(intake.Options{Topics: opts.Topics, MaxPayloadBytes: opts.MaxPayloadBytes, Policy: opts.Policy, ApplyDeadline: opts.ApplyDeadline},
+	a.intake = intake.New(intake.Options{Topics: opts.Topics, MaxPayloadBytes: opts.MaxPayloadBytes, Policy: opts.Policy, ApplyDeadline: opts.ApplyDeadline,
+		Opener: opts.Opener, ProfilePolicy: opts.ProfilePolicy},
 		st, sender, a.tracker, a.pool, a.events, a.status, log.With().Str("component", "intake").Logger())
 	return a
 }

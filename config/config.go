@@ -53,6 +53,7 @@ type Config struct {
 	Admission      Admission      `json:"admission"`
 	Telemetry      Telemetry      `json:"telemetry"`
 	Requests       Requests       `json:"requests"`
+	Security       Security       `json:"security"`
 }
 
 // MQTT is the broker session.
@@ -189,6 +190,7 @@ func Default() Config {
 		},
 		Admission: Admission{AllowedHostPaths: []string{}, AllowedCapabilities: []string{}},
 		Requests:  Requests{MaxRecords: 1000, TTL: Duration{24 * time.Hour}},
+		Security:  defaultSecurity(),
 	}
 }
 
@@ -303,6 +305,7 @@ func (c *Config) Validate() error {
 		bad("requests.maxRecords", "must be at least 1")
 	}
 	positive("requests.ttl", c.Requests.TTL)
+	c.Security.validate(bad)
 	return errors.Join(errs...)
 }
 

@@ -97,3 +97,57 @@ func TestBadFlagValue(t *testing.T) {
 		t.Fatalf("want error naming the flag, got %v", err)
 	}
 }
+
+func TestSecuritySection(t *testing.T) {
+	const key = "l9wVHcGWqbiEFwUPy6NmRn4mcbVtSwt8FzHUVPxtYcQ="
+	load := func(t *testing.T, yaml string) (*Config, error) {
+		t.Helper()
+		file := filepath.Join(t.TempDir(), "c.yaml")
+		if err := os.WriteFile(file, []byte(yaml), 0o600); err != nil {
+			t.Fatal(err)
+		}
+		return Load(&Flags{ConfigFile: file, set: map[string]string{"node": "gw1"}}, noEnv)
+	}
+	cfg, err := load(t, "security:\n  commands: off\n")
+	if err != nil || cfg.Security.Commands != CommandsOff {
+		t.Fatalf("unquoted off (YAML false): %v, %q", err, cfg.Security.Commands)
+	}
+	cfg, err = load(t, "security:\n  commands: signed-only\n  signedVerbs: [exec]\n  groups: [lab]\n  trustedKeys:\n  - publicKey: "+key+"\n    verbs: [apply, get]\n    maxProfile: baseline\n  - keyId: ci\n    publicKeyFile: /etc/mqlet/ci.pub\n    verbs: ['*']\n")
+	if err != nil {
+		t.Fatal(err)
+	}
+	if cfg.Security.Commands != CommandsSignedOnly || len(cfg.Security.TrustedKeys) != 2 || cfg.Security.TrustedKeys[0].MaxProfile != "baseline" || cfg.Security.Groups[0] != "lab" {
+		t.Fatalf("security %+v", cfg.Security)
+	}
+	cases := map[string]struct{ yaml, field string }{
+		"bad mode":               {"security:\n  commands: on\n", "security.commands"},
+		"unknown mode":           {"security:\n  commands: sometimes\n", "security.commands"},
+		"required, no keys":      {"security:\n  commands: signed-only\n", "security.trustedKeys"},
+		"verb required, no keys": {"security:\n  signedVerbs: [exec]\n", "security.trustedKeys"},
+		"unknown verb":           {"security:\n  signedVerbs: [reboot]\n  trustedKeys:\n  - publicKey: " + key + "\n    verbs: [get]\n", "security.signedVerbs[0]"},
+		"short key":              {"security:\n  trustedKeys:\n  - publicKey: AAAA\n    verbs: [get]\n", "security.trustedKeys[0].publicKey"},
+		"two key sources":        {"security:\n  trustedKeys:\n  - publicKey: " + key + "\n    publicKeyFile: /k.pub\n    verbs: [get]\n", "security.trustedKeys[0]"},
+		"relative key file":      {"security:\n  trustedKeys:\n  - publicKeyFile: k.pub\n    verbs: [get]\n", "security.trustedKeys[0].publicKeyFile"},
+		"no verbs":               {"security:\n  trustedKeys:\n  - publicKey: " + key + "\n", "security.trustedKeys[0].verbs"},
+		"bad key verb":           {"security:\n  trustedKeys:\n  - publicKey: " + key + "\n    verbs: [all]\n", "security.trustedKeys[0].verbs[0]"},
+		"bad profile":            {"security:\n  trustedKeys:\n  - publicKey: " + key + "\n    verbs: [get]\n    maxProfile: root\n", "security.trustedKeys[0].maxProfile"},
+		"duplicate key id":       {"security:\n  trustedKeys:\n  - {keyId: a, publicKey: " + key + ", verbs: [get]}\n  - {keyId: a, publicKey: " + key + ", verbs: [get]}\n", "security.trustedKeys[1].keyId"},
+		"bad key id":             {"security:\n  trustedKeys:\n  - {keyId: a/b, publicKey: " + key + ", verbs: [get]}\n", "security.trustedKeys[0].keyId"},
+		"lifetime too long":      {"security:\n  maxLifetime: 48h\n", "security.maxLifetime"},
+		"negative skew":          {"security:\n  clockSkew: -1s\n", "security.clockSkew"},
+		"tiny nonce store":       {"security:\n  maxNonces: 1\n", "security.maxNonces"},
+		"bad group":              {"security:\n  groups: [a/b]\n", "security.groups[0]"},
+		"unknown key field":      {"security:\n  trustedKeys:\n  - {publicKey: " + key + ", verbs: [get], profile: x}\n", "profile"},
+	}
+	for name, tc := range cases {
+		t.Run(name, func(t *testing.T) {
+			_, err := load(t, tc.yaml)
+			if err == nil {
+				t.Fatal("invalid security config accepted")
+			}
+			if !strings.Contains(err.Error(), tc.field) {
+				t.Fatalf("error %q does not name %q", err, tc.field)
+			}
+		})
+	}
+}

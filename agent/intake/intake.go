@@ -73,6 +73,13 @@ type Options struct {
 	MaxPayloadBytes int
 	Policy          validate.Policy
 	ApplyDeadline   time.Duration
+	// Opener, if set, checks signed commands (and whether one is required)
+	// before a payload is decoded.
+	Opener Opener
+	// ProfilePolicy, if set, gives the policy for a pod in namespace of a
+	// command signed by a key allowed a pod security profile (its
+	// MaxProfile); it must only ever loosen the node's policy.
+	ProfilePolicy func(node validate.Policy, namespace, profile string) validate.Policy
 }
 
 // Intake handles commands. Handle is called by the MQTT session for every
@@ -89,6 +96,10 @@ type Intake struct {
 	log     zerolog.Logger
 
 	received, rejected atomic.Uint64 // read by the metrics loop while commands arrive
+
+	// cmdProfile is the signed profile of the command being handled; Handle
+	// runs one command at a time.
+	cmdProfile string
 }
 
 // New returns an Intake.
@@ -118,6 +129,10 @@ func (in *Intake) Handle(topicName string, payload []byte) {
 	} else if ok {
 		log.Info().Msg("request already handled; answering again")
 		_ = in.replies.Resend(id, recorded)
+		return
+	}
+	payload, ok := in.open(id, verb, payload)
+	if !ok {
 		return
 	}
 	if in.opts.MaxPayloadBytes > 0 && len(payload) > in.opts.MaxPayloadBytes {
@@ -245,7 +260,7 @@ func (in *Intake) validateAll(objs []apiruntime.Object) []string {
 				obj.Namespace = v1.NamespaceDefault
 			}
 			validate.DefaultPod(obj)
-			if errs := validate.ValidatePod(obj, in.opts.Topics.Node, in.opts.Policy); len(errs) > 0 {
+			if errs := validate.ValidatePod(obj, in.opts.Topics.Node, in.podPolicy(obj.Namespace)); len(errs) > 0 {
 				msg := fmt.Sprintf("Pod %s/%s: %s", obj.Namespace, obj.Name, validate.FormatErrors(errs))
 				problems = append(problems, msg)
 				in.events.Event(obj, v1.EventTypeWarning, "FailedValidation", msg)

@@ -37,7 +37,7 @@ func runAgent(ctx context.Context, cfg *config.Config, log zerolog.Logger) error
 	if err := os.MkdirAll(cfg.StateDir, 0o700); err != nil {
 		return fmt.Errorf("creating state dir: %w", err)
 	}
-	st, err := store.Open(filepath.Join(cfg.StateDir, "state.db"))
+	st, err := store.OpenWith(filepath.Join(cfg.StateDir, "state.db"), store.Options{MaxReplies: cfg.Requests.MaxRecords, ReplyTTL: cfg.Requests.TTL.Duration})
 	if err != nil {
 		return fmt.Errorf("opening desired-state store: %w", err)
 	}
@@ -72,7 +72,15 @@ func runAgent(ctx context.Context, cfg *config.Config, log zerolog.Logger) error
 		CgroupRoot:     cfg.Runtime.CgroupRoot,
 		RequestTimeout: cfg.Runtime.RequestTimeout.Duration,
 	}, log)
-	a := agent.New(agentOptions(cfg, topics), st, box, rt, log)
+	verifier, nonces, err := verifierFrom(cfg)
+	if err != nil {
+		return fmt.Errorf("setting up signed commands: %w", err)
+	}
+	defer nonces.Close()
+	log.Info().Str("commands", string(cfg.Security.Commands)).Strs("signedVerbs", cfg.Security.SignedVerbs).Int("trustedKeys", len(cfg.Security.TrustedKeys)).Msg("signed commands")
+	opts := agentOptions(cfg, topics)
+	opts.Opener = verifier
+	a := agent.New(opts, st, box, rt, log)
 
 	tlsConfig, err := tlsFor(cfg)
 	if err != nil {

@@ -21,6 +21,8 @@ type client struct {
 	mqtt   paho.Client
 	topics topic.Scheme
 	broker string // redacted URL, for messages
+	// seal wraps a command for its topic: signs it when a key is given.
+	seal func(verb, requestID string, payload []byte) ([]byte, error)
 }
 
 // message is one inbound publication.
@@ -68,7 +70,7 @@ func dial(ctx context.Context, cfg *globalConfig) (*client, error) {
 		}
 		opts.SetTLSConfig(tlsCfg)
 	}
-	c := &client{mqtt: paho.NewClient(opts), topics: cfg.scheme(), broker: redacted}
+	c := &client{mqtt: paho.NewClient(opts), topics: cfg.scheme(), broker: redacted, seal: cfg.seal}
 	if err := wait(ctx, c.mqtt.Connect()); err != nil {
 		c.mqtt.Disconnect(0)
 		if errors.Is(err, context.DeadlineExceeded) {
@@ -147,6 +149,10 @@ var errNoReply = errors.New("no final reply")
 // is subscribed before the command is published so no reply is missed.
 func (c *client) request(ctx context.Context, verb string, payload []byte, onReply func(wireReply) (stop bool)) (requestID string, err error) {
 	requestID = newRequestID()
+	payload, err = c.seal(verb, requestID, payload)
+	if err != nil {
+		return requestID, err
+	}
 	subCtx, cancel := context.WithCancel(ctx)
 	defer cancel()
 	inbox := make(chan message, 16)

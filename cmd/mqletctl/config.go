@@ -10,6 +10,7 @@ import (
 
 	"github.com/mqlet/mqlet/mqtt/session"
 	"github.com/mqlet/mqlet/mqtt/topic"
+	"github.com/mqlet/mqlet/signing"
 )
 
 // Environment variables read for defaults (flags override them).
@@ -17,6 +18,7 @@ const (
 	envBroker   = "MQLETCTL_BROKER"
 	envNode     = "MQLETCTL_NODE"
 	envPassword = "MQLETCTL_PASSWORD"
+	envSignKey  = "MQLETCTL_SIGN_KEY"
 )
 
 const (
@@ -24,6 +26,7 @@ const (
 	defaultTimeout       = 60 * time.Second
 	defaultRetainedWait  = 2 * time.Second
 	defaultConnectBudget = 10 * time.Second
+	defaultSignTTL       = 5 * time.Minute
 )
 
 // globalConfig holds the flags every subcommand accepts.
@@ -39,6 +42,14 @@ type globalConfig struct {
 	Timeout      time.Duration
 	RetainedWait time.Duration
 	Output       string
+	SignKey      string
+	KeyID        string
+	SignTTL      time.Duration
+
+	// signer signs every command when SignKey is given (loaded by resolve);
+	// now is the clock of its iat and exp.
+	signer *signing.Signer
+	now    func() time.Time
 
 	// password is read from the environment or the password file by
 	// resolve; it is never a flag, so it does not show up in ps or history.
@@ -53,6 +64,9 @@ func newGlobalConfig(getenv func(string) string) *globalConfig {
 		Prefix:       topic.DefaultPrefix,
 		Timeout:      defaultTimeout,
 		RetainedWait: defaultRetainedWait,
+		SignKey:      getenv(envSignKey),
+		SignTTL:      defaultSignTTL,
+		now:          time.Now,
 	}
 	if b := getenv(envBroker); b != "" {
 		c.Broker = b
@@ -74,6 +88,9 @@ func (c *globalConfig) register(fs *flag.FlagSet) {
 	fs.StringVar(&c.KeyFile, "key-file", c.KeyFile, "PEM client key for mTLS")
 	fs.DurationVar(&c.Timeout, "timeout", c.Timeout, "how long to wait for the broker and the agent's reply")
 	fs.DurationVar(&c.RetainedWait, "retained-wait", c.RetainedWait, "how long status waits for retained topics that may not exist")
+	fs.StringVar(&c.SignKey, "sign-key", c.SignKey, "Ed25519 private key file (from `keys generate`): sign every command for the node (env "+envSignKey+")")
+	fs.StringVar(&c.KeyID, "key-id", c.KeyID, "key id put in signed commands (default: derived from the key, as the node derives it)")
+	fs.DurationVar(&c.SignTTL, "sign-ttl", c.SignTTL, "how long a signed command stays valid")
 }
 
 // registerOutput adds -o/--output with the formats a subcommand supports.
@@ -111,6 +128,9 @@ func (c *globalConfig) resolve() error {
 	if c.Timeout <= 0 {
 		return usageError{fmt.Errorf("--timeout %v must be positive", c.Timeout)}
 	}
+	if err := c.loadSigner(); err != nil {
+		return err
+	}
 	if c.PasswordFile != "" {
 		data, err := os.ReadFile(c.PasswordFile)
 		if err != nil {
@@ -123,6 +143,39 @@ func (c *globalConfig) resolve() error {
 		}
 	}
 	return nil
+}
+
+// loadSigner reads the signing key when one is given.
+func (c *globalConfig) loadSigner() error {
+	if c.SignKey == "" {
+		if c.KeyID != "" {
+			return usageError{errors.New("--key-id needs --sign-key")}
+		}
+		return nil
+	}
+	if c.SignTTL <= 0 {
+		return usageError{fmt.Errorf("--sign-ttl %v must be positive", c.SignTTL)}
+	}
+	key, err := signing.ReadPrivateKeyFile(c.SignKey)
+	if err != nil {
+		return err
+	}
+	s, err := signing.NewSigner(c.KeyID, key)
+	if err != nil {
+		return usageError{fmt.Errorf("--key-id: %w", err)}
+	}
+	c.signer = s
+	return nil
+}
+
+// seal signs a command for the node when a signing key is given, else
+// returns it as it is.
+func (c *globalConfig) seal(verb, requestID string, payload []byte) ([]byte, error) {
+	if c.signer == nil {
+		return payload, nil
+	}
+	now := c.now()
+	return c.signer.Sign(signing.Claims{Node: c.Node, Verb: verb, RequestID: requestID, IssuedAt: now, Expires: now.Add(c.SignTTL)}, payload)
 }
 
 // scheme is the topic scheme of the commanded node.

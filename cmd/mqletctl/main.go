@@ -54,6 +54,8 @@ func commands() []command {
 		{"get", "get pods|configmaps|secrets [NAME] [-n NS] [-o json|yaml|wide]", runGet},
 		{"status", "status [-o json|yaml]              online/offline, boot id, node readiness, capacity", runStatus},
 		{"watch", "watch [pods|events|all] [--count N] print updates until Ctrl-C", runWatch},
+		{"sign", "sign VERB -f FILE [--request-id ID] print a command signed with --sign-key, for mosquitto_pub", runSign},
+		{"keys", "keys generate [--out FILE] | show  new Ed25519 signing key (show: of --sign-key); prints the node's trustedKeys entry", runKeys},
 		{"version", "version                            print the mqletctl version", runVersion},
 	}
 }
@@ -61,6 +63,7 @@ func commands() []command {
 // run executes one command line and returns the exit code.
 func run(ctx context.Context, args []string, e env) int {
 	cfg := newGlobalConfig(e.getenv)
+	cfg.now = e.now
 	top := flag.NewFlagSet("mqletctl", flag.ContinueOnError)
 	top.SetOutput(e.stderr)
 	cfg.register(top)
@@ -124,6 +127,7 @@ func usage(w io.Writer, top *flag.FlagSet) {
 	top.SetOutput(w)
 	top.PrintDefaults()
 	fmt.Fprintln(w, "\nThe MQTT password is read from $"+envPassword+" or --password-file, never from a flag.")
+	fmt.Fprintln(w, "With --sign-key FILE (env "+envSignKey+") every command is signed for its node, verb and request id.")
 	fmt.Fprintln(w, "Exit codes: 0 success, 1 command failed / timed out / broker unreachable, 2 bad usage.")
 }
 

@@ -1,0 +1,132 @@
+package intake
+
+import (
+	"path/filepath"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/mqlet/mqlet/agent/reply"
+	"github.com/mqlet/mqlet/agent/validate"
+	"github.com/mqlet/mqlet/signing"
+	"github.com/mqlet/mqlet/signing/noncestore"
+)
+
+const privilegedPod = "apiVersion: v1\nkind: Pod\nmetadata: {name: p}\nspec:\n  containers:\n  - name: c\n    image: i\n    securityContext: {privileged: true}\n"
+
+// signedRig is a rig whose intake opens commands with a real Verifier that
+// trusts two keys: "ops" (may ask for the privileged profile) and "dev".
+func signedRig(t *testing.T, required bool) (*rig, *signing.Signer, *signing.Signer) {
+	t.Helper()
+	r := newRig(t)
+	nonces, err := noncestore.Open(filepath.Join(t.TempDir(), "nonces.db"), 1000)
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { nonces.Close() })
+	mk := func(id string) *signing.Signer {
+		k, err := signing.GenerateKey()
+		if err != nil {
+			t.Fatal(err)
+		}
+		s, err := signing.NewSigner(id, k)
+		if err != nil {
+			t.Fatal(err)
+		}
+		return s
+	}
+	ops, dev := mk("ops"), mk("dev")
+	v, err := signing.NewVerifier(signing.Policy{Required: required, Targets: []string{"n1"}, ClockSkew: time.Second, MaxLifetime: time.Hour, MaxEnvelopeBytes: 16 << 10,
+		Keys: []signing.Key{
+			{ID: "ops", Public: ops.Public(), Verbs: []string{"*"}, MaxProfile: signing.ProfilePrivileged},
+			{ID: "dev", Public: dev.Public(), Verbs: []string{"apply", "get"}},
+		}}, nonces, nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	r.in.opts.Opener = v
+	// Stands in for the node's profile logic: a privileged-profile command may run privileged pods.
+	r.in.opts.ProfilePolicy = func(p validate.Policy, namespace, profile string) validate.Policy {
+		if namespace == "default" && profile == signing.ProfilePrivileged {
+			p.AllowPrivileged = true
+		}
+		return p
+	}
+	return r, ops, dev
+}
+
+func signedFor(t *testing.T, s *signing.Signer, verb, id, body string) []byte {
+	t.Helper()
+	now := time.Now()
+	env, err := s.Sign(signing.Claims{Node: "n1", Verb: verb, RequestID: id, IssuedAt: now, Expires: now.Add(time.Minute)}, []byte(body))
+	if err != nil {
+		t.Fatal(err)
+	}
+	return env
+}
+
+func TestSignedOnlyIntake(t *testing.T) {
+	r, ops, _ := signedRig(t, true)
+	r.in.Handle("mqlet/v1/n1/cmd/apply/u1", []byte(webPod))
+	if last := r.sender.last("u1"); last.Phase != reply.Failed || !strings.Contains(last.Message, "signature required") {
+		t.Fatalf("unsigned command on a signed-only node: %+v", last)
+	}
+	if pods, _ := r.st.ListPods(); len(pods) != 0 {
+		t.Fatal("an unsigned command stored a pod")
+	}
+	if !strings.Contains(strings.Join(r.events.reasons, ","), "FailedSignature") {
+		t.Fatalf("no FailedSignature event: %v", r.events.reasons)
+	}
+
+	env := signedFor(t, ops, "apply", "s1", webPod)
+	r.in.Handle("mqlet/v1/n1/cmd/apply/s1", env)
+	if got := strings.Join(r.sender.phases("s1"), ","); got != "accepted,in_progress" {
+		t.Fatalf("signed apply phases %q (%+v)", got, r.sender.last("s1"))
+	}
+	if _, err := r.st.Pod("default", "web"); err != nil {
+		t.Fatalf("signed pod not stored: %v", err)
+	}
+	// The same request redelivered is answered from its record, not run
+	// and not refused as a replay.
+	r.in.Handle("mqlet/v1/n1/cmd/apply/s1", env)
+	if len(r.sender.resent) != 1 || r.sender.resent[0] != "s1" || len(r.sched.keys) != 1 {
+		t.Fatalf("redelivery: resent=%v scheduled=%v", r.sender.resent, r.sched.keys)
+	}
+	// The same envelope on another request id fails the binding.
+	r.in.Handle("mqlet/v1/n1/cmd/apply/s2", env)
+	if last := r.sender.last("s2"); last.Phase != reply.Failed || !strings.Contains(last.Message, `signed for request id "s1"`) {
+		t.Fatalf("envelope replayed under another id: %+v", last)
+	}
+	// The signed body, not the envelope, meets the payload limit.
+	r.in.Handle("mqlet/v1/n1/cmd/apply/s3", signedFor(t, ops, "apply", "s3", strings.Repeat("x", 5000)))
+	if last := r.sender.last("s3"); last.Phase != reply.Failed || !strings.Contains(last.Message, "payload of 5000 bytes exceeds") {
+		t.Fatalf("oversized signed body: %+v", last)
+	}
+}
+
+func TestSignedProfileReachesPodValidation(t *testing.T) {
+	r, ops, dev := signedRig(t, false)
+	// Unsigned and signed by a key without a profile: the node's policy denies it.
+	r.in.Handle("mqlet/v1/n1/cmd/apply/p1", []byte(privilegedPod))
+	r.in.Handle("mqlet/v1/n1/cmd/apply/p2", signedFor(t, dev, "apply", "p2", privilegedPod))
+	for _, id := range []string{"p1", "p2"} {
+		if last := r.sender.last(id); last.Phase != reply.Failed || !strings.Contains(last.Message, "privileged") {
+			t.Fatalf("%s: privileged pod without a privileged signature: %+v", id, last)
+		}
+	}
+	// Signed by the key allowed the privileged profile: accepted.
+	r.in.Handle("mqlet/v1/n1/cmd/apply/p3", signedFor(t, ops, "apply", "p3", privilegedPod))
+	if last := r.sender.last("p3"); last.Phase == reply.Failed {
+		t.Fatalf("privileged pod signed by the privileged key: %+v", last)
+	}
+	// The profile does not leak into the next, unsigned command.
+	r.in.Handle("mqlet/v1/n1/cmd/apply/p4", []byte(strings.Replace(privilegedPod, "name: p}", "name: q}", 1)))
+	if last := r.sender.last("p4"); last.Phase != reply.Failed {
+		t.Fatalf("unsigned command after a signed one kept its profile: %+v", last)
+	}
+	// dev may not sign delete.
+	r.in.Handle("mqlet/v1/n1/cmd/delete/p5", signedFor(t, dev, "delete", "p5", `{"kind":"Pod","name":"p"}`))
+	if last := r.sender.last("p5"); last.Phase != reply.Failed || !strings.Contains(last.Message, "key dev may not sign verb delete") {
+		t.Fatalf("delete signed by dev: %+v", last)
+	}
+}
