@@ -1,7 +1,9 @@
 // Package validate defaults and validates incoming objects with Kubernetes'
 // own code (pkg/apis/core/v1 defaults, pkg/apis/core/validation) and then
-// checks pods against the node's admission policy, which denies privileged
-// and host-level access unless the node's configuration allows it.
+// checks pods against the node's admission policy: the Kubernetes Pod
+// Security Standards (evaluated with k8s.io/pod-security-admission's own
+// checks) at the profile configured for the pod's namespace, with the
+// node's exceptions, and bounds on what a pod may cost the agent.
 package validate
 
 import (
@@ -61,11 +63,14 @@ func DefaultConfigMap(cm *v1.ConfigMap) {
 	corev1.SetObjectDefaults_ConfigMap(cm)
 }
 
-// ValidatePod checks a pod as the API server would on create, then that it
-// is not bound to another node, then the admission policy. The pod is not
-// changed: validation runs on a defaulted copy, so an undefaulted pod is
-// judged as it will be run.
+// ValidatePod checks a pod's bounds (CheckBounds), then the pod as the API
+// server would on create, then that it is not bound to another node, then
+// the admission policy. The pod is not changed: validation runs on a
+// defaulted copy, so an undefaulted pod is judged as it will be run.
 func ValidatePod(pod *v1.Pod, nodeName string, policy Policy) field.ErrorList {
+	if errs := CheckBounds(&pod.Spec); len(errs) > 0 {
+		return errs // nothing more is worth the cost of looking at
+	}
 	p := pod.DeepCopy()
 	DefaultPod(p)
 
@@ -81,14 +86,14 @@ func ValidatePod(pod *v1.Pod, nodeName string, policy Policy) field.ErrorList {
 		errs = append(errs, field.Invalid(field.NewPath("spec", "nodeName"), p.Spec.NodeName,
 			fmt.Sprintf("pod is bound to another node; this node is %q", nodeName)))
 	}
-	errs = append(errs, policy.Check(&p.Spec)...)
+	errs = append(errs, policy.Check(&p.ObjectMeta, &p.Spec)...)
 	return errs
 }
 
 // clusterPrivilegeVerdict is what Kubernetes' validation says about a
 // privileged container while the process-wide capabilities (a global that
 // kubelet sets at start) forbid it. mqlet leaves that global alone and lets
-// Policy.AllowPrivileged decide, so this one verdict is dropped.
+// admission policy decide, so this one verdict is dropped.
 const clusterPrivilegeVerdict = "disallowed by cluster policy"
 
 func withoutClusterPrivilegeVerdict(errs field.ErrorList) field.ErrorList {
