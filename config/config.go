@@ -123,11 +123,11 @@ type Admission struct {
 	Profile             string            `json:"profile"`
 	Namespaces          map[string]string `json:"namespaces"`
 	AllowPrivileged     bool              `json:"allowPrivileged"`
-	AllowHostNetwork    bool     `json:"allowHostNetwork"`
-	AllowHostPID        bool     `json:"allowHostPID"`
-	AllowHostIPC        bool     `json:"allowHostIPC"`
-	AllowedHostPaths    []string `json:"allowedHostPaths"`
-	AllowedCapabilities []string `json:"allowedCapabilities"`
+	AllowHostNetwork    bool              `json:"allowHostNetwork"`
+	AllowHostPID        bool              `json:"allowHostPID"`
+	AllowHostIPC        bool              `json:"allowHostIPC"`
+	AllowedHostPaths    []string          `json:"allowedHostPaths"`
+	AllowedCapabilities []string          `json:"allowedCapabilities"`
 	// AllowedHostPorts are ports ("8080") or inclusive ranges ("30000-32767").
 	AllowedHostPorts []string `json:"allowedHostPorts"`
 }
@@ -199,7 +199,7 @@ func Default() Config {
 		},
 		Admission: Admission{Profile: "baseline", Namespaces: map[string]string{},
 			AllowedHostPaths: []string{}, AllowedCapabilities: []string{}, AllowedHostPorts: []string{}},
-		Requests:  Requests{MaxRecords: 1000, TTL: Duration{24 * time.Hour}},
+		Requests: Requests{MaxRecords: 1000, TTL: Duration{24 * time.Hour}},
 	}
 }
 
