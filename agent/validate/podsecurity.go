@@ -153,7 +153,11 @@ func locate(id policy.CheckID, meta *metav1.ObjectMeta, spec *v1.PodSpec) []*fie
 		}
 	case "restrictedVolumes":
 		for i, vol := range spec.Volumes {
-			if name := volumeType(&vol.VolumeSource); !slices.Contains(restrictedVolumeTypes, name) {
+			name := volumeType(&vol.VolumeSource)
+			switch {
+			case name == "hostPath":
+				add(specPath.Child("volumes").Index(i).Child("hostPath", "path")) // as hostPathVolumes does
+			case name != "" && !slices.Contains(restrictedVolumeTypes, name):
 				add(specPath.Child("volumes").Index(i).Child(name))
 			}
 		}
