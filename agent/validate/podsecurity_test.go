@@ -502,14 +502,24 @@ func TestFailedMessageListsEveryControl(t *testing.T) {
 	pod.Spec.Containers[0].Name = "c"
 	pod.Spec.HostNetwork = true
 	pod.Spec.Containers[0].SecurityContext = &v1.SecurityContext{Privileged: ptr(true)}
+	errs := ValidatePod(pod, node, Policy{})
+	want := `violates PodSecurity "baseline:latest": host namespaces (hostNetwork=true), privileged (container "c" must not set securityContext.privileged=true); ` +
+		`2 errors: spec.hostNetwork: Forbidden: host namespaces (hostNetwork=true); ` +
+		`spec.containers[0].securityContext.privileged: Forbidden: privileged (container "c" must not set securityContext.privileged=true)`
+	if got := FormatErrors(errs); got != want {
+		t.Errorf("message\n got %s\nwant %s", got, want)
+	}
+	// Each error stands alone too, with the profile and its field path.
+	if e := errs[0]; e.Type != field.ErrorTypeForbidden || e.Field != "spec.hostNetwork" ||
+		e.Detail != `violates PodSecurity "baseline:latest": host namespaces (hostNetwork=true)` {
+		t.Errorf("first error %#v", e)
+	}
+	// A control found at two fields is summed up once.
+	pod.Spec.HostNetwork = false
+	pod.Spec.InitContainers = []v1.Container{{Name: "i", Image: "busybox", SecurityContext: &v1.SecurityContext{Privileged: ptr(true)}}}
 	msg := FormatErrors(ValidatePod(pod, node, Policy{}))
-	for _, want := range []string{
-		`spec.hostNetwork: Forbidden: violates PodSecurity "baseline:latest": host namespaces (hostNetwork=true)`,
-		`spec.containers[0].securityContext.privileged: Forbidden: violates PodSecurity "baseline:latest": privileged (container "c" must not set securityContext.privileged=true)`,
-	} {
-		if !strings.Contains(msg, want) {
-			t.Errorf("%q lacks %q", msg, want)
-		}
+	if !strings.HasPrefix(msg, `violates PodSecurity "baseline:latest": privileged (containers "i", "c" must not set securityContext.privileged=true); 2 errors: spec.initContainers[0]`) {
+		t.Errorf("message %s", msg)
 	}
 }
 

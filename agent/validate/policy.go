@@ -148,24 +148,37 @@ func (p Policy) checkPodSecurity(meta *metav1.ObjectMeta, spec *v1.PodSpec) fiel
 	lv := api.LevelVersion{Level: api.Level(profile), Version: api.LatestVersion()}
 	var errs field.ErrorList
 	for _, f := range evaluatePodSecurity(lv.Level, meta, waived) {
-		msg := fmt.Sprintf("violates PodSecurity %q: %s", lv.String(), f.result.ForbiddenReason)
+		v := Violation{Profile: lv.String(), Control: f.result.ForbiddenReason}
 		if f.result.ForbiddenDetail != "" {
-			msg += " (" + f.result.ForbiddenDetail + ")"
+			v.Control += " (" + f.result.ForbiddenDetail + ")"
 		}
 		paths := locate(f.id, meta, waived)
 		if len(paths) == 0 {
 			paths = []*field.Path{field.NewPath("spec")} // never drop a finding for want of a path
 		}
 		for _, path := range paths {
-			detail := msg
+			e := field.Forbidden(path, v.String())
 			if note, ok := hostPathNotes[path.String()]; ok {
-				detail += "; " + note
+				e.Detail += "; " + note
 			}
-			errs = append(errs, field.Forbidden(path, detail))
+			e.BadValue = v // Forbidden errors do not print their value
+			errs = append(errs, e)
 		}
 	}
 	return errs
 }
+
+// Violation is one failed Pod Security Standards control, as kubectl
+// prints it in a PodSecurity warning. Policy.Check puts it in the BadValue
+// of each of the control's Forbidden errors.
+type Violation struct {
+	Profile string // "baseline:latest"
+	Control string // `privileged (container "c" must not set securityContext.privileged=true)`
+}
+
+func (v Violation) header() string { return fmt.Sprintf("violates PodSecurity %q: ", v.Profile) }
+
+func (v Violation) String() string { return v.header() + v.Control }
 
 // waive returns a copy of spec with every field an exception allows made
 // harmless (host namespace off, privileged unset, an allowed capability

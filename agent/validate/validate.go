@@ -8,6 +8,7 @@ package validate
 
 import (
 	"fmt"
+	"slices"
 	"strings"
 
 	v1 "k8s.io/api/core/v1"
@@ -133,20 +134,40 @@ func ValidateSecret(secret *v1.Secret) field.ErrorList {
 
 // FormatErrors renders every error, each with its field path, as one
 // message, e.g. `2 errors: metadata.name: Invalid value: "Web": ...; spec.containers[0].image: Required value`.
+// Pod Security violations are first summed up as kubectl prints them, e.g.
+// `violates PodSecurity "baseline:latest": host namespaces (hostNetwork=true), privileged (...); 2 errors: spec.hostNetwork: Forbidden: host namespaces (hostNetwork=true); ...`.
 // Kubernetes' secret validation already redacts secret contents in its errors.
 func FormatErrors(errs field.ErrorList) string {
 	if len(errs) == 0 {
 		return ""
 	}
+	var summary []string
+	controls := map[string][]string{} // by header, in order of appearance
 	parts := make([]string, 0, len(errs))
 	for _, e := range errs {
-		parts = append(parts, e.Error())
+		v, ok := e.BadValue.(Violation)
+		if !ok || e.Type != field.ErrorTypeForbidden {
+			parts = append(parts, e.Error())
+			continue
+		}
+		h := v.header()
+		if _, seen := controls[h]; !seen {
+			summary = append(summary, h)
+		}
+		if !slices.Contains(controls[h], v.Control) {
+			controls[h] = append(controls[h], v.Control)
+		}
+		parts = append(parts, fmt.Sprintf("%s: %s: %s", e.Field, e.Type, strings.TrimPrefix(e.Detail, h)))
 	}
 	noun := "errors"
 	if len(errs) == 1 {
 		noun = "error"
 	}
-	return fmt.Sprintf("%d %s: %s", len(errs), noun, strings.Join(parts, "; "))
+	msg := fmt.Sprintf("%d %s: %s", len(errs), noun, strings.Join(parts, "; "))
+	for i := len(summary) - 1; i >= 0; i-- {
+		msg = summary[i] + strings.Join(controls[summary[i]], ", ") + "; " + msg
+	}
+	return msg
 }
 
 // RedactSecret returns a copy of secret safe to reply with or log: each
