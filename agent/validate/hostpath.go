@@ -19,6 +19,12 @@ func (p Policy) hostPathAllowed(hostPath string) (ok bool, why string) {
 	if !filepath.IsAbs(hostPath) {
 		return false, fmt.Sprintf("hostPath %s is not absolute", quote(hostPath))
 	}
+	if len(hostPath) > maxHostPathBytes {
+		return false, fmt.Sprintf("hostPath is longer than %d bytes", maxHostPathBytes)
+	}
+	if len(p.AllowedHostPaths) == 0 {
+		return false, "no allowedHostPaths are configured"
+	}
 	cleaned := filepath.Clean(hostPath)
 	real, err := resolveHostPath(cleaned)
 	if err != nil {
@@ -42,6 +48,10 @@ func (p Policy) hostPathAllowed(hostPath string) (ok bool, why string) {
 	}
 	return false, fmt.Sprintf("hostPath %s is not under allowedHostPaths (%s)", quote(hostPath), quoteAll(p.AllowedHostPaths))
 }
+
+// maxHostPathBytes is Linux's PATH_MAX; it also bounds the walk up a path
+// that does not exist.
+const maxHostPathBytes = 4096
 
 func within(path, dir string) bool {
 	return dir == "/" || path == dir || strings.HasPrefix(path, dir+"/")

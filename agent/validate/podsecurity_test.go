@@ -402,6 +402,7 @@ func TestHostPathSymlinkPivot(t *testing.T) {
 		filepath.Join(allowed, "dangling"):          false,
 		filepath.Join(allowed, "..", "x"):           false,
 		filepath.Join(root, "alias", "real"):        false, // not under the allowed path as written
+		allowed + strings.Repeat("/a", 2100):        false, // past PATH_MAX
 	}
 	for p, want := range cases {
 		pod := basePod()
