@@ -255,6 +255,9 @@ func TestNamespaceOverride(t *testing.T) {
 	if got := (Policy{}).ProfileFor("x"); got != ProfileBaseline {
 		t.Errorf("zero policy profile = %s, want baseline", got)
 	}
+	if got := (Policy{Profile: "lax"}).ProfileFor("x"); got != ProfileRestricted {
+		t.Errorf("unknown profile judged as %s, want restricted", got)
+	}
 }
 
 func TestWithProfile(t *testing.T) {

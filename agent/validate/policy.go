@@ -109,15 +109,21 @@ type Policy struct {
 	AllowedHostPorts []PortRange `json:"allowedHostPorts,omitempty" yaml:"allowedHostPorts,omitempty"`
 }
 
-// ProfileFor is the profile pods of namespace are checked against.
+// ProfileFor is the profile pods of namespace are checked against. A
+// profile that is not one of the three (config validation prevents it)
+// fails closed, as restricted.
 func (p Policy) ProfileFor(namespace string) Profile {
-	if prof, ok := p.Namespaces[namespace]; ok && prof != "" {
-		return prof
+	prof := p.Profile
+	if ns, ok := p.Namespaces[namespace]; ok && ns != "" {
+		prof = ns
 	}
-	if p.Profile == "" {
+	if prof == "" {
 		return DefaultProfile
 	}
-	return p.Profile
+	if _, err := ParseProfile(string(prof)); err != nil {
+		return ProfileRestricted
+	}
+	return prof
 }
 
 // WithProfile returns a copy that checks every pod, whatever its namespace,
