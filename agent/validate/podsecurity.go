@@ -243,15 +243,6 @@ func locate(id policy.CheckID, meta *metav1.ObjectMeta, spec *v1.PodSpec) []*fie
 				add(p.Child("securityContext", "seccompProfile"))
 			}
 		})
-		if !restricted {
-			for _, k := range sortedKeys(meta.Annotations) {
-				v := meta.Annotations[k]
-				if (k == v1.SeccompPodAnnotationKey || strings.HasPrefix(k, v1.SeccompContainerAnnotationKeyPrefix)) &&
-					v != v1.SeccompProfileRuntimeDefault && v != v1.DeprecatedSeccompProfileDockerDefault && !strings.HasPrefix(v, v1.SeccompLocalhostProfileNamePrefix) {
-					add(field.NewPath("metadata", "annotations").Key(k))
-				}
-			}
-		}
 	case "sysctls":
 		for i, s := range psc.Sysctls {
 			if !slices.Contains(safeSysctls, s.Name) {
