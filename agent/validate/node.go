@@ -12,9 +12,9 @@ import (
 	"k8s.io/component-helpers/node/util/sysctl"
 )
 
-// SupportedVolumeTypes are the volume sources mqlet's runtime can mount;
+// supportedVolumeTypes are the volume sources mqlet's runtime can mount;
 // any other is rejected at admission, whatever the profile.
-var SupportedVolumeTypes = []string{"emptyDir", "hostPath", "configMap", "secret"}
+var supportedVolumeTypes = []string{"emptyDir", "hostPath", "configMap", "secret"}
 
 // checkNode rejects, at every profile including privileged, what this node
 // would not honour or what would change the host rather than the pod:
@@ -26,9 +26,9 @@ func checkNode(meta *metav1.ObjectMeta, spec *v1.PodSpec) field.ErrorList {
 	specPath := field.NewPath("spec")
 	for i := range spec.Volumes {
 		name := volumeType(&spec.Volumes[i].VolumeSource)
-		if name != "" && !slices.Contains(SupportedVolumeTypes, name) {
+		if name != "" && !slices.Contains(supportedVolumeTypes, name) {
 			errs = append(errs, field.Forbidden(specPath.Child("volumes").Index(i).Child(name),
-				"mqlet does not support this volume type (supported: "+strings.Join(SupportedVolumeTypes, ", ")+")"))
+				"mqlet does not support this volume type (supported: "+strings.Join(supportedVolumeTypes, ", ")+")"))
 		}
 	}
 	podSC := specPath.Child("securityContext")
