@@ -8,8 +8,11 @@ import (
 	"fmt"
 	"net/url"
 	"os"
+	"strconv"
 	"strings"
 	"time"
+
+	"k8s.io/apimachinery/pkg/util/validation"
 )
 
 // Duration is a time.Duration written as a Go duration string ("30s", "2m").
@@ -113,14 +116,21 @@ type GC struct {
 	ImageGCHighPercent  int      `json:"imageGCHighPercent"`
 }
 
-// Admission is the node's admission policy: everything is denied unless allowed here.
+// Admission is the node's admission policy: pods are checked against a Pod
+// Security Standards profile (privileged, baseline or restricted), chosen
+// node-wide and overridable per namespace; the allow* lists waive single
+// findings for the named fields only.
 type Admission struct {
-	AllowPrivileged     bool     `json:"allowPrivileged"`
-	AllowHostNetwork    bool     `json:"allowHostNetwork"`
-	AllowHostPID        bool     `json:"allowHostPID"`
-	AllowHostIPC        bool     `json:"allowHostIPC"`
-	AllowedHostPaths    []string `json:"allowedHostPaths"`
-	AllowedCapabilities []string `json:"allowedCapabilities"`
+	Profile             string            `json:"profile"`
+	Namespaces          map[string]string `json:"namespaces"`
+	AllowPrivileged     bool              `json:"allowPrivileged"`
+	AllowHostNetwork    bool              `json:"allowHostNetwork"`
+	AllowHostPID        bool              `json:"allowHostPID"`
+	AllowHostIPC        bool              `json:"allowHostIPC"`
+	AllowedHostPaths    []string          `json:"allowedHostPaths"`
+	AllowedCapabilities []string          `json:"allowedCapabilities"`
+	// AllowedHostPorts are ports ("8080") or inclusive ranges ("30000-32767").
+	AllowedHostPorts []string `json:"allowedHostPorts"`
 }
 
 // Telemetry is what is published periodically.
@@ -188,9 +198,10 @@ func Default() Config {
 			DiskAvailablePct:   10,
 			PIDAvailablePct:    5,
 		},
-		Admission: Admission{AllowedHostPaths: []string{}, AllowedCapabilities: []string{}},
-		Requests:  Requests{MaxRecords: 1000, TTL: Duration{24 * time.Hour}},
-		Security:  defaultSecurity(),
+		Admission: Admission{Profile: "baseline", Namespaces: map[string]string{},
+			AllowedHostPaths: []string{}, AllowedCapabilities: []string{}, AllowedHostPorts: []string{}},
+		Requests: Requests{MaxRecords: 1000, TTL: Duration{24 * time.Hour}},
+		Security: defaultSecurity(),
 	}
 }
 
@@ -301,12 +312,65 @@ func (c *Config) Validate() error {
 	}
 	positive("telemetry.nodeStatusInterval", c.Telemetry.NodeStatusInterval)
 	positive("telemetry.podStatusResync", c.Telemetry.PodStatusResync)
+	validateAdmission(&c.Admission, bad)
 	if c.Requests.MaxRecords < 1 {
 		bad("requests.maxRecords", "must be at least 1")
 	}
 	positive("requests.ttl", c.Requests.TTL)
 	c.Security.validate(bad)
 	return errors.Join(errs...)
+}
+
+func validateAdmission(a *Admission, bad func(field, format string, args ...any)) {
+	validProfile := func(p string) bool { return p == "privileged" || p == "baseline" || p == "restricted" }
+	if !validProfile(a.Profile) {
+		bad("admission.profile", "%q is not one of privileged, baseline, restricted", a.Profile)
+	}
+	for ns, p := range a.Namespaces {
+		if msgs := validation.IsDNS1123Label(ns); len(msgs) > 0 {
+			bad("admission.namespaces", "%q is not a namespace name: %s", ns, strings.Join(msgs, "; "))
+		}
+		if !validProfile(p) {
+			bad("admission.namespaces."+ns, "%q is not one of privileged, baseline, restricted", p)
+		}
+	}
+	for i, p := range a.AllowedHostPaths {
+		if !strings.HasPrefix(p, "/") {
+			bad(fmt.Sprintf("admission.allowedHostPaths[%d]", i), "%q must be an absolute path", p)
+		}
+	}
+	for i, r := range a.AllowedHostPorts {
+		if _, _, err := ParsePortRange(r); err != nil {
+			bad(fmt.Sprintf("admission.allowedHostPorts[%d]", i), "%v", err)
+		}
+	}
+}
+
+// ParsePortRange reads a host port ("8080") or an inclusive range
+// ("30000-32767") of ports from 1 to 65535.
+func ParsePortRange(s string) (first, last int32, err error) {
+	lo, hi, isRange := strings.Cut(s, "-")
+	if first, err = parsePort(lo); err != nil {
+		return 0, 0, err
+	}
+	last = first
+	if isRange {
+		if last, err = parsePort(hi); err != nil {
+			return 0, 0, err
+		}
+	}
+	if last < first {
+		return 0, 0, fmt.Errorf("%q: range ends below its start", s)
+	}
+	return first, last, nil
+}
+
+func parsePort(s string) (int32, error) {
+	n, err := strconv.ParseInt(s, 10, 32)
+	if err != nil || n < 1 || n > 65535 {
+		return 0, fmt.Errorf("%q is not a port from 1 to 65535", s)
+	}
+	return int32(n), nil
 }
 
 func defaultNode() string {

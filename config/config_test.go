@@ -61,6 +61,13 @@ func TestInvalidConfigNamesTheField(t *testing.T) {
 		"wildcard prefix": {"mqtt:\n  topicPrefix: a/+/b\n", "mqtt.topicPrefix"},
 		"cert w/o key":    {"mqtt:\n  certFile: /x\n", "mqtt.certFile"},
 		"duplicate key":   {"node: a\nnode: b\n", "node"},
+		"unknown profile": {"admission:\n  profile: lax\n", "admission.profile"},
+		"empty profile":   {"admission:\n  profile: \"\"\n", "admission.profile"},
+		"bad ns profile":  {"admission:\n  namespaces: {kube-system: root}\n", "admission.namespaces.kube-system"},
+		"bad ns name":     {"admission:\n  namespaces: {Kube_System: privileged}\n", "admission.namespaces"},
+		"bad host port":   {"admission:\n  allowedHostPorts: [\"8080\", \"70000\"]\n", "admission.allowedHostPorts[1]"},
+		"reversed range":  {"admission:\n  allowedHostPorts: [\"9000-8000\"]\n", "admission.allowedHostPorts[0]"},
+		"relative path":   {"admission:\n  allowedHostPaths: [data]\n", "admission.allowedHostPaths[0]"},
 	}
 	for name, tc := range cases {
 		t.Run(name, func(t *testing.T) {
@@ -149,5 +156,35 @@ func TestSecuritySection(t *testing.T) {
 				t.Fatalf("error %q does not name %q", err, tc.field)
 			}
 		})
+	}
+}
+
+func TestAdmissionFromFile(t *testing.T) {
+	file := filepath.Join(t.TempDir(), "c.yaml")
+	yaml := "admission:\n  profile: restricted\n  namespaces: {kube-system: privileged}\n  allowedHostPorts: [\"8080\", \"30000-32767\"]\n"
+	if err := os.WriteFile(file, []byte(yaml), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	cfg, err := Load(&Flags{ConfigFile: file, set: map[string]string{"node": "gw1"}}, noEnv)
+	if err != nil {
+		t.Fatal(err)
+	}
+	a := cfg.Admission
+	if a.Profile != "restricted" || a.Namespaces["kube-system"] != "privileged" || len(a.AllowedHostPorts) != 2 {
+		t.Fatalf("admission loaded wrongly: %+v", a)
+	}
+}
+
+func TestParsePortRange(t *testing.T) {
+	for in, want := range map[string][2]int32{"8080": {8080, 8080}, "30000-32767": {30000, 32767}, "1-65535": {1, 65535}} {
+		first, last, err := ParsePortRange(in)
+		if err != nil || first != want[0] || last != want[1] {
+			t.Errorf("ParsePortRange(%q) = %d, %d, %v; want %v", in, first, last, err, want)
+		}
+	}
+	for _, in := range []string{"", "0", "65536", "80-", "-80", "a", "90-80", " 80", "80-90-100"} {
+		if _, _, err := ParsePortRange(in); err == nil {
+			t.Errorf("ParsePortRange(%q) accepted", in)
+		}
 	}
 }

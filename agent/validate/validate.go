@@ -1,11 +1,14 @@
 // Package validate defaults and validates incoming objects with Kubernetes'
 // own code (pkg/apis/core/v1 defaults, pkg/apis/core/validation) and then
-// checks pods against the node's admission policy, which denies privileged
-// and host-level access unless the node's configuration allows it.
+// checks pods against the node's admission policy: the Kubernetes Pod
+// Security Standards (evaluated with k8s.io/pod-security-admission's own
+// checks) at the profile configured for the pod's namespace, with the
+// node's exceptions, and bounds on what a pod may cost the agent.
 package validate
 
 import (
 	"fmt"
+	"slices"
 	"strings"
 
 	v1 "k8s.io/api/core/v1"
@@ -61,11 +64,14 @@ func DefaultConfigMap(cm *v1.ConfigMap) {
 	corev1.SetObjectDefaults_ConfigMap(cm)
 }
 
-// ValidatePod checks a pod as the API server would on create, then that it
-// is not bound to another node, then the admission policy. The pod is not
-// changed: validation runs on a defaulted copy, so an undefaulted pod is
-// judged as it will be run.
+// ValidatePod checks a pod's bounds (CheckBounds), then the pod as the API
+// server would on create, then that it is not bound to another node, then
+// the admission policy. The pod is not changed: validation runs on a
+// defaulted copy, so an undefaulted pod is judged as it will be run.
 func ValidatePod(pod *v1.Pod, nodeName string, policy Policy) field.ErrorList {
+	if errs := CheckBounds(&pod.Spec); len(errs) > 0 {
+		return errs // nothing more is worth the cost of looking at
+	}
 	p := pod.DeepCopy()
 	DefaultPod(p)
 
@@ -81,14 +87,14 @@ func ValidatePod(pod *v1.Pod, nodeName string, policy Policy) field.ErrorList {
 		errs = append(errs, field.Invalid(field.NewPath("spec", "nodeName"), p.Spec.NodeName,
 			fmt.Sprintf("pod is bound to another node; this node is %q", nodeName)))
 	}
-	errs = append(errs, policy.Check(&p.Spec)...)
+	errs = append(errs, policy.Check(&p.ObjectMeta, &p.Spec)...)
 	return errs
 }
 
 // clusterPrivilegeVerdict is what Kubernetes' validation says about a
 // privileged container while the process-wide capabilities (a global that
 // kubelet sets at start) forbid it. mqlet leaves that global alone and lets
-// Policy.AllowPrivileged decide, so this one verdict is dropped.
+// admission policy decide, so this one verdict is dropped.
 const clusterPrivilegeVerdict = "disallowed by cluster policy"
 
 func withoutClusterPrivilegeVerdict(errs field.ErrorList) field.ErrorList {
@@ -128,20 +134,40 @@ func ValidateSecret(secret *v1.Secret) field.ErrorList {
 
 // FormatErrors renders every error, each with its field path, as one
 // message, e.g. `2 errors: metadata.name: Invalid value: "Web": ...; spec.containers[0].image: Required value`.
+// Pod Security violations are first summed up as kubectl prints them, e.g.
+// `violates PodSecurity "baseline:latest": host namespaces (hostNetwork=true), privileged (...); 2 errors: spec.hostNetwork: Forbidden: host namespaces (hostNetwork=true); ...`.
 // Kubernetes' secret validation already redacts secret contents in its errors.
 func FormatErrors(errs field.ErrorList) string {
 	if len(errs) == 0 {
 		return ""
 	}
+	var summary []string
+	controls := map[string][]string{} // by header, in order of appearance
 	parts := make([]string, 0, len(errs))
 	for _, e := range errs {
-		parts = append(parts, e.Error())
+		v, ok := e.BadValue.(Violation)
+		if !ok || e.Type != field.ErrorTypeForbidden {
+			parts = append(parts, e.Error())
+			continue
+		}
+		h := v.header()
+		if _, seen := controls[h]; !seen {
+			summary = append(summary, h)
+		}
+		if !slices.Contains(controls[h], v.Control) {
+			controls[h] = append(controls[h], v.Control)
+		}
+		parts = append(parts, fmt.Sprintf("%s: %s: %s", e.Field, e.Type, strings.TrimPrefix(e.Detail, h)))
 	}
 	noun := "errors"
 	if len(errs) == 1 {
 		noun = "error"
 	}
-	return fmt.Sprintf("%d %s: %s", len(errs), noun, strings.Join(parts, "; "))
+	msg := fmt.Sprintf("%d %s: %s", len(errs), noun, strings.Join(parts, "; "))
+	for i := len(summary) - 1; i >= 0; i-- {
+		msg = summary[i] + strings.Join(controls[summary[i]], ", ") + "; " + msg
+	}
+	return msg
 }
 
 // RedactSecret returns a copy of secret safe to reply with or log: each

@@ -80,6 +80,9 @@ func runAgent(ctx context.Context, cfg *config.Config, log zerolog.Logger) error
 	log.Info().Str("commands", string(cfg.Security.Commands)).Strs("signedVerbs", cfg.Security.SignedVerbs).Int("trustedKeys", len(cfg.Security.TrustedKeys)).Msg("signed commands")
 	opts := agentOptions(cfg, topics)
 	opts.Opener = verifier
+	opts.ProfilePolicy = func(node validate.Policy, namespace, profile string) validate.Policy {
+		return node.LoosenedFor(namespace, validate.Profile(profile))
+	}
 	a := agent.New(opts, st, box, rt, log)
 
 	tlsConfig, err := tlsFor(cfg)
@@ -189,8 +192,21 @@ func tlsFor(cfg *config.Config) (*tls.Config, error) {
 	return t, nil
 }
 
+// policyFrom maps a validated config.Admission into the admission policy.
 func policyFrom(a config.Admission) validate.Policy {
+	namespaces := make(map[string]validate.Profile, len(a.Namespaces))
+	for ns, p := range a.Namespaces {
+		namespaces[ns] = validate.Profile(p)
+	}
+	ports := make([]validate.PortRange, 0, len(a.AllowedHostPorts))
+	for _, r := range a.AllowedHostPorts {
+		first, last, _ := config.ParsePortRange(r) // config.Validate has checked it
+		ports = append(ports, validate.PortRange{First: first, Last: last})
+	}
 	return validate.Policy{
+		Profile:             validate.Profile(a.Profile),
+		Namespaces:          namespaces,
+		AllowedHostPorts:    ports,
 		AllowPrivileged:     a.AllowPrivileged,
 		AllowHostNetwork:    a.AllowHostNetwork,
 		AllowHostPID:        a.AllowHostPID,

@@ -1,0 +1,100 @@
+package validate
+
+import (
+	"fmt"
+	"reflect"
+	"slices"
+	"strings"
+
+	v1 "k8s.io/api/core/v1"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/util/validation/field"
+	"k8s.io/component-helpers/node/util/sysctl"
+)
+
+// supportedVolumeTypes are the volume sources mqlet's runtime can mount;
+// any other is rejected at admission, whatever the profile.
+var supportedVolumeTypes = []string{"emptyDir", "hostPath", "configMap", "secret"}
+
+// checkNode rejects, at every profile including privileged, what this node
+// would not honour or what would change the host rather than the pod:
+// volume types the runtime cannot mount, sysctls that are not namespaced
+// (or whose namespace the pod shares with the host), and Localhost seccomp
+// and AppArmor profiles (mqlet installs none).
+func checkNode(meta *metav1.ObjectMeta, spec *v1.PodSpec) field.ErrorList {
+	var errs field.ErrorList
+	specPath := field.NewPath("spec")
+	for i := range spec.Volumes {
+		name := volumeType(&spec.Volumes[i].VolumeSource)
+		if name != "" && !slices.Contains(supportedVolumeTypes, name) {
+			errs = append(errs, field.Forbidden(specPath.Child("volumes").Index(i).Child(name),
+				"mqlet does not support this volume type (supported: "+strings.Join(supportedVolumeTypes, ", ")+")"))
+		}
+	}
+	podSC := specPath.Child("securityContext")
+	if sc := spec.SecurityContext; sc != nil {
+		for i, s := range sc.Sysctls {
+			if why := hostSysctl(s.Name, spec); why != "" {
+				errs = append(errs, field.Forbidden(podSC.Child("sysctls").Index(i).Child("name"), why))
+			}
+		}
+		errs = append(errs, localhostProfiles(podSC, sc.SeccompProfile, sc.AppArmorProfile)...)
+	}
+	visitContainers(spec, func(p *field.Path, c *v1.Container) {
+		if sc := c.SecurityContext; sc != nil {
+			errs = append(errs, localhostProfiles(p.Child("securityContext"), sc.SeccompProfile, sc.AppArmorProfile)...)
+		}
+	})
+	for _, k := range sortedKeys(meta.Annotations) {
+		v := meta.Annotations[k]
+		profileAnnotation := k == v1.SeccompPodAnnotationKey || strings.HasPrefix(k, v1.SeccompContainerAnnotationKeyPrefix) ||
+			strings.HasPrefix(k, v1.DeprecatedAppArmorBetaContainerAnnotationKeyPrefix)
+		if profileAnnotation && strings.HasPrefix(v, "localhost/") {
+			errs = append(errs, field.Forbidden(field.NewPath("metadata", "annotations").Key(k), "mqlet does not support localhost profiles"))
+		}
+	}
+	return errs
+}
+
+func localhostProfiles(scPath *field.Path, seccomp *v1.SeccompProfile, appArmor *v1.AppArmorProfile) field.ErrorList {
+	var errs field.ErrorList
+	if seccomp != nil && seccomp.Type == v1.SeccompProfileTypeLocalhost {
+		errs = append(errs, field.Forbidden(scPath.Child("seccompProfile", "type"), "mqlet does not support Localhost seccomp profiles"))
+	}
+	if appArmor != nil && appArmor.Type == v1.AppArmorProfileTypeLocalhost {
+		errs = append(errs, field.Forbidden(scPath.Child("appArmorProfile", "type"), "mqlet does not support Localhost AppArmor profiles"))
+	}
+	return errs
+}
+
+// hostSysctl says why setting the sysctl would change the host (the kubelet
+// would otherwise fail the pod's sandbox on every retry), or "" if it stays
+// inside the pod: only network, IPC and UTS sysctls are per pod, and only
+// while the pod has its own namespace of that kind.
+func hostSysctl(name string, spec *v1.PodSpec) string {
+	ns, _, _ := sysctl.GetNamespace(name)
+	switch {
+	case ns == sysctl.NetNamespace && spec.HostNetwork:
+		return fmt.Sprintf("sysctl %q would change the host: the pod uses the host's network namespace", name)
+	case ns == sysctl.UTSNamespace && spec.HostNetwork:
+		return fmt.Sprintf("sysctl %q would change the host: the pod uses the host's UTS namespace", name)
+	case ns == sysctl.IPCNamespace && spec.HostIPC:
+		return fmt.Sprintf("sysctl %q would change the host: the pod uses the host's IPC namespace", name)
+	case ns == sysctl.NetNamespace, ns == sysctl.UTSNamespace, ns == sysctl.IPCNamespace:
+		return ""
+	}
+	return fmt.Sprintf("sysctl %q is not isolated per pod: setting it would change the host", name)
+}
+
+// volumeType is the JSON name of the source a volume sets ("emptyDir",
+// "nfs", ...), or "" if it sets none.
+func volumeType(vs *v1.VolumeSource) string {
+	rv := reflect.ValueOf(vs).Elem()
+	for i := 0; i < rv.NumField(); i++ {
+		if f := rv.Field(i); f.Kind() == reflect.Pointer && !f.IsNil() {
+			name, _, _ := strings.Cut(rv.Type().Field(i).Tag.Get("json"), ",")
+			return name
+		}
+	}
+	return ""
+}
