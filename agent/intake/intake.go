@@ -105,6 +105,7 @@ const (
 	ReasonFailedDecode        = "FailedDecode"
 	ReasonCommandPanicked     = "CommandPanicked"
 	ReasonCommandStoppedAgent = "CommandStoppedAgent"
+	ReasonRetainedCommand     = "RetainedCommand"
 )
 
 // Messages of refusals operators act on.
@@ -150,9 +151,22 @@ func (in *Intake) Handle(cmd Command) {
 	}
 	log := in.log.With().Str("requestId", id).Str("verb", verb).Logger()
 
-	// A retained command is replayed on every subscription: refused, and
-	// not recorded, so the same id published without the flag still runs.
+	recorded, handled, lookupErr := in.store.LookupReply(id)
+	if lookupErr != nil {
+		log.Error().Err(lookupErr).Msg("looking up request record")
+	}
+
+	// A retained command is replayed on every subscription: it never runs.
+	// A replay of a handled request gets its recorded answer (the live
+	// publish, which MQTT 3.1.1 delivers without the flag, ran); any other
+	// is refused unrecorded, so the same id published without the flag
+	// still runs. Either way the operator is told to clear it.
 	if cmd.Retained {
+		in.nodeEvent(v1.EventTypeWarning, ReasonRetainedCommand, fmt.Sprintf("request %s (%s) on %s: %s", id, verb, topicName, MsgRetainedRefused))
+		if handled {
+			_ = in.replies.Resend(id, recorded)
+			return
+		}
 		in.refuseUnrecorded(id, verb, errors.New(MsgRetainedRefused))
 		return
 	}
@@ -161,9 +175,7 @@ func (in *Intake) Handle(cmd Command) {
 		return
 	}
 
-	if recorded, ok, err := in.store.LookupReply(id); err != nil {
-		log.Error().Err(err).Msg("looking up request record")
-	} else if ok {
+	if handled {
 		log.Info().Msg("request already handled; answering again")
 		_ = in.replies.Resend(id, recorded)
 		return

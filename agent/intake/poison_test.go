@@ -81,6 +81,16 @@ func TestRetainedCommandRefusedAndNotRecorded(t *testing.T) {
 	if got := r.sender.phases("ret1"); strings.Join(got, ",") != "accepted,in_progress" {
 		t.Fatalf("non-retained publish after a refused retained one: %v", got)
 	}
+	// Its retained replay now gets the recorded answer, not a refusal
+	// that would contradict it, and runs nothing.
+	c.Retained = true
+	r.in.Handle(c)
+	if len(r.sender.replies) != 2 || len(r.sender.resent) != 2 || len(r.sched.keys) != 1 {
+		t.Fatalf("replay of a handled retained command: replies %d resent %v scheduled %v", len(r.sender.replies), r.sender.resent, r.sched.keys)
+	}
+	if n := strings.Count(strings.Join(r.events.reasons, ","), ReasonRetainedCommand); n != 2 {
+		t.Fatalf("%d RetainedCommand events, want one per retained delivery", n)
+	}
 }
 
 func TestRetainedRefusalMessage(t *testing.T) {
