@@ -113,6 +113,7 @@ const (
 	MsgRetainedRefused = "retained command refused: publish commands without the retain flag; clear it with an empty retained message"
 	MsgStoppedAgent    = "this command stopped the agent: mqlet was handling it when it died, so it is not run again; fix it and send it with a new request id"
 	MsgInternalError   = "internal error while handling this command; it was not applied"
+	MsgEmptyPayload    = "empty payload: nothing to do (an empty message clears a retained one; the request id stays unused)"
 )
 
 // Intake handles commands. Handle is called by the MQTT session for every
@@ -172,6 +173,12 @@ func (in *Intake) Handle(cmd Command) {
 	}
 	if err != nil {
 		in.fail(id, verb, fmt.Errorf("bad command topic %q: %w", topicName, err))
+		return
+	}
+	// An empty message is how a retained command is cleared; it must not
+	// use up the request id (only get takes no payload).
+	if len(payload) == 0 && verb != "get" && !handled {
+		in.refuseUnrecorded(id, verb, errors.New(MsgEmptyPayload))
 		return
 	}
 

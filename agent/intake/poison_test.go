@@ -93,6 +93,25 @@ func TestRetainedCommandRefusedAndNotRecorded(t *testing.T) {
 	}
 }
 
+// TestEmptyMessageDoesNotUseTheRequestID: clearing a retained command
+// publishes an empty message on its topic, which arrives as a live message.
+func TestEmptyMessageDoesNotUseTheRequestID(t *testing.T) {
+	r := newRig(t)
+	r.in.Handle(cmd("apply", "e1", ""))
+	if len(r.sender.replies) != 0 || len(r.sender.resent) != 1 {
+		t.Fatalf("empty apply: recorded %+v, published %v", r.sender.replies, r.sender.resent)
+	}
+	r.in.Handle(cmd("apply", "e1", webPod))
+	if got := r.sender.phases("e1"); strings.Join(got, ",") != "accepted,in_progress" {
+		t.Fatalf("apply after the empty message: %v", got)
+	}
+	// get takes an empty payload.
+	r.in.Handle(cmd("get", "g1", ""))
+	if r.sender.last("g1").Phase != reply.Succeeded {
+		t.Fatalf("empty get: %+v", r.sender.last("g1"))
+	}
+}
+
 func TestRetainedRefusalMessage(t *testing.T) {
 	var got reply.Reply
 	r := newRig(t)
