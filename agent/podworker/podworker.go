@@ -407,6 +407,12 @@ func (p *Pool) removePod(ctx context.Context, key, namespace, name, keepUID stri
 		if ref.Namespace != namespace || ref.Name != name || ref.UID == keepUID {
 			continue
 		}
+		if !safePathElement(ref.UID) {
+			// Left by an older mqlet that trusted client uids: killing it
+			// would remove <podDir>/<uid>, a path outside the pods dir.
+			p.log.Error().Str("pod", key).Str("uid", ref.UID).Msg("a runtime pod has a uid that is not a single path element; not removing it: remove its sandbox by hand")
+			continue
+		}
 		if err := p.rt.KillPodByRef(ctx, ref, grace); err != nil {
 			return fmt.Errorf("removing pod %s (uid %s): %w", key, ref.UID, err)
 		}
@@ -426,6 +432,12 @@ func (p *Pool) removePod(ctx context.Context, key, namespace, name, keepUID stri
 	}
 	p.observe.Observe(key, pending.Outcome{Gone: true})
 	return nil
+}
+
+// safePathElement reports whether a runtime pod's uid can name a directory
+// of its own.
+func safePathElement(uid string) bool {
+	return uid != "" && uid != "." && uid != ".." && !strings.ContainsAny(uid, "/\\\x00")
 }
 
 func (p *Pool) publish(pod *v1.Pod, rs *runtime.PodStatus, hints podstatus.Hints) {
