@@ -313,3 +313,23 @@ func TestClientUIDRefusedNamingTheField(t *testing.T) {
 		t.Fatal("stored a pod with a bad uid")
 	}
 }
+
+// BenchmarkHandleWithMarks measures a get command (which records its reply
+// in bbolt) with and without the in-flight mark, to show the mark's share.
+func BenchmarkHandleWithMarks(b *testing.B) {
+	for _, marked := range []bool{false, true} {
+		b.Run(fmt.Sprintf("marked=%v", marked), func(b *testing.B) {
+			r, _, marks := newGuardedRig(b, filepath.Join(b.TempDir(), "marks"), 0)
+			if !marked {
+				r.in.opts.Marks = nil
+			} else if marks == nil {
+				b.Fatal("no marks")
+			}
+			i := 0
+			for b.Loop() {
+				i++
+				r.in.Handle(cmd("get", fmt.Sprintf("g%d", i), `{"kind":"Pod"}`))
+			}
+		})
+	}
+}
