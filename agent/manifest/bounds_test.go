@@ -237,3 +237,18 @@ func BenchmarkDecodeLargest(b *testing.B) {
 		})
 	}
 }
+
+func TestCheckJSONIgnoresStrings(t *testing.T) {
+	js := `{"apiVersion":"v1","kind":"List","items":[{"apiVersion":"v1","kind":"ConfigMap","metadata":{"name":"a"},"data":{"items":"[,,\",]{","k":"\\\\"}}]}`
+	objects, err := checkJSON([]byte(js))
+	if err != nil || objects != 1 {
+		t.Fatalf("checkJSON = %d, %v; want 1 object", objects, err)
+	}
+	objs, err := Decode([]byte(js))
+	if err != nil || len(objs) != 1 {
+		t.Fatalf("Decode = %d, %v", len(objs), err)
+	}
+	if n, err := checkJSON([]byte(`{"kind":"List","items":[]}`)); err != nil || n != 1 {
+		t.Fatalf("empty List: %d, %v", n, err)
+	}
+}
