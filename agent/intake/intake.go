@@ -175,16 +175,15 @@ func (in *Intake) Handle(cmd Command) {
 		in.fail(id, verb, fmt.Errorf("bad command topic %q: %w", topicName, err))
 		return
 	}
-	// An empty message is how a retained command is cleared; it must not
-	// use up the request id (only get takes no payload).
-	if len(payload) == 0 && verb != "get" && !handled {
-		in.refuseUnrecorded(id, verb, errors.New(MsgEmptyPayload))
-		return
-	}
-
 	if handled {
 		log.Info().Msg("request already handled; answering again")
 		_ = in.replies.Resend(id, recorded)
+		return
+	}
+	// An empty message is how a retained command is cleared; it must not
+	// use up the request id (only get takes no payload).
+	if len(payload) == 0 && verb != "get" {
+		in.refuseUnrecorded(id, verb, errors.New(MsgEmptyPayload))
 		return
 	}
 	if in.opts.MaxPayloadBytes > 0 && len(payload) > in.opts.MaxPayloadBytes {
