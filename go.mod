@@ -45,6 +45,7 @@ require (
 	github.com/mochi-mqtt/server/v2 v2.7.9
 	github.com/rs/zerolog v1.35.1
 	go.etcd.io/bbolt v1.5.0
+	go.yaml.in/yaml/v3 v3.0.4
 	k8s.io/api v0.37.2
 	k8s.io/apimachinery v0.37.2
 	k8s.io/client-go v0.37.2

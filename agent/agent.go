@@ -18,6 +18,7 @@ import (
 	v1 "k8s.io/api/core/v1"
 
 	"github.com/mqlet/mqlet/agent/events"
+	"github.com/mqlet/mqlet/agent/inflight"
 	"github.com/mqlet/mqlet/agent/intake"
 	"github.com/mqlet/mqlet/agent/pending"
 	"github.com/mqlet/mqlet/agent/podworker"
@@ -48,6 +49,7 @@ type Store interface {
 	runtime.ObjectSource
 	Pod(namespace, name string) (*v1.Pod, error)
 	RecordReply(requestID string, reply []byte, at time.Time) error
+	podworker.Quarantines
 	Meta(key string) ([]byte, bool, error)
 	SetMeta(key string, value []byte) error
 	PruneReplies(now time.Time) (int, error)
@@ -76,6 +78,10 @@ type Options struct {
 	// ProfilePolicy is the policy for pods of a command signed by a key
 	// allowed a pod security profile (nil: always the node's policy).
 	ProfilePolicy func(node validate.Policy, namespace, profile string) validate.Policy
+	MaxPods       int // pods.maxPods; 0: no limit
+	// CommandMarks (one slot) and SyncMarks (Workers slots) are the
+	// in-flight mark files (agent/inflight); nil turns the poison guard off.
+	CommandMarks, SyncMarks *inflight.File
 }
 
 // Agent is the running core.
@@ -103,12 +109,39 @@ func New(opts Options, st Store, out Publisher, rt Runtime, log zerolog.Logger) 
 	sender := reply.NewSender(opts.Topics, out, st, nil, log.With().Str("component", "reply").Logger())
 	a.tracker = pending.New(sender, nil)
 	a.backoff = restart.New(opts.Restart, nil)
-	a.pool = podworker.New(podworker.Options{Workers: opts.Workers, BackoffBase: opts.Restart.Base, BackoffMax: opts.Restart.Max, HostIPs: opts.HostIPs},
-		rt, desired{st}, a.status, a.tracker, a.backoff, a.events, log.With().Str("component", "podworker").Logger())
-	a.intake = intake.New(intake.Options{Topics: opts.Topics, MaxPayloadBytes: opts.MaxPayloadBytes, Policy: opts.Policy, ApplyDeadline: opts.ApplyDeadline,
-		Opener: opts.Opener, ProfilePolicy: opts.ProfilePolicy},
-		st, sender, a.tracker, a.pool, a.events, a.status, log.With().Str("component", "intake").Logger())
+	poolOpts := podworker.Options{Workers: opts.Workers, BackoffBase: opts.Restart.Base, BackoffMax: opts.Restart.Max, HostIPs: opts.HostIPs, Quarantines: st}
+	intakeOpts := intake.Options{Topics: opts.Topics, MaxPayloadBytes: opts.MaxPayloadBytes, Policy: opts.Policy, ApplyDeadline: opts.ApplyDeadline, MaxPods: opts.MaxPods,
+		Opener: opts.Opener, ProfilePolicy: opts.ProfilePolicy}
+	// Set only when present: a nil *inflight.File in an interface is not nil.
+	if opts.SyncMarks != nil {
+		poolOpts.Marks = opts.SyncMarks
+	}
+	if opts.CommandMarks != nil {
+		intakeOpts.Marks = opts.CommandMarks
+	}
+	a.pool = podworker.New(poolOpts, rt, desired{st}, a.status, a.tracker, a.backoff, a.events, log.With().Str("component", "podworker").Logger())
+	a.intake = intake.New(intakeOpts, st, sender, a.tracker, a.pool, a.events, a.status, log.With().Str("component", "intake").Logger())
+	a.recoverInFlight()
 	return a
+}
+
+// recoverInFlight deals with what was in flight when the previous process
+// died: the command is answered failed, the pods are quarantined. The marks
+// are cleared only once that is persisted, so dying again here repeats it.
+func (a *Agent) recoverInFlight() {
+	if f := a.opts.CommandMarks; f != nil {
+		a.intake.Recover(f.Left())
+		if err := f.Reset(); err != nil {
+			a.log.Error().Err(err).Msg("clearing command marks")
+		}
+	}
+	if f := a.opts.SyncMarks; f != nil {
+		if err := a.pool.Recover(f.Left()); err != nil {
+			a.log.Error().Err(err).Msg("quarantining pods whose sync stopped the agent; their marks are kept")
+		} else if err := f.Reset(); err != nil {
+			a.log.Error().Err(err).Msg("clearing pod sync marks")
+		}
+	}
 }
 
 // HandleCommand processes one message from the command topics. It returns
@@ -116,7 +149,7 @@ func New(opts Options, st Store, out Publisher, rt Runtime, log zerolog.Logger) 
 func (a *Agent) HandleCommand(m session.Inbound) {
 	a.mu.Lock()
 	defer a.mu.Unlock()
-	a.intake.Handle(m.Topic, m.Payload)
+	a.intake.Handle(intake.Command{Topic: m.Topic, Payload: m.Payload, Retained: m.Retained})
 }
 
 // Events is the event recorder, for components wired outside the agent.

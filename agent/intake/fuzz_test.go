@@ -7,22 +7,28 @@ import (
 	"github.com/mqlet/mqlet/agent/reply"
 )
 
-// FuzzHandle feeds arbitrary topics and payloads to the intake: it must
-// never panic, and every command on a well-formed topic gets a reply.
+// FuzzHandle feeds arbitrary topics, payloads and retain flags to the
+// intake: it must never panic, every command gets a reply, and a retained
+// one is refused without being recorded.
 func FuzzHandle(f *testing.F) {
-	f.Add("apply/r1", []byte(webPod))
-	f.Add("delete/d1", []byte(`{"kind":"Pod","name":"web","gracePeriodSeconds":-1}`))
-	f.Add("sync/s1", []byte(`{"apiVersion":"v1","kind":"List","items":[{"apiVersion":"v1","kind":"Secret","metadata":{"name":"s"},"data":{"k":"!!"}}]}`))
-	f.Add("get", []byte(`{"kind":"pods","namespace":"../../etc"}`))
-	f.Add("apply/../x", []byte("---\n---\n"))
+	f.Add("apply/r1", []byte(webPod), false)
+	f.Add("delete/d1", []byte(`{"kind":"Pod","name":"web","gracePeriodSeconds":-1}`), false)
+	f.Add("sync/s1", []byte(`{"apiVersion":"v1","kind":"List","items":[{"apiVersion":"v1","kind":"Secret","metadata":{"name":"s"},"data":{"k":"!!"}}]}`), false)
+	f.Add("get", []byte(`{"kind":"pods","namespace":"../../etc"}`), false)
+	f.Add("apply/../x", []byte("---\n---\n"), false)
+	f.Add("apply/ret1", []byte(webPod), true)
+	f.Add("apply/bomb", []byte("a: &a [x,x,x,x,x,x,x,x,x]\nb: &b [*a,*a,*a,*a,*a,*a,*a,*a,*a]\nc: [*b,*b,*b,*b,*b,*b,*b,*b,*b]\n"), false)
 	r := newRig(f)
-	f.Fuzz(func(t *testing.T, suffix string, payload []byte) {
+	f.Fuzz(func(t *testing.T, suffix string, payload []byte, retained bool) {
 		before := len(r.sender.replies)
 		resentBefore := len(r.sender.resent)
-		r.in.Handle("mqlet/v1/n1/cmd/"+suffix, payload)
+		r.in.Handle(Command{Topic: "mqlet/v1/n1/cmd/" + suffix, Payload: payload, Retained: retained})
 		answered := len(r.sender.replies) > before || len(r.sender.resent) > resentBefore
 		if !answered {
 			t.Fatalf("no reply to cmd/%q", suffix)
+		}
+		if retained && len(r.sender.replies) > before {
+			t.Fatalf("a retained command was answered with a recorded reply: %+v", r.sender.replies[before:])
 		}
 		for _, rep := range r.sender.replies[before:] {
 			if rep.RequestID == "" || (rep.Phase != reply.Accepted && rep.Phase != reply.InProgress && rep.Phase != reply.Succeeded && rep.Phase != reply.Failed) {

@@ -24,6 +24,8 @@ type fakeSender struct {
 	replies []reply.Reply
 	resent  []string
 	st      *store.Store
+	// onResend, when set, sees every payload published unrecorded.
+	onResend func(payload []byte)
 }
 
 func (f *fakeSender) Send(r reply.Reply) error {
@@ -34,10 +36,13 @@ func (f *fakeSender) Send(r reply.Reply) error {
 	return f.st.RecordReply(r.RequestID, b, time.Now())
 }
 
-func (f *fakeSender) Resend(id string, _ []byte) error {
+func (f *fakeSender) Resend(id string, payload []byte) error {
 	f.mu.Lock()
 	defer f.mu.Unlock()
 	f.resent = append(f.resent, id)
+	if f.onResend != nil {
+		f.onResend(payload)
+	}
 	return nil
 }
 
@@ -127,7 +132,7 @@ spec:
 
 func TestApplyStoresAcceptsAndSchedules(t *testing.T) {
 	r := newRig(t)
-	r.in.Handle("mqlet/v1/n1/cmd/apply/a1", []byte(webPod))
+	r.in.Handle(Command{Topic: "mqlet/v1/n1/cmd/apply/a1", Payload: []byte(webPod)})
 	if got := r.sender.phases("a1"); strings.Join(got, ",") != "accepted,in_progress" {
 		t.Fatalf("phases %v", got)
 	}
@@ -151,14 +156,14 @@ func TestApplyStoresAcceptsAndSchedules(t *testing.T) {
 
 func TestRedeliveryIsAnsweredNotExecuted(t *testing.T) {
 	r := newRig(t)
-	r.in.Handle("mqlet/v1/n1/cmd/apply/a1", []byte(webPod))
-	r.in.Handle("mqlet/v1/n1/cmd/apply/a1", []byte(webPod))
+	r.in.Handle(Command{Topic: "mqlet/v1/n1/cmd/apply/a1", Payload: []byte(webPod)})
+	r.in.Handle(Command{Topic: "mqlet/v1/n1/cmd/apply/a1", Payload: []byte(webPod)})
 	if len(r.sender.resent) != 1 || len(r.sched.keys) != 1 {
 		t.Fatalf("redelivery re-executed: resent=%v scheduled=%v", r.sender.resent, r.sched.keys)
 	}
 	// Without an id the same topic+payload derives the same id.
-	r.in.Handle("mqlet/v1/n1/cmd/get", []byte(`{}`))
-	r.in.Handle("mqlet/v1/n1/cmd/get", []byte(`{}`))
+	r.in.Handle(Command{Topic: "mqlet/v1/n1/cmd/get", Payload: []byte(`{}`)})
+	r.in.Handle(Command{Topic: "mqlet/v1/n1/cmd/get", Payload: []byte(`{}`)})
 	if len(r.sender.resent) != 2 {
 		t.Fatalf("derived id not stable: resent=%v", r.sender.resent)
 	}
@@ -181,7 +186,7 @@ func TestBadCommandsFailAndStoreNothing(t *testing.T) {
 	for name, c := range cases {
 		t.Run(name, func(t *testing.T) {
 			r := newRig(t)
-			r.in.Handle("mqlet/v1/n1/cmd/"+c.topic, []byte(c.payload))
+			r.in.Handle(Command{Topic: "mqlet/v1/n1/cmd/" + c.topic, Payload: []byte(c.payload)})
 			var last reply.Reply
 			for _, rep := range r.sender.replies {
 				last = rep
@@ -201,7 +206,7 @@ func TestOneInvalidObjectRejectsTheWholeApply(t *testing.T) {
 	list := `{"apiVersion":"v1","kind":"List","items":[
 	 {"apiVersion":"v1","kind":"Pod","metadata":{"name":"ok"},"spec":{"containers":[{"name":"c","image":"i"}]}},
 	 {"apiVersion":"v1","kind":"Pod","metadata":{"name":"bad"},"spec":{"hostNetwork":true,"containers":[{"name":"c","image":"i"}]}}]}`
-	r.in.Handle("mqlet/v1/n1/cmd/apply/l1", []byte(list))
+	r.in.Handle(Command{Topic: "mqlet/v1/n1/cmd/apply/l1", Payload: []byte(list)})
 	last := r.sender.last("l1")
 	if last.Phase != reply.Failed || !strings.Contains(last.Message, "hostNetwork") || len(last.Errors) != 1 {
 		t.Fatalf("reply %+v", last)
@@ -213,8 +218,8 @@ func TestOneInvalidObjectRejectsTheWholeApply(t *testing.T) {
 
 func TestDeleteAndSyncSchedulePods(t *testing.T) {
 	r := newRig(t)
-	r.in.Handle("mqlet/v1/n1/cmd/apply/a1", []byte(webPod))
-	r.in.Handle("mqlet/v1/n1/cmd/delete/d1", []byte(`{"kind":"Pod","name":"web","gracePeriodSeconds":3}`))
+	r.in.Handle(Command{Topic: "mqlet/v1/n1/cmd/apply/a1", Payload: []byte(webPod)})
+	r.in.Handle(Command{Topic: "mqlet/v1/n1/cmd/delete/d1", Payload: []byte(`{"kind":"Pod","name":"web","gracePeriodSeconds":3}`)})
 	if r.sender.last("d1").Phase != reply.Accepted {
 		t.Fatalf("delete reply %+v", r.sender.last("d1"))
 	}
@@ -224,8 +229,8 @@ func TestDeleteAndSyncSchedulePods(t *testing.T) {
 	if !r.track.added["d1"]["default/web"].Gone {
 		t.Fatal("delete must wait for the pod to be gone")
 	}
-	r.in.Handle("mqlet/v1/n1/cmd/apply/a2", []byte(webPod))
-	r.in.Handle("mqlet/v1/n1/cmd/sync/s1", []byte(`{"apiVersion":"v1","kind":"List","items":[]}`))
+	r.in.Handle(Command{Topic: "mqlet/v1/n1/cmd/apply/a2", Payload: []byte(webPod)})
+	r.in.Handle(Command{Topic: "mqlet/v1/n1/cmd/sync/s1", Payload: []byte(`{"apiVersion":"v1","kind":"List","items":[]}`)})
 	if r.sender.last("s1").Phase != reply.InProgress || !r.track.added["s1"]["default/web"].Gone {
 		t.Fatalf("sync to empty: %+v %+v", r.sender.last("s1"), r.track.added["s1"])
 	}
@@ -236,8 +241,8 @@ func TestDeleteAndSyncSchedulePods(t *testing.T) {
 
 func TestGetNeverShowsSecretValues(t *testing.T) {
 	r := newRig(t)
-	r.in.Handle("mqlet/v1/n1/cmd/apply/s1", []byte(`{"apiVersion":"v1","kind":"Secret","metadata":{"name":"db"},"stringData":{"password":"sekrit-value"}}`))
-	r.in.Handle("mqlet/v1/n1/cmd/get/g1", []byte(`{"kind":"Secret"}`))
+	r.in.Handle(Command{Topic: "mqlet/v1/n1/cmd/apply/s1", Payload: []byte(`{"apiVersion":"v1","kind":"Secret","metadata":{"name":"db"},"stringData":{"password":"sekrit-value"}}`)})
+	r.in.Handle(Command{Topic: "mqlet/v1/n1/cmd/get/g1", Payload: []byte(`{"kind":"Secret"}`)})
 	for _, rep := range r.sender.replies {
 		b, _ := json.Marshal(rep)
 		if strings.Contains(string(b), "sekrit") || strings.Contains(string(b), "c2Vrcml0") {
@@ -260,7 +265,7 @@ func TestStatsAreSafeWhileCommandsArrive(t *testing.T) {
 		}
 	}()
 	for i := range 20 {
-		r.in.Handle(fmt.Sprintf("mqlet/v1/n1/cmd/get/s%d", i), []byte(`{}`))
+		r.in.Handle(Command{Topic: fmt.Sprintf("mqlet/v1/n1/cmd/get/s%d", i), Payload: []byte(`{}`)})
 	}
 	<-done
 	if received, _ := r.in.Stats(); received != 20 {

@@ -67,7 +67,7 @@ func signedFor(t *testing.T, s *signing.Signer, verb, id, body string) []byte {
 
 func TestSignedOnlyIntake(t *testing.T) {
 	r, ops, _ := signedRig(t, true)
-	r.in.Handle("mqlet/v1/n1/cmd/apply/u1", []byte(webPod))
+	r.in.Handle(Command{Topic: "mqlet/v1/n1/cmd/apply/u1", Payload: []byte(webPod)})
 	if last := r.sender.last("u1"); last.Phase != reply.Failed || !strings.Contains(last.Message, "signature required") {
 		t.Fatalf("unsigned command on a signed-only node: %+v", last)
 	}
@@ -79,7 +79,7 @@ func TestSignedOnlyIntake(t *testing.T) {
 	}
 
 	env := signedFor(t, ops, "apply", "s1", webPod)
-	r.in.Handle("mqlet/v1/n1/cmd/apply/s1", env)
+	r.in.Handle(Command{Topic: "mqlet/v1/n1/cmd/apply/s1", Payload: env})
 	if got := strings.Join(r.sender.phases("s1"), ","); got != "accepted,in_progress" {
 		t.Fatalf("signed apply phases %q (%+v)", got, r.sender.last("s1"))
 	}
@@ -88,17 +88,17 @@ func TestSignedOnlyIntake(t *testing.T) {
 	}
 	// The same request redelivered is answered from its record, not run
 	// and not refused as a replay.
-	r.in.Handle("mqlet/v1/n1/cmd/apply/s1", env)
+	r.in.Handle(Command{Topic: "mqlet/v1/n1/cmd/apply/s1", Payload: env})
 	if len(r.sender.resent) != 1 || r.sender.resent[0] != "s1" || len(r.sched.keys) != 1 {
 		t.Fatalf("redelivery: resent=%v scheduled=%v", r.sender.resent, r.sched.keys)
 	}
 	// The same envelope on another request id fails the binding.
-	r.in.Handle("mqlet/v1/n1/cmd/apply/s2", env)
+	r.in.Handle(Command{Topic: "mqlet/v1/n1/cmd/apply/s2", Payload: env})
 	if last := r.sender.last("s2"); last.Phase != reply.Failed || !strings.Contains(last.Message, `signed for request id "s1"`) {
 		t.Fatalf("envelope replayed under another id: %+v", last)
 	}
 	// The signed body, not the envelope, meets the payload limit.
-	r.in.Handle("mqlet/v1/n1/cmd/apply/s3", signedFor(t, ops, "apply", "s3", strings.Repeat("x", 5000)))
+	r.in.Handle(Command{Topic: "mqlet/v1/n1/cmd/apply/s3", Payload: signedFor(t, ops, "apply", "s3", strings.Repeat("x", 5000))})
 	if last := r.sender.last("s3"); last.Phase != reply.Failed || !strings.Contains(last.Message, "payload of 5000 bytes exceeds") {
 		t.Fatalf("oversized signed body: %+v", last)
 	}
@@ -107,25 +107,25 @@ func TestSignedOnlyIntake(t *testing.T) {
 func TestSignedProfileReachesPodValidation(t *testing.T) {
 	r, ops, dev := signedRig(t, false)
 	// Unsigned and signed by a key without a profile: the node's policy denies it.
-	r.in.Handle("mqlet/v1/n1/cmd/apply/p1", []byte(privilegedPod))
-	r.in.Handle("mqlet/v1/n1/cmd/apply/p2", signedFor(t, dev, "apply", "p2", privilegedPod))
+	r.in.Handle(Command{Topic: "mqlet/v1/n1/cmd/apply/p1", Payload: []byte(privilegedPod)})
+	r.in.Handle(Command{Topic: "mqlet/v1/n1/cmd/apply/p2", Payload: signedFor(t, dev, "apply", "p2", privilegedPod)})
 	for _, id := range []string{"p1", "p2"} {
 		if last := r.sender.last(id); last.Phase != reply.Failed || !strings.Contains(last.Message, "privileged") {
 			t.Fatalf("%s: privileged pod without a privileged signature: %+v", id, last)
 		}
 	}
 	// Signed by the key allowed the privileged profile: accepted.
-	r.in.Handle("mqlet/v1/n1/cmd/apply/p3", signedFor(t, ops, "apply", "p3", privilegedPod))
+	r.in.Handle(Command{Topic: "mqlet/v1/n1/cmd/apply/p3", Payload: signedFor(t, ops, "apply", "p3", privilegedPod)})
 	if last := r.sender.last("p3"); last.Phase == reply.Failed {
 		t.Fatalf("privileged pod signed by the privileged key: %+v", last)
 	}
 	// The profile does not leak into the next, unsigned command.
-	r.in.Handle("mqlet/v1/n1/cmd/apply/p4", []byte(strings.Replace(privilegedPod, "name: p}", "name: q}", 1)))
+	r.in.Handle(Command{Topic: "mqlet/v1/n1/cmd/apply/p4", Payload: []byte(strings.Replace(privilegedPod, "name: p}", "name: q}", 1))})
 	if last := r.sender.last("p4"); last.Phase != reply.Failed {
 		t.Fatalf("unsigned command after a signed one kept its profile: %+v", last)
 	}
 	// dev may not sign delete.
-	r.in.Handle("mqlet/v1/n1/cmd/delete/p5", signedFor(t, dev, "delete", "p5", `{"kind":"Pod","name":"p"}`))
+	r.in.Handle(Command{Topic: "mqlet/v1/n1/cmd/delete/p5", Payload: signedFor(t, dev, "delete", "p5", `{"kind":"Pod","name":"p"}`)})
 	if last := r.sender.last("p5"); last.Phase != reply.Failed || !strings.Contains(last.Message, "key dev may not sign verb delete") {
 		t.Fatalf("delete signed by dev: %+v", last)
 	}

@@ -28,15 +28,20 @@ func DecodeArgs(payload []byte, into any) error {
 	if trimmed[0] != '{' {
 		var empty bool
 		var err error
-		js, empty, err = yamlDocumentToJSON(trimmed)
+		js, empty, err = yamlDocumentToJSON(trimmed, &payloadBounds{tree: newTreeBounds()})
 		if err != nil {
 			return fmt.Errorf("decode arguments: %w", err)
 		}
 		if empty {
 			return nil
 		}
-	} else if err := checkSingleJSONValue(trimmed); err != nil {
-		return fmt.Errorf("decode arguments: %w", err)
+	} else {
+		if _, err := checkJSON(trimmed); err != nil {
+			return fmt.Errorf("decode arguments: %w", err)
+		}
+		if err := checkSingleJSONValue(trimmed); err != nil {
+			return fmt.Errorf("decode arguments: %w", err)
+		}
 	}
 	strictErrs, err := kjson.UnmarshalStrict(js, into)
 	if err != nil {

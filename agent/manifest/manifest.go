@@ -87,6 +87,13 @@ func splitDocuments(payload []byte) ([]document, error) {
 	if trimmed[0] == '{' {
 		// JSON goes to the strict JSON decoder as is: converting it through
 		// YAML would drop duplicate fields before they could be reported.
+		objects, err := checkJSON(trimmed)
+		if err != nil {
+			return nil, err
+		}
+		if err := checkObjects(objects); err != nil {
+			return nil, err
+		}
 		if err := checkSingleJSONValue(trimmed); err != nil {
 			return nil, err
 		}
@@ -94,6 +101,7 @@ func splitDocuments(payload []byte) ([]document, error) {
 	}
 	reader := utilyaml.NewYAMLReader(bufio.NewReader(bytes.NewReader(payload)))
 	var docs []document
+	total := &payloadBounds{tree: newTreeBounds()}
 	for index := 1; ; index++ {
 		raw, err := reader.Read()
 		if errors.Is(err, io.EOF) {
@@ -102,7 +110,7 @@ func splitDocuments(payload []byte) ([]document, error) {
 		if err != nil {
 			return nil, fmt.Errorf("read YAML document %d: %w", index, err)
 		}
-		js, empty, err := yamlDocumentToJSON(raw)
+		js, empty, err := yamlDocumentToJSON(raw, total)
 		if err != nil {
 			return nil, fmt.Errorf("document %d: %w", index, err)
 		}
@@ -117,9 +125,30 @@ func splitDocuments(payload []byte) ([]document, error) {
 	return docs, nil
 }
 
+// payloadBounds accumulates the expansion and object count of a payload's
+// documents.
+type payloadBounds struct {
+	tree    *treeBounds
+	sum     expansion
+	objects int
+}
+
 // yamlDocumentToJSON converts one YAML document to JSON, reporting duplicate
 // keys with their field paths. empty is true for a document with no content.
-func yamlDocumentToJSON(raw []byte) (js []byte, empty bool, err error) {
+// The document is measured first and counted into total; one beyond the
+// bounds is never converted.
+func yamlDocumentToJSON(raw []byte, total *payloadBounds) (js []byte, empty bool, err error) {
+	e, objects, err := checkYAMLDocument(raw, total.tree)
+	if err != nil {
+		return nil, false, err
+	}
+	if err := total.sum.add(e); err != nil {
+		return nil, false, err
+	}
+	total.objects += objects
+	if err := checkObjects(total.objects); err != nil {
+		return nil, false, err
+	}
 	js, err = yaml.YAMLToJSON(raw)
 	if err != nil {
 		return nil, false, fmt.Errorf("invalid YAML: %w", err)

@@ -9,6 +9,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"runtime/debug"
 	"strings"
 	"sync"
 	"time"
@@ -19,6 +20,7 @@ import (
 
 	"github.com/mqlet/mqlet/agent/pending"
 	"github.com/mqlet/mqlet/agent/podstatus"
+	"github.com/mqlet/mqlet/agent/store"
 	"github.com/mqlet/mqlet/runtime"
 )
 
@@ -56,12 +58,41 @@ type Backoff interface {
 	Forget(drop func(key string) bool)
 }
 
+// Marker remembers which pod each worker is syncing (agent/inflight), one
+// slot per worker, so a sync that kills the agent is found at the next start.
+type Marker interface {
+	Set(slot int, value string) error
+	Clear(slot int) error
+}
+
+// Quarantines are the persisted quarantines of pods not to sync (the store).
+type Quarantines interface {
+	SetQuarantine(key string, q store.Quarantine) error
+	GetQuarantine(key string) (store.Quarantine, bool, error)
+	LiftQuarantine(key string) error
+}
+
+// Reasons of the quarantine's events and status.
+const (
+	ReasonQuarantined      = "Quarantined"
+	ReasonQuarantineLifted = "QuarantineLifted"
+	ReasonSyncPanicked     = "SyncPanicked"
+	// MsgStoppedAgent is the quarantine reason of a pod whose sync was
+	// running when the agent died.
+	MsgStoppedAgent = "sync of this pod stopped the agent"
+)
+
 // Options are the numbers of the workers.
 type Options struct {
 	Workers     int
 	BackoffBase time.Duration // first retry delay of a failing pod sync
 	BackoffMax  time.Duration
 	HostIPs     []string
+	// Marks, when set, holds one in-flight mark per worker (Workers slots).
+	Marks Marker
+	// Quarantines, when set, keeps pods whose sync stopped the agent from
+	// being synced again until their spec changes.
+	Quarantines Quarantines
 }
 
 // Pool owns the queue and the workers.
@@ -80,6 +111,7 @@ type Pool struct {
 	graceFor map[string]*int64 // grace period asked by a delete command
 	ownGrace map[string]*int64 // the pod's own terminationGracePeriodSeconds, last synced
 	uids     map[string]string // key → uid last synced, to find a pod gone from the store
+	told     map[string]int64  // key → generation whose quarantine was announced by this process
 	syncs    uint64
 	failures uint64
 	backoffs uint64
@@ -94,8 +126,38 @@ func New(opts Options, rt Runtime, desired Desired, status StatusSink, observe O
 	return &Pool{
 		opts: opts, rt: rt, desired: desired, status: status, observe: observe, backoff: backoff, events: events, log: log,
 		queue:    workqueue.NewTypedRateLimitingQueueWithConfig(limiter, workqueue.TypedRateLimitingQueueConfig[string]{Name: "pods"}),
-		graceFor: map[string]*int64{}, ownGrace: map[string]*int64{}, uids: map[string]string{},
+		graceFor: map[string]*int64{}, ownGrace: map[string]*int64{}, uids: map[string]string{}, told: map[string]int64{},
 	}
+}
+
+// Recover quarantines the pods whose keys were marked in flight when the
+// previous process died (their sync may have killed it): they are not
+// synced again until a new spec or a re-creation. Call it before Run.
+func (p *Pool) Recover(keys []string) error {
+	if p.opts.Quarantines == nil {
+		return nil
+	}
+	var errs []error
+	for _, key := range keys {
+		namespace, name, ok := strings.Cut(key, "/")
+		if !ok {
+			continue
+		}
+		pod, err := p.desired.DesiredPod(namespace, name)
+		if err != nil {
+			errs = append(errs, fmt.Errorf("reading pod %s to quarantine it: %w", key, err))
+			continue
+		}
+		if pod == nil {
+			continue // removed since; nothing to sync
+		}
+		p.log.Error().Str("pod", key).Str("uid", string(pod.UID)).Int64("generation", pod.Generation).Msg("this pod was being synced when the agent died; quarantining it")
+		q := store.Quarantine{UID: pod.UID, Generation: pod.Generation, Reason: MsgStoppedAgent, Since: time.Now().UTC()}
+		if err := p.opts.Quarantines.SetQuarantine(key, q); err != nil {
+			errs = append(errs, err)
+		}
+	}
+	return errors.Join(errs...)
 }
 
 // Enqueue asks for the pod with key to be synced soon.
@@ -146,11 +208,11 @@ func (p *Pool) Stats() Stats {
 // Run starts the workers and blocks until ctx ends and they have stopped.
 func (p *Pool) Run(ctx context.Context) {
 	var wg sync.WaitGroup
-	for range p.opts.Workers {
+	for slot := range p.opts.Workers {
 		wg.Add(1)
 		go func() {
 			defer wg.Done()
-			for p.processNext(ctx) {
+			for p.processNext(ctx, slot) {
 			}
 		}()
 	}
@@ -159,13 +221,13 @@ func (p *Pool) Run(ctx context.Context) {
 	wg.Wait()
 }
 
-func (p *Pool) processNext(ctx context.Context) bool {
+func (p *Pool) processNext(ctx context.Context, slot int) bool {
 	key, shutdown := p.queue.Get()
 	if shutdown {
 		return false
 	}
 	defer p.queue.Done(key)
-	retryAfter, err := p.syncKey(ctx, key)
+	retryAfter, err := p.guardedSync(ctx, slot, key)
 	p.mu.Lock()
 	p.syncs++
 	p.mu.Unlock()
@@ -187,6 +249,90 @@ func (p *Pool) processNext(ctx context.Context) bool {
 	return true
 }
 
+// guardedSync runs syncKey with the worker's in-flight mark set (a sync
+// that kills the process quarantines the pod at the next start) and turns a
+// panic into an error, retried with backoff, instead of a dead agent.
+func (p *Pool) guardedSync(ctx context.Context, slot int, key string) (retryAfter time.Duration, err error) {
+	if m := p.opts.Marks; m != nil {
+		if err := m.Set(slot, key); err != nil {
+			p.log.Error().Err(err).Str("pod", key).Msg("marking pod sync in flight; a crash in it would not be caught at restart")
+		}
+		defer func() {
+			if err := m.Clear(slot); err != nil {
+				p.log.Error().Err(err).Str("pod", key).Msg("clearing the in-flight mark of a pod sync")
+			}
+		}()
+	}
+	defer func() {
+		r := recover()
+		if r == nil {
+			return
+		}
+		p.log.Error().Str("pod", key).Str("panic", fmt.Sprint(r)).Str("stack", string(debug.Stack())).Msg("pod sync panicked")
+		if namespace, name, ok := strings.Cut(key, "/"); ok {
+			if pod, _ := p.desired.DesiredPod(namespace, name); pod != nil {
+				p.events.Event(pod, v1.EventTypeWarning, ReasonSyncPanicked, "internal error while syncing this pod; retrying with backoff")
+			}
+		}
+		retryAfter, err = 0, fmt.Errorf("syncing pod %s: internal error (panic: %v)", key, r)
+	}()
+	return p.syncKey(ctx, key)
+}
+
+// quarantined reports whether pod must not be synced. A quarantine of an
+// older spec or uid is lifted here.
+func (p *Pool) quarantined(key string, pod *v1.Pod) (store.Quarantine, bool) {
+	qs := p.opts.Quarantines
+	if qs == nil {
+		return store.Quarantine{}, false
+	}
+	q, ok, err := qs.GetQuarantine(key)
+	if err != nil {
+		p.log.Error().Err(err).Str("pod", key).Msg("reading quarantine; syncing the pod")
+		return store.Quarantine{}, false
+	}
+	if !ok {
+		return store.Quarantine{}, false
+	}
+	if pod != nil && q.Covers(pod.UID, pod.Generation) {
+		return q, true
+	}
+	if err := qs.LiftQuarantine(key); err != nil {
+		p.log.Error().Err(err).Str("pod", key).Msg("lifting quarantine")
+	}
+	p.mu.Lock()
+	delete(p.told, key)
+	p.mu.Unlock()
+	if pod != nil {
+		p.log.Info().Str("pod", key).Int64("generation", pod.Generation).Msg("quarantine lifted: the pod changed")
+		p.events.Event(pod, v1.EventTypeNormal, ReasonQuarantineLifted, fmt.Sprintf("a new spec (generation %d) or uid was applied; syncing again", pod.Generation))
+	}
+	return store.Quarantine{}, false
+}
+
+// publishQuarantined reports a quarantined pod: a status with reason
+// Quarantined (built without asking the runtime, which is what the pod's
+// sync may have crashed in), a Warning event once per process and spec, and
+// a failed outcome for the commands waiting on it.
+func (p *Pool) publishQuarantined(key string, pod *v1.Pod, q store.Quarantine) {
+	msg := fmt.Sprintf("%s (at %s); not synced until a new spec is applied or the pod is re-created", q.Reason, q.Since.Format(time.RFC3339))
+	p.mu.Lock()
+	announce := p.told[key] != pod.Generation
+	p.told[key] = pod.Generation
+	p.mu.Unlock()
+	if announce {
+		p.events.Event(pod, v1.EventTypeWarning, ReasonQuarantined, q.Reason)
+		p.log.Warn().Str("pod", key).Msg("pod is quarantined: " + msg)
+	}
+	name, _ := p.rt.RuntimeInfo()
+	st := podstatus.Build(pod, nil, podstatus.Hints{RuntimeName: name, HostIPs: p.opts.HostIPs}, time.Now())
+	st.Reason, st.Message = ReasonQuarantined, msg
+	if err := p.status.Set(pod, st); err != nil {
+		p.log.Warn().Err(err).Str("pod", key).Msg("publishing pod status")
+	}
+	p.observe.Observe(key, pending.Outcome{Generation: pod.Generation, Done: true, OK: false, Reason: ReasonQuarantined + ": " + q.Reason})
+}
+
 // syncKey brings one pod to its desired state. It returns a delay after
 // which the pod must be looked at again (crash-loop backoff), or an error
 // for a retry with per-pod backoff.
@@ -198,6 +344,10 @@ func (p *Pool) syncKey(ctx context.Context, key string) (time.Duration, error) {
 	pod, err := p.desired.DesiredPod(namespace, name)
 	if err != nil {
 		return 0, fmt.Errorf("reading desired pod %s: %w", key, err)
+	}
+	if q, ok := p.quarantined(key, pod); ok {
+		p.publishQuarantined(key, pod, q)
+		return 0, nil
 	}
 	if pod == nil {
 		return 0, p.removePod(ctx, key, namespace, name, "")
@@ -257,6 +407,12 @@ func (p *Pool) removePod(ctx context.Context, key, namespace, name, keepUID stri
 		if ref.Namespace != namespace || ref.Name != name || ref.UID == keepUID {
 			continue
 		}
+		if !safePathElement(ref.UID) {
+			// Left by an older mqlet that trusted client uids: killing it
+			// would remove <podDir>/<uid>, a path outside the pods dir.
+			p.log.Error().Str("pod", key).Str("uid", ref.UID).Msg("a runtime pod has a uid that is not a single path element; not removing it: remove its sandbox by hand")
+			continue
+		}
 		if err := p.rt.KillPodByRef(ctx, ref, grace); err != nil {
 			return fmt.Errorf("removing pod %s (uid %s): %w", key, ref.UID, err)
 		}
@@ -276,6 +432,12 @@ func (p *Pool) removePod(ctx context.Context, key, namespace, name, keepUID stri
 	}
 	p.observe.Observe(key, pending.Outcome{Gone: true})
 	return nil
+}
+
+// safePathElement reports whether a runtime pod's uid can name a directory
+// of its own.
+func safePathElement(uid string) bool {
+	return uid != "" && uid != "." && uid != ".." && !strings.ContainsAny(uid, "/\\\x00")
 }
 
 func (p *Pool) publish(pod *v1.Pod, rs *runtime.PodStatus, hints podstatus.Hints) {

@@ -295,3 +295,18 @@ func TestWaitingReasonsForEveryFailedContainer(t *testing.T) {
 		t.Fatal("a plain error names no container")
 	}
 }
+
+// A runtime pod left by an older mqlet with a path as its uid is not
+// killed: the runtime would remove <podDir>/<uid>, outside the pods dir.
+func TestRuntimePodWithPathUIDIsNotRemoved(t *testing.T) {
+	rt := newScriptedRuntime()
+	rt.pods = []runtime.PodRef{{UID: "../../x", Name: "a", Namespace: "ns"}, {UID: "legacy-uid", Name: "a", Namespace: "ns"}}
+	r := start(t, rt, testPod("a"))
+	r.pool.Enqueue("ns/a")
+	waitUntil(t, "synced", func() bool { return rt.syncCount("ns/a") == 1 })
+	rt.mu.Lock()
+	defer rt.mu.Unlock()
+	if len(rt.killed) != 1 || rt.killed[0] != "legacy-uid" {
+		t.Fatalf("killed %v, want only legacy-uid", rt.killed)
+	}
+}

@@ -5,9 +5,12 @@
 //
 // Objects are kept as JSON under "namespace/name" in one bucket per kind.
 // Every write is one bbolt transaction: a command's objects are stored all
-// or not at all. The store owns a pod's metadata.uid (kept if given, else
-// made once), metadata.generation (bumped only when the spec changes) and
-// metadata.creationTimestamp (set when first stored).
+// or not at all. The store owns every object's metadata.uid (a random UUID
+// made when the object is first stored and kept for its life; a client may
+// repeat it but never choose it), a pod's metadata.generation (bumped only
+// when the spec changes) and metadata.creationTimestamp (set when first
+// stored). Uids name directories and cgroups, so only canonical UUIDs are
+// ever stored; older stores holding other uids are migrated at open.
 package store
 
 import (
@@ -47,6 +50,16 @@ const (
 	Unchanged Action = "unchanged"
 	Deleted   Action = "deleted"
 )
+
+// RejectedError is a write refused because of an object's content (not a
+// storage failure); it names the object and the field.
+type RejectedError struct {
+	Kind, Key, Field, Reason string
+}
+
+func (e *RejectedError) Error() string {
+	return fmt.Sprintf("%s %s: %s: %s", e.Kind, e.Key, e.Field, e.Reason)
+}
 
 // Change is the effect of a write on one object.
 type Change struct {
@@ -91,8 +104,9 @@ var (
 	bucketReplyIndex = []byte("reply-index") // 8-byte time + requestID -> nothing, oldest first
 	bucketMeta       = []byte("meta")
 	bucketSeq        = []byte("seq")
+	bucketQuarantine = []byte("quarantine") // pod key -> Quarantine JSON
 
-	allBuckets  = [][]byte{bucketPods, bucketConfigMaps, bucketSecrets, bucketReplies, bucketReplyIndex, bucketMeta, bucketSeq}
+	allBuckets  = [][]byte{bucketPods, bucketConfigMaps, bucketSecrets, bucketReplies, bucketReplyIndex, bucketMeta, bucketSeq, bucketQuarantine}
 	kindBuckets = map[string][]byte{KindPod: bucketPods, KindConfigMap: bucketConfigMaps, KindSecret: bucketSecrets}
 	kindOrder   = []string{KindPod, KindConfigMap, KindSecret}
 )
@@ -100,9 +114,10 @@ var (
 // Store is the persisted desired state. Its methods are safe for concurrent
 // use (bbolt serialises writers and lets readers run alongside).
 type Store struct {
-	db   *bolt.DB
-	path string
-	opts Options
+	db       *bolt.DB
+	path     string
+	opts     Options
+	migrated []string
 }
 
 // Open opens (or creates) the store at path with default options.
@@ -125,18 +140,91 @@ func OpenWith(path string, opts Options) (st *Store, err error) {
 	if err := checkConsistency(db); err != nil {
 		return nil, fmt.Errorf("open state store %s: file is corrupt: %w", path, err)
 	}
+	var migrated []string
 	err = db.Update(func(tx *bolt.Tx) error {
 		for _, name := range allBuckets {
 			if _, err := tx.CreateBucketIfNotExists(name); err != nil {
 				return fmt.Errorf("create bucket %s: %w", name, err)
 			}
 		}
-		return nil
+		migrated, err = migrateUIDs(tx)
+		return err
 	})
 	if err != nil {
 		return nil, fmt.Errorf("open state store %s: %w", path, err)
 	}
-	return &Store{db: db, path: path, opts: opts}, nil
+	return &Store{db: db, path: path, opts: opts, migrated: migrated}, nil
+}
+
+// migrateUIDs gives a fresh UUID to every stored object whose uid is not
+// one (older mqlets kept any uid a client sent, and uids name directories).
+// The pod then counts as a new pod: its workers replace what runs under the
+// old uid. It returns "Kind key: old uid" for each object changed.
+func migrateUIDs(tx *bolt.Tx) ([]string, error) {
+	var out []string
+	for _, kind := range kindOrder {
+		b := tx.Bucket(kindBuckets[kind])
+		fixed := map[string][]byte{}
+		err := b.ForEach(func(k, v []byte) error {
+			obj, err := decodeObject(kind, v)
+			if err != nil {
+				return fmt.Errorf("%s %s: %w", kind, k, err)
+			}
+			m := metaOf(obj)
+			if IsUID(string(m.UID)) {
+				return nil
+			}
+			uid, err := newUID()
+			if err != nil {
+				return err
+			}
+			out = append(out, fmt.Sprintf("%s %s: %q", kind, k, m.UID))
+			m.UID = uid
+			if p, ok := obj.(*v1.Pod); ok {
+				p.Generation = 1
+			}
+			raw, err := json.Marshal(obj)
+			if err != nil {
+				return fmt.Errorf("encode %s %s: %w", kind, k, err)
+			}
+			fixed[string(k)] = raw
+			return nil
+		})
+		if err != nil {
+			return nil, fmt.Errorf("migrate uids: %w", err)
+		}
+		for k, raw := range fixed {
+			if err := b.Put([]byte(k), raw); err != nil {
+				return nil, fmt.Errorf("migrate uid of %s %s: %w", kind, k, err)
+			}
+		}
+	}
+	return out, nil
+}
+
+// MigratedUIDs lists the objects whose non-UUID uid was replaced at open,
+// as "Kind namespace/name: old uid".
+func (s *Store) MigratedUIDs() []string { return append([]string(nil), s.migrated...) }
+
+// IsUID reports whether uid is a UUID in canonical form (lowercase hex in
+// 8-4-4-4-12 groups), the only uids mqlet stores.
+func IsUID(uid string) bool {
+	if len(uid) != 36 {
+		return false
+	}
+	for i, c := range uid {
+		switch i {
+		case 8, 13, 18, 23:
+			if c != '-' {
+				return false
+			}
+		default:
+			if (c < '0' || c > '9') && (c < 'a' || c > 'f') {
+				return false
+			}
+		}
+	}
+	return true
 }
 
 // openBolt turns bbolt's panics on some corruptions (a garbled freelist)
@@ -260,6 +348,9 @@ func (s *Store) putAll(tx *bolt.Tx, objs []runtime.Object) ([]Change, map[string
 			return nil, nil, fmt.Errorf("object %d: %s %s appears twice", i+1, kind, key)
 		}
 		written[kind+" "+key] = true
+		if err := checkUID(tx, kind, key, obj); err != nil {
+			return nil, nil, err
+		}
 		ch, err := put(tx, kind, key, obj, now)
 		if err != nil {
 			return nil, nil, fmt.Errorf("store %s %s: %w", kind, key, err)
@@ -285,6 +376,56 @@ func identify(obj runtime.Object) (kind, key string, err error) {
 		return "", "", fmt.Errorf("%s without metadata.name", kind)
 	}
 	return kind, Key(m.Namespace, m.Name), nil
+}
+
+// checkUID refuses a client-given uid unless it repeats the stored object's
+// own: uids are made here, and one naming another object would make two
+// pods share a sandbox, directories and cgroup.
+func checkUID(tx *bolt.Tx, kind, key string, obj runtime.Object) error {
+	given := string(metaOf(obj).UID)
+	if given == "" {
+		return nil
+	}
+	reject := func(reason string) error {
+		return &RejectedError{Kind: kind, Key: key, Field: "metadata.uid", Reason: reason}
+	}
+	if !IsUID(given) {
+		return reject(fmt.Sprintf("%q is not a UUID; uids are assigned by mqlet, omit metadata.uid", truncate(given, 64)))
+	}
+	b := tx.Bucket(kindBuckets[kind])
+	if raw := b.Get([]byte(key)); raw != nil {
+		prev, err := decodeObject(kind, raw)
+		if err != nil {
+			return fmt.Errorf("store %s %s: read stored version: %w", kind, key, err)
+		}
+		if stored := string(metaOf(prev).UID); stored != given {
+			return reject(fmt.Sprintf("%q differs from the stored uid %q; uids are assigned by mqlet: omit metadata.uid, or delete the object to re-create it", given, stored))
+		}
+		return nil
+	}
+	var owner string
+	err := b.ForEach(func(k, v []byte) error {
+		if bytes.Contains(v, []byte(`"uid":"`+given+`"`)) {
+			if o, err := decodeObject(kind, v); err == nil && string(metaOf(o).UID) == given {
+				owner = string(k)
+			}
+		}
+		return nil
+	})
+	if err != nil {
+		return fmt.Errorf("store %s %s: look up uid: %w", kind, key, err)
+	}
+	if owner != "" {
+		return reject(fmt.Sprintf("%q belongs to %s %s; uids are assigned by mqlet, omit metadata.uid", given, kind, owner))
+	}
+	return reject(fmt.Sprintf("%q is given for a new object; uids are assigned by mqlet, omit metadata.uid", given))
+}
+
+func truncate(s string, n int) string {
+	if len(s) <= n {
+		return s
+	}
+	return s[:n] + "..."
 }
 
 // put writes one object, carrying over the store-owned metadata.
@@ -387,29 +528,26 @@ func metaOf(obj runtime.Object) *metav1.ObjectMeta {
 	return nil
 }
 
-// ownMetadata sets namespace, uid and creationTimestamp. A uid given by the
-// sender wins; one that differs from the stored uid makes a new object.
+// ownMetadata sets namespace, uid and creationTimestamp: a stored object
+// keeps its uid and creation time, a new one gets a fresh uid (checkUID has
+// refused any other uid a client gave).
 func ownMetadata(m, prev *metav1.ObjectMeta, created metav1.Time) error {
 	if m.Namespace == "" {
 		m.Namespace = DefaultNamespace
 	}
 	m.ResourceVersion = ""
 	m.Generation = 0
-	if m.UID == "" && prev != nil {
+	if prev != nil {
 		m.UID = prev.UID
-	}
-	if prev != nil && prev.UID == m.UID {
 		m.CreationTimestamp = prev.CreationTimestamp
 		return nil
 	}
 	m.CreationTimestamp = created
-	if m.UID == "" {
-		uid, err := newUID()
-		if err != nil {
-			return err
-		}
-		m.UID = uid
+	uid, err := newUID()
+	if err != nil {
+		return err
 	}
+	m.UID = uid
 	return nil
 }
 

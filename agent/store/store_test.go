@@ -1,6 +1,7 @@
 package store
 
 import (
+	"encoding/json"
 	"errors"
 	"fmt"
 	"os"
@@ -13,6 +14,9 @@ import (
 	v1 "k8s.io/api/core/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/runtime"
+	"k8s.io/apimachinery/pkg/types"
+
+	bolt "go.etcd.io/bbolt"
 
 	mqletruntime "github.com/mqlet/mqlet/runtime"
 )
@@ -151,20 +155,110 @@ func TestPodGenerationUIDAndCreationTimestamp(t *testing.T) {
 		t.Fatalf("re-apply of stored pod: %s", got)
 	}
 
-	// A given uid is kept; a different one is a new pod.
-	p = pod("edge", "other", "x:1")
-	p.UID = "given-uid"
-	mustApply(t, s, p)
-	other, _ := s.Pod("edge", "other")
-	if other.UID != "given-uid" {
-		t.Fatalf("given uid not kept: %q", other.UID)
+	// Repeating the stored uid is fine (a get result applied again).
+	p = third.DeepCopy()
+	if got := actions(mustApply(t, s, p)); got != "Pod edge/web unchanged" {
+		t.Fatalf("re-apply with the stored uid: %s", got)
 	}
-	p = pod("edge", "web", "nginx:2")
-	p.UID = "new-identity"
-	mustApply(t, s, p)
-	replaced, _ := s.Pod("edge", "web")
-	if replaced.UID != "new-identity" || replaced.Generation != 1 || !replaced.CreationTimestamp.Time.Equal(c.Now()) {
-		t.Fatalf("new identity: %+v", replaced.ObjectMeta)
+}
+
+// TestClientUIDsAreRefused covers every way a client uid is refused: not a
+// UUID (a path), another object's uid (any namespace), a uid that differs
+// from the stored one, any uid for a new object. Nothing is stored.
+func TestClientUIDsAreRefused(t *testing.T) {
+	s, _ := newStore(t)
+	mustApply(t, s, pod("edge", "victim", "x:1"), configMap("cfg", "a"))
+	victim, _ := s.Pod("edge", "victim")
+	cm, _ := s.ConfigMap("default", "cfg")
+	cases := []struct {
+		name string
+		obj  runtime.Object
+		want string
+	}{
+		{"path", withUID(pod("edge", "a", "x:1"), "../../x"), `"../../x" is not a UUID`},
+		{"uppercase UUID", withUID(pod("edge", "a", "x:1"), strings.ToUpper(string(victim.UID))), "is not a UUID"},
+		{"another pod's", withUID(pod("other", "a", "x:1"), string(victim.UID)), "belongs to Pod edge/victim"},
+		{"differs from stored", withUID(pod("edge", "victim", "x:1"), "0b7e6a42-6c1e-4d0b-9a8e-1f2d3c4b5a69"), "differs from the stored uid"},
+		{"new object", withUID(pod("edge", "b", "x:1"), "0b7e6a42-6c1e-4d0b-9a8e-1f2d3c4b5a69"), "given for a new object"},
+		{"another configmap's", withUID(configMap("cfg2", "b"), string(cm.UID)), "belongs to ConfigMap default/cfg"},
+	}
+	for _, c := range cases {
+		t.Run(c.name, func(t *testing.T) {
+			_, err := s.Apply([]runtime.Object{c.obj})
+			var re *RejectedError
+			if !errors.As(err, &re) || re.Field != "metadata.uid" || !strings.Contains(err.Error(), c.want) {
+				t.Fatalf("Apply = %v, want a metadata.uid rejection containing %q", err, c.want)
+			}
+			if _, err := s.Replace([]runtime.Object{c.obj}); !errors.As(err, &re) {
+				t.Fatalf("Replace = %v, want the same rejection", err)
+			}
+		})
+	}
+	pods, _ := s.ListPods()
+	if len(pods) != 1 || pods[0].UID != victim.UID {
+		t.Fatalf("a refused uid changed the store: %+v", pods)
+	}
+}
+
+func withUID(obj runtime.Object, uid string) runtime.Object {
+	metaOf(obj).UID = types.UID(uid)
+	return obj
+}
+
+// TestOpenMigratesNonUUIDs: a store written by an older mqlet that kept
+// client uids gets fresh UUIDs at open.
+func TestOpenMigratesNonUUIDs(t *testing.T) {
+	path := filepath.Join(t.TempDir(), "state.db")
+	s, err := Open(path)
+	if err != nil {
+		t.Fatal(err)
+	}
+	mustApply(t, s, pod("edge", "old", "x:1"), pod("edge", "fine", "x:1"))
+	fine, _ := s.Pod("edge", "fine")
+	// Write a non-UUID uid the way an older version stored it.
+	err = s.db.Update(func(tx *bolt.Tx) error {
+		p := pod("edge", "old", "x:1")
+		p.UID, p.Generation = "../../x", 4
+		raw, _ := json.Marshal(p)
+		return tx.Bucket(bucketPods).Put([]byte("edge/old"), raw)
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := s.Close(); err != nil {
+		t.Fatal(err)
+	}
+	s = openTest(t, path, Options{})
+	old, _ := s.Pod("edge", "old")
+	if !IsUID(string(old.UID)) || old.Generation != 1 {
+		t.Fatalf("migrated pod uid %q generation %d", old.UID, old.Generation)
+	}
+	if again, _ := s.Pod("edge", "fine"); again.UID != fine.UID {
+		t.Fatalf("a UUID was changed by the migration: %q -> %q", fine.UID, again.UID)
+	}
+	if m := s.MigratedUIDs(); len(m) != 1 || !strings.Contains(m[0], `Pod edge/old: "../../x"`) {
+		t.Fatalf("MigratedUIDs = %q", m)
+	}
+}
+
+func TestQuarantineRoundTrip(t *testing.T) {
+	s, _ := newStore(t)
+	if _, ok, err := s.GetQuarantine("edge/web"); ok || err != nil {
+		t.Fatalf("empty store has a quarantine: %v %v", ok, err)
+	}
+	q := Quarantine{UID: "u1", Generation: 2, Reason: "r", Since: time.Unix(100, 0).UTC()}
+	if err := s.SetQuarantine("edge/web", q); err != nil {
+		t.Fatal(err)
+	}
+	got, ok, err := s.GetQuarantine("edge/web")
+	if err != nil || !ok || got != q || !got.Covers("u1", 2) || got.Covers("u1", 3) || got.Covers("u2", 2) {
+		t.Fatalf("GetQuarantine = %+v %v %v", got, ok, err)
+	}
+	if err := s.LiftQuarantine("edge/web"); err != nil {
+		t.Fatal(err)
+	}
+	if _, ok, _ := s.GetQuarantine("edge/web"); ok {
+		t.Fatal("quarantine not lifted")
 	}
 }
 

@@ -15,6 +15,7 @@ import (
 	"github.com/rs/zerolog"
 
 	"github.com/mqlet/mqlet/agent"
+	"github.com/mqlet/mqlet/agent/inflight"
 	"github.com/mqlet/mqlet/agent/presence"
 	"github.com/mqlet/mqlet/agent/restart"
 	"github.com/mqlet/mqlet/agent/store"
@@ -72,13 +73,24 @@ func runAgent(ctx context.Context, cfg *config.Config, log zerolog.Logger) error
 		CgroupRoot:     cfg.Runtime.CgroupRoot,
 		RequestTimeout: cfg.Runtime.RequestTimeout.Duration,
 	}, log)
+	if m := st.MigratedUIDs(); len(m) > 0 {
+		log.Warn().Strs("objects", m).Msg("stored uids that were not UUIDs were replaced; those pods are re-created")
+	}
+	opts := agentOptions(cfg, topics)
+	if opts.CommandMarks, err = inflight.Open(filepath.Join(cfg.StateDir, "inflight-command"), 1); err != nil {
+		return fmt.Errorf("opening command marks: %w", err)
+	}
+	defer opts.CommandMarks.Close()
+	if opts.SyncMarks, err = inflight.Open(filepath.Join(cfg.StateDir, "inflight-syncs"), max(cfg.Pods.Workers, 1)); err != nil {
+		return fmt.Errorf("opening pod sync marks: %w", err)
+	}
+	defer opts.SyncMarks.Close()
 	verifier, nonces, err := verifierFrom(cfg)
 	if err != nil {
 		return fmt.Errorf("setting up signed commands: %w", err)
 	}
 	defer nonces.Close()
 	log.Info().Str("commands", string(cfg.Security.Commands)).Strs("signedVerbs", cfg.Security.SignedVerbs).Int("trustedKeys", len(cfg.Security.TrustedKeys)).Msg("signed commands")
-	opts := agentOptions(cfg, topics)
 	opts.Opener = verifier
 	opts.ProfilePolicy = func(node validate.Policy, namespace, profile string) validate.Policy {
 		return node.LoosenedFor(namespace, validate.Profile(profile))
@@ -256,6 +268,7 @@ func agentOptions(cfg *config.Config, topics topic.Scheme) agent.Options {
 		},
 		PodStatusResync: cfg.Telemetry.PodStatusResync.Duration,
 		HostIPs:         hostIPs(),
+		MaxPods:         cfg.Pods.MaxPods,
 	}
 }
 
