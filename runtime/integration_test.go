@@ -16,7 +16,6 @@ import (
 
 	"github.com/rs/zerolog"
 	v1 "k8s.io/api/core/v1"
-	"k8s.io/apimachinery/pkg/types"
 	runtimeapi "k8s.io/cri-api/pkg/apis/runtime/v1"
 
 	"github.com/mqlet/mqlet/internal/testutil/containerd"
@@ -120,7 +119,7 @@ func (e *env) newPod(policy v1.RestartPolicy, containers ...v1.Container) *v1.Po
 	}
 	pod.Name = strings.TrimRight(pod.Name, "-") + "-" + id
 	pod.Namespace = "rt-test"
-	pod.UID = types.UID("uid-" + id)
+	pod.UID = newTestUID()
 	grace := int64(1)
 	pod.Spec.TerminationGracePeriodSeconds = &grace
 	pod.Spec.RestartPolicy = policy
@@ -206,7 +205,10 @@ func TestPodLifecycle(t *testing.T) {
 	if first.SpecHash != HashContainer(&pod.Spec.Containers[0]) || first.RestartCount != 0 {
 		t.Fatalf("container %+v", first)
 	}
-	logDir := e.m.podLogDir(pod.Namespace, pod.Name, string(pod.UID))
+	logDir, err := e.m.podLogDir(pod.Namespace, pod.Name, string(pod.UID))
+	if err != nil {
+		t.Fatal(err)
+	}
 	if _, err := os.Stat(filepath.Join(logDir, "main", "0.log")); err != nil {
 		t.Fatalf("log file of attempt 0: %v", err)
 	}
@@ -349,7 +351,11 @@ func TestInitContainers(t *testing.T) {
 				VolumeMounts: []v1.VolumeMount{{Name: "work", MountPath: "/work"}}})
 		}
 		e.syncUntil(pod, 30*time.Second, "app running", isRunning("app"))
-		data, err := os.ReadFile(filepath.Join(e.m.podVolumeDir(string(pod.UID), "kubernetes.io~empty-dir", "work"), "order"))
+		dir, err := e.m.podVolumeDir(string(pod.UID), "kubernetes.io~empty-dir", "work")
+		if err != nil {
+			t.Fatal(err)
+		}
+		data, err := os.ReadFile(filepath.Join(dir, "order"))
 		if err != nil || string(data) != "one\ntwo\n" {
 			t.Fatalf("init order file %q (%v), want one then two", data, err)
 		}

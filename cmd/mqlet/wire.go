@@ -71,6 +71,10 @@ func runAgent(ctx context.Context, cfg *config.Config, log zerolog.Logger) error
 		PodDir:         filepath.Join(cfg.StateDir, "pods"),
 		CgroupRoot:     cfg.Runtime.CgroupRoot,
 		RequestTimeout: cfg.Runtime.RequestTimeout.Duration,
+		// The runtime re-checks hostPaths on their resolved path and scrubs
+		// secret values from what it reports.
+		AllowedHostPaths: cfg.Admission.AllowedHostPaths,
+		Secrets:          st,
 	}, log)
 	a := agent.New(agentOptions(cfg, topics), st, box, rt, log)
 

@@ -17,9 +17,9 @@ func TestStringReplacesLongestFirstAndSkipsShortValues(t *testing.T) {
 	}
 	cases := map[string]string{
 		`exec: "s3cr3t-and-more": executable file not found`: `exec: "<redacted>": executable file not found`,
-		"a s3cr3t b s3cr3t":                                  "a <redacted> b <redacted>",
-		"abc stays, it is too short":                         "abc stays, it is too short",
-		"":                                                   "",
+		"a s3cr3t b s3cr3t":          "a <redacted> b <redacted>",
+		"abc stays, it is too short": "abc stays, it is too short",
+		"":                           "",
 	}
 	for in, want := range cases {
 		if got := s.String(in); got != want {
