@@ -37,14 +37,18 @@ func (m *Manager) hostPathAllowed(real string) bool {
 	return false
 }
 
+// errRefused marks a volume the node's policy refuses: retrying cannot
+// help, so the pod's containers report CreateContainerConfigError.
+var errRefused = errors.New("refused by the node's policy")
+
 func (m *Manager) refuseHostPath(path, real string) error {
 	if len(m.cfg.AllowedHostPaths) == 0 {
-		return fmt.Errorf("hostPath %s is refused: no host paths are allowed on this node", path)
+		return fmt.Errorf("hostPath %s: no host paths are allowed on this node: %w", path, errRefused)
 	}
 	if real != path {
-		return fmt.Errorf("hostPath %s resolves to %s, outside the allowed host paths (%s)", path, real, strings.Join(m.cfg.AllowedHostPaths, ", "))
+		return fmt.Errorf("hostPath %s resolves to %s, outside the allowed host paths (%s): %w", path, real, strings.Join(m.cfg.AllowedHostPaths, ", "), errRefused)
 	}
-	return fmt.Errorf("hostPath %s is outside the allowed host paths (%s)", path, strings.Join(m.cfg.AllowedHostPaths, ", "))
+	return fmt.Errorf("hostPath %s is outside the allowed host paths (%s): %w", path, strings.Join(m.cfg.AllowedHostPaths, ", "), errRefused)
 }
 
 // prepareHostPath creates what the volume's type asks for, checks the

@@ -445,8 +445,15 @@ func TestGarbageCollect(t *testing.T) {
 		c := latest(st, "job")
 		return c != nil && c.RestartCount >= 2 && c.State == ContainerExited
 	})
-	gone := e.newPod(v1.RestartPolicyAlways, sleeper("main"))
-	e.syncUntil(gone, 30*time.Second, "running", isRunning("main"))
+	gone := e.newPod(v1.RestartPolicyNever, v1.Container{Name: "main", Command: []string{"true"}})
+	e.syncUntil(gone, 30*time.Second, "exited", func(st *PodStatus) bool {
+		c := latest(st, "main")
+		return c != nil && c.State == ContainerExited
+	})
+	// An undesired pod still running is the pod worker's to stop with its
+	// grace period: GC leaves it alone.
+	running := e.newPod(v1.RestartPolicyAlways, sleeper("main"))
+	e.syncUntil(running, 30*time.Second, "running", isRunning("main"))
 	desired := func(uid string) bool { return uid == string(kept.UID) }
 	if err := e.m.GarbageCollect(e.ctx, GCPolicy{MaxPerPodContainer: 1}, desired); err != nil {
 		t.Fatal(err)
@@ -460,6 +467,9 @@ func TestGarbageCollect(t *testing.T) {
 	if _, err := os.Stat(filepath.Join(e.m.cfg.PodDir, string(gone.UID))); !os.IsNotExist(err) {
 		t.Fatalf("pod dir of undesired pod survived GC: %v", err)
 	}
+	if st := e.status(running); !isRunning("main")(st) || len(st.Sandboxes) != 1 {
+		t.Fatalf("GC stopped a running undesired pod: %+v", st)
+	}
 	// Image GC never takes the sandbox image, which an offline node could
 	// not pull again.
 	svc, err := e.m.conn.get()
@@ -468,6 +478,52 @@ func TestGarbageCollect(t *testing.T) {
 	}
 	if got := e.m.sandboxImage(e.ctx, svc); NormalizeImage(got) != containerd.PauseImage {
 		t.Fatalf("sandbox image reported as %q, want %s", got, containerd.PauseImage)
+	}
+}
+
+// A pod being killed with a long grace period is not GC's to finish: the
+// garbage collector must not remove its sandbox (which kills at once) nor
+// its directories while the kill waits.
+func TestGarbageCollectNeverCutsATerminationShort(t *testing.T) {
+	e := newEnv(t)
+	// The container ignores SIGTERM, so only the grace period ends it.
+	pod := e.newPod(v1.RestartPolicyAlways, v1.Container{Name: "main", Command: []string{"sh", "-c", "trap '' TERM; while true; do sleep 1; done"}})
+	grace := int64(120)
+	pod.Spec.TerminationGracePeriodSeconds = &grace
+	e.syncUntil(pod, 30*time.Second, "running", isRunning("main"))
+	killCtx, cancelKill := context.WithCancel(e.ctx)
+	killed := make(chan error, 1)
+	go func() { killed <- e.m.KillPod(killCtx, pod, nil) }()
+	defer func() {
+		cancelKill()
+		<-killed
+		zero := int64(0)
+		_ = e.m.KillPod(context.Background(), pod, &zero)
+	}()
+	deadline := time.Now().Add(10 * time.Second)
+	for !e.m.terminating.active(string(pod.UID)) {
+		if time.Now().After(deadline) {
+			t.Fatal("the kill never registered as terminating")
+		}
+		time.Sleep(10 * time.Millisecond)
+	}
+	notDesired := func(string) bool { return false }
+	for range 3 {
+		if err := e.m.GarbageCollect(e.ctx, GCPolicy{MaxPerPodContainer: 0}, notDesired); err != nil {
+			t.Fatal(err)
+		}
+	}
+	st := e.status(pod)
+	if !isRunning("main")(st) || len(st.Sandboxes) != 1 || !st.Sandboxes[0].Ready {
+		t.Fatalf("GC cut the termination short: %+v", st)
+	}
+	if _, err := os.Stat(filepath.Join(e.m.cfg.PodDir, string(pod.UID))); err != nil {
+		t.Fatalf("GC removed the pod directory of a terminating pod: %v", err)
+	}
+	select {
+	case err := <-killed:
+		t.Fatalf("the kill ended within its grace period: %v", err)
+	default:
 	}
 }
 

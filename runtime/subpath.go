@@ -311,3 +311,5 @@ func removeAllUnmounted(dir string) error {
 	}
 	return os.RemoveAll(dir)
 }
+
+func closeFd(fd int) { _ = unix.Close(fd) }

@@ -90,7 +90,11 @@ func (m *Manager) SyncPod(ctx context.Context, pod *v1.Pod, status *PodStatus, o
 	volumes, err := m.prepareVolumes(pod, objects)
 	if err != nil {
 		events.Event(pod, v1.EventTypeWarning, "FailedMount", err.Error())
-		return fmt.Errorf("set up volumes of pod %s/%s: %w", pod.Namespace, pod.Name, err)
+		err = fmt.Errorf("set up volumes of pod %s/%s: %w", pod.Namespace, pod.Name, err)
+		if errors.Is(err, errRefused) {
+			return podConfigErrors(pod, err)
+		}
+		return err
 	}
 
 	start := func(c *v1.Container, init bool) error {
@@ -264,9 +268,21 @@ func hostPortErrors(pod *v1.Pod, err error) error {
 				proto = string(v1.ProtocolTCP)
 			}
 			if p.HostPort == inUse.Port && proto == inUse.Protocol {
-				errs = append(errs, &ContainerError{Container: c.Name, Reason: "CreateContainerError",
+				errs = append(errs, &ContainerError{Container: c.Name, Reason: "CreateContainerConfigError",
 					Err: fmt.Errorf("container %s of pod %s/%s: %w", c.Name, pod.Namespace, pod.Name, err)})
 			}
+		}
+	}
+	return joinSyncErrors(errs)
+}
+
+// podConfigErrors reports err on every container of the pod (the next to
+// run), so each waiting state says why none can start.
+func podConfigErrors(pod *v1.Pod, err error) error {
+	var errs []error
+	for _, list := range [][]v1.Container{pod.Spec.InitContainers, pod.Spec.Containers} {
+		for _, c := range list {
+			errs = append(errs, &ContainerError{Container: c.Name, Reason: "CreateContainerConfigError", Err: err})
 		}
 	}
 	return joinSyncErrors(errs)
