@@ -27,7 +27,7 @@ func (m *Manager) SyncPod(ctx context.Context, pod *v1.Pod, status *PodStatus, o
 	defer func() { err = scrubError(scrub, err) }()
 	if err := checkPodIdentity(string(pod.UID), pod.Name, pod.Namespace); err != nil {
 		events.Event(pod, v1.EventTypeWarning, "FailedCreatePodSandBox", "Failed to create pod sandbox: "+err.Error())
-		return fmt.Errorf("sync pod %s/%s: %w", pod.Namespace, pod.Name, err)
+		return podConfigErrors(pod, fmt.Errorf("sync pod %s/%s: %w", pod.Namespace, pod.Name, err))
 	}
 	svc, err := m.conn.get()
 	if err != nil {
