@@ -455,6 +455,13 @@ func TestGarbageCollect(t *testing.T) {
 	running := e.newPod(v1.RestartPolicyAlways, sleeper("main"))
 	e.syncUntil(running, 30*time.Second, "running", isRunning("main"))
 	desired := func(uid string) bool { return uid == string(kept.UID) }
+	// Only UUID-named children of the pods and logs directories are GC's.
+	foreign := []string{filepath.Join(e.m.cfg.PodDir, "not-a-uuid"), filepath.Join(e.m.cfg.PodLogDir, "ns_name_not-a-uuid")}
+	for _, dir := range foreign {
+		if err := os.MkdirAll(dir, 0o755); err != nil {
+			t.Fatal(err)
+		}
+	}
 	if err := e.m.GarbageCollect(e.ctx, GCPolicy{MaxPerPodContainer: 1}, desired); err != nil {
 		t.Fatal(err)
 	}
@@ -466,6 +473,11 @@ func TestGarbageCollect(t *testing.T) {
 	}
 	if _, err := os.Stat(filepath.Join(e.m.cfg.PodDir, string(gone.UID))); !os.IsNotExist(err) {
 		t.Fatalf("pod dir of undesired pod survived GC: %v", err)
+	}
+	for _, dir := range foreign {
+		if _, err := os.Stat(dir); err != nil {
+			t.Fatalf("GC removed %s, which is not named by a pod uid: %v", dir, err)
+		}
 	}
 	if st := e.status(running); !isRunning("main")(st) || len(st.Sandboxes) != 1 {
 		t.Fatalf("GC stopped a running undesired pod: %+v", st)

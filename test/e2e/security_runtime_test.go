@@ -57,6 +57,18 @@ func (m hostMarker) checkNotEscaped(t *testing.T) {
 	}
 }
 
+// waitEscaped reports the escape a pod that should have been refused
+// makes once it runs.
+func (m hostMarker) waitEscaped(t *testing.T) {
+	t.Helper()
+	deadline := time.Now().Add(30 * time.Second)
+	for time.Now().Before(deadline) {
+		m.checkNotEscaped(t)
+		time.Sleep(200 * time.Millisecond)
+	}
+	t.Fatal("the pod was not refused (no escape seen within 30 s)")
+}
+
 func randomToken(t *testing.T) string {
 	t.Helper()
 	var b [8]byte
@@ -148,7 +160,12 @@ spec:
     command: ["sh", "-c", %q]
     volumeMounts: [{name: shared, mountPath: /host, subPath: pivot}]
 `, e.ns, busybox, busybox, host.escapeScript("/host"))
-	r := e.apply([]byte(pod), reply.Failed, podReadyTimeout)
+	id := e.nextID("apply")
+	e.mq.Command(e.node, "apply", id, []byte(pod))
+	r := e.waitFinalAny(id, podReadyTimeout)
+	if r.Phase != reply.Failed {
+		host.waitEscaped(t)
+	}
 	if !strings.Contains(r.Message, `subPath "pivot"`) || !strings.Contains(r.Message, "escapes the volume") {
 		t.Fatalf("apply failed with %q, want the subPath named as escaping", r.Message)
 	}
@@ -210,7 +227,8 @@ spec:
 // 2. hostPath "<allowed>/pivot" passes a prefix check as a string; a pod
 // then plants "<allowed>/pivot -> /". The runtime resolves the path at
 // mount time and refuses it. The victim pod is applied before the symlink
-// exists, so it is the runtime (not admission) that must catch it.
+// exists (type Directory: it waits for the path), so it is the runtime,
+// not admission, that must catch it.
 func TestSecurityRuntimeHostPathSymlinkEscape(t *testing.T) {
 	allowed := t.TempDir()
 	if err := os.Chmod(allowed, 0o777); err != nil {
@@ -227,7 +245,7 @@ spec:
   terminationGracePeriodSeconds: 1
   volumes:
   - name: h
-    hostPath: {path: %q}
+    hostPath: {path: %q, type: Directory}
   containers:
   - name: main
     image: %s
@@ -259,7 +277,19 @@ spec:
 		target, err := os.Readlink(filepath.Join(allowed, "pivot"))
 		return err == nil && target == "/"
 	})
-	msg := e.waitWaiting("victim", "main", "CreateContainerConfigError", "resolves to /", podReadyTimeout)
+	Eventually(t, podReadyTimeout, "victim refused (or escaped)", func() bool {
+		if _, err := os.Stat(host.pwned); err == nil {
+			return true
+		}
+		p, ok := e.status("victim")
+		if !ok || p == nil {
+			return false
+		}
+		cs, ok := containerStatus(p, "main", false)
+		return ok && cs.State.Waiting != nil && strings.Contains(cs.State.Waiting.Message, "resolves to /")
+	})
+	host.checkNotEscaped(t)
+	msg := e.waitWaiting("victim", "main", "CreateContainerConfigError", "resolves to /", 10*time.Second)
 	if !strings.Contains(msg, "outside the allowed host paths") {
 		t.Fatalf("refusal %q does not say why", msg)
 	}
