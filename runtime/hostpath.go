@@ -13,28 +13,44 @@ import (
 
 // hostPath volumes are checked again here, at mount time, on the real
 // path: admission saw only the string, and a pod can plant
-// "<allowed>/pivot -> /" for a later pod to mount. The CRI gets the
-// resolved path, and directories or files the pod's type creates are made
-// beneath the resolved parent, never through a symlink.
+// "<allowed>/pivot -> /" for a later pod to mount. The path is resolved,
+// re-checked against the node's allowed directories, opened beneath the
+// allowed directory it lies in (openat2 RESOLVE_BENEATH, so a symlink
+// swapped in after the check cannot lead out), and that open file is
+// bind-mounted under the pod directory for the CRI: what the container
+// gets is exactly what was checked. Directories or files the volume's type
+// creates are made beneath the resolved parent, never through a symlink.
 
-// hostPathAllowed reports whether the resolved path real lies in one of
-// the allowed directories (each taken as written and resolved).
-func (m *Manager) hostPathAllowed(real string) bool {
+// allowedRoot returns the allowed directory (resolved) that real lies in.
+func (m *Manager) allowedRoot(real string) (string, bool) {
 	for _, a := range m.cfg.AllowedHostPaths {
 		if !filepath.IsAbs(a) {
 			continue
 		}
-		candidates := []string{filepath.Clean(a)}
-		if r, err := filepath.EvalSymlinks(a); err == nil {
-			candidates = append(candidates, r)
+		c, err := filepath.EvalSymlinks(a)
+		if err != nil {
+			c = filepath.Clean(a)
 		}
-		for _, c := range candidates {
-			if c == "/" || real == c || strings.HasPrefix(real, c+"/") {
-				return true
-			}
+		if c == "/" || real == c || strings.HasPrefix(real, c+"/") {
+			return c, true
 		}
 	}
-	return false
+	return "", false
+}
+
+// hostPathAllowed reports whether p lies in one of the allowed
+// directories, each taken as written and resolved.
+func (m *Manager) hostPathAllowed(p string) bool {
+	for _, a := range m.cfg.AllowedHostPaths {
+		if !filepath.IsAbs(a) {
+			continue
+		}
+		if c := filepath.Clean(a); c == "/" || p == c || strings.HasPrefix(p, c+"/") {
+			return true
+		}
+	}
+	_, ok := m.allowedRoot(p)
+	return ok
 }
 
 // errRefused marks a volume the node's policy refuses: retrying cannot
@@ -52,8 +68,16 @@ func (m *Manager) refuseHostPath(path, real string) error {
 }
 
 // prepareHostPath creates what the volume's type asks for, checks the
-// type, and returns the real path to mount.
-func (m *Manager) prepareHostPath(hp *v1.HostPathVolumeSource) (string, error) {
+// resolved path and its type, and returns the bind mount of it under the
+// pod directory for the CRI to mount.
+func (m *Manager) prepareHostPath(uid, volume string, hp *v1.HostPathVolumeSource) (string, error) {
+	podDir, err := m.podDir(uid)
+	if err != nil {
+		return "", err
+	}
+	if err := checkLabelName("volume", volume); err != nil {
+		return "", err
+	}
 	if !filepath.IsAbs(hp.Path) {
 		return "", fmt.Errorf("hostPath %q is not absolute", hp.Path)
 	}
@@ -65,35 +89,72 @@ func (m *Manager) prepareHostPath(hp *v1.HostPathVolumeSource) (string, error) {
 	if hp.Type != nil {
 		t = *hp.Type
 	}
-	if t == v1.HostPathDirectoryOrCreate || t == v1.HostPathFileOrCreate {
+	switch t {
+	case v1.HostPathDirectoryOrCreate, v1.HostPathFileOrCreate:
 		if err := m.createHostPath(p, t == v1.HostPathFileOrCreate); err != nil {
 			return "", err
+		}
+	case v1.HostPathUnset:
+		// The runtime would create a missing path as a directory; do it
+		// here, safely, instead.
+		if _, err := os.Lstat(p); errors.Is(err, os.ErrNotExist) {
+			if err := m.createHostPath(p, false); err != nil {
+				return "", err
+			}
 		}
 	}
 	real, err := filepath.EvalSymlinks(p)
 	if err != nil {
 		return "", fmt.Errorf("hostPath %s: %w", p, err)
 	}
-	if !m.hostPathAllowed(real) {
+	root, ok := m.allowedRoot(real)
+	if !ok {
 		return "", m.refuseHostPath(p, real)
 	}
-	info, err := os.Stat(real)
+	rel, err := filepath.Rel(root, real)
 	if err != nil {
 		return "", fmt.Errorf("hostPath %s: %w", p, err)
 	}
-	switch {
-	case (t == v1.HostPathDirectory || t == v1.HostPathDirectoryOrCreate) && !info.IsDir():
-		return "", fmt.Errorf("hostPath %s is not a directory", p)
-	case (t == v1.HostPathFile || t == v1.HostPathFileOrCreate) && !info.Mode().IsRegular():
-		return "", fmt.Errorf("hostPath %s is not a file", p)
-	case t == v1.HostPathSocket && info.Mode()&os.ModeSocket == 0:
-		return "", fmt.Errorf("hostPath %s is not a socket", p)
-	case t == v1.HostPathCharDev && (info.Mode()&os.ModeDevice == 0 || info.Mode()&os.ModeCharDevice == 0):
-		return "", fmt.Errorf("hostPath %s is not a character device", p)
-	case t == v1.HostPathBlockDev && (info.Mode()&os.ModeDevice == 0 || info.Mode()&os.ModeCharDevice != 0):
-		return "", fmt.Errorf("hostPath %s is not a block device", p)
+	var o beneathOpener
+	fd, err := o.openSubpath(root, rel, false)
+	if errors.Is(err, errEscapes) {
+		return "", fmt.Errorf("hostPath %s changed while it was checked (%w): %w", p, err, errRefused)
 	}
-	return real, nil
+	if err != nil {
+		return "", fmt.Errorf("hostPath %s: %w", p, err)
+	}
+	defer unix.Close(fd)
+	var st unix.Stat_t
+	if err := unix.Fstat(fd, &st); err != nil {
+		return "", fmt.Errorf("hostPath %s: %w", p, err)
+	}
+	if err := checkHostPathType(p, t, st.Mode&unix.S_IFMT); err != nil {
+		return "", err
+	}
+	target := filepath.Join(podDir, hostPathsDir, volume)
+	// Recursive, as the runtime binds hostPaths: mounts below stay visible.
+	if err := bindFd(fd, target, true); err != nil {
+		return "", fmt.Errorf("hostPath %s: %w", p, err)
+	}
+	return target, nil
+}
+
+// checkHostPathType checks the file type (S_IFMT bits) the volume's type
+// asks for.
+func checkHostPathType(p string, t v1.HostPathType, mode uint32) error {
+	switch {
+	case (t == v1.HostPathDirectory || t == v1.HostPathDirectoryOrCreate) && mode != unix.S_IFDIR:
+		return fmt.Errorf("hostPath %s is not a directory", p)
+	case (t == v1.HostPathFile || t == v1.HostPathFileOrCreate) && mode != unix.S_IFREG:
+		return fmt.Errorf("hostPath %s is not a file", p)
+	case t == v1.HostPathSocket && mode != unix.S_IFSOCK:
+		return fmt.Errorf("hostPath %s is not a socket", p)
+	case t == v1.HostPathCharDev && mode != unix.S_IFCHR:
+		return fmt.Errorf("hostPath %s is not a character device", p)
+	case t == v1.HostPathBlockDev && mode != unix.S_IFBLK:
+		return fmt.Errorf("hostPath %s is not a block device", p)
+	}
+	return nil
 }
 
 // createHostPath makes the missing part of p beneath its deepest existing

@@ -145,7 +145,7 @@ func TestRemoveAllRefusesWhileAMountRemains(t *testing.T) {
 		t.Fatal(err)
 	}
 	defer closeFd(fd)
-	if err := bindFd(fd, target); err != nil {
+	if err := bindFd(fd, target, true); err != nil {
 		t.Fatal(err)
 	}
 	if err := removeAllUnmounted(filepath.Join(dir, "pod")); err != nil {
@@ -188,7 +188,13 @@ func hostPathPod(path string, t v1.HostPathType) *v1.Pod {
 }
 
 func TestHostPathIsResolvedAndRechecked(t *testing.T) {
+	requireRoot(t)
 	m := testManager(t)
+	t.Cleanup(func() {
+		if err := m.removePodDirs(testUID, "web", "default"); err != nil {
+			t.Errorf("cleanup: %v", err)
+		}
+	})
 	allowed := t.TempDir()
 	outside := t.TempDir()
 	m.cfg.AllowedHostPaths = []string{allowed}
@@ -225,8 +231,13 @@ func TestHostPathIsResolvedAndRechecked(t *testing.T) {
 			t.Errorf("hostPath %s (%s): err %v, want ok=%v", c.path, c.typ, err, c.ok)
 			continue
 		}
-		if c.ok && paths["host"] != c.want {
-			t.Errorf("hostPath %s handed to CRI as %s, want %s", c.path, paths["host"], c.want)
+		if c.ok {
+			// The CRI gets a bind mount of the checked file, under the pod.
+			got, err1 := os.Stat(paths["host"])
+			want, err2 := os.Stat(c.want)
+			if err1 != nil || err2 != nil || !os.SameFile(got, want) || !strings.HasPrefix(paths["host"], filepath.Join(m.cfg.PodDir, testUID, hostPathsDir)) {
+				t.Errorf("hostPath %s handed to CRI as %s, want a bind mount of %s (%v %v)", c.path, paths["host"], c.want, err1, err2)
+			}
 		}
 		if !c.ok && !strings.Contains(err.Error(), "allowed host paths") {
 			t.Errorf("hostPath %s: error %q does not say why", c.path, err)
@@ -234,6 +245,23 @@ func TestHostPathIsResolvedAndRechecked(t *testing.T) {
 	}
 	if entries, _ := os.ReadDir(outside); len(entries) != 0 {
 		t.Fatalf("a hostPath type created %v outside the allowed directory", entries)
+	}
+	// A missing path of no type is made as a directory, as the runtime
+	// would, but only beneath the allowed directory.
+	if _, err := m.prepareVolumes(hostPathPod(filepath.Join(allowed, "out", "untyped"), v1.HostPathUnset), fakeObjects{}); err == nil {
+		t.Fatal("an untyped missing hostPath through a symlink out was accepted")
+	}
+	if _, err := os.Stat(filepath.Join(outside, "untyped")); err == nil {
+		t.Fatal("an untyped hostPath was created through a symlink out")
+	}
+	if err := m.removePodDirs(testUID, "web", "default"); err != nil {
+		t.Fatal(err)
+	}
+	if mps, _ := mountPointsUnder(m.cfg.PodDir); len(mps) != 0 {
+		t.Fatalf("hostPath mounts left after the pod was removed: %v", mps)
+	}
+	if _, err := os.Stat(filepath.Join(allowed, "real")); err != nil {
+		t.Fatalf("removing the pod removed the host directory behind its hostPath: %v", err)
 	}
 	m.cfg.AllowedHostPaths = nil
 	if _, err := m.prepareVolumes(hostPathPod(filepath.Join(allowed, "real"), v1.HostPathDirectory), fakeObjects{}); err == nil {

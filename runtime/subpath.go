@@ -188,10 +188,13 @@ func (o *beneathOpener) mkdirBeneath(rootFd int, parent []string, name string, m
 	return unix.Fchmod(dfd, mode)
 }
 
-// bindFd bind-mounts the file open as fd onto target, replacing what an
-// earlier attempt mounted there. target is created as a directory or an
-// empty file to match.
-func bindFd(fd int, target string) error {
+// bindFd bind-mounts the file open as fd onto target (recursively, with
+// the mounts below it, when recursive), replacing what an earlier attempt
+// mounted there unless that already is the same file. target is created
+// as a directory or an empty file to match. The new mount is made private
+// at once, so unmounting it later can never propagate into the host's own
+// mounts.
+func bindFd(fd int, target string, recursive bool) error {
 	var st unix.Stat_t
 	if err := unix.Fstat(fd, &st); err != nil {
 		return err
@@ -203,9 +206,15 @@ func bindFd(fd int, target string) error {
 	if err != nil {
 		return err
 	}
-	for _, mp := range mounted {
-		if err := unix.Unmount(mp, unix.MNT_DETACH); err != nil && !errors.Is(err, unix.EINVAL) {
-			return fmt.Errorf("unmount previous %s: %w", mp, err)
+	if len(mounted) > 0 {
+		var cur unix.Stat_t
+		if err := unix.Stat(target, &cur); err == nil && cur.Dev == st.Dev && cur.Ino == st.Ino {
+			return nil // still the same file: keep the mount running containers share
+		}
+		for _, mp := range mounted {
+			if err := unix.Unmount(mp, unix.MNT_DETACH); err != nil && !errors.Is(err, unix.EINVAL) {
+				return fmt.Errorf("unmount previous %s: %w", mp, err)
+			}
 		}
 	}
 	isDir := st.Mode&unix.S_IFMT == unix.S_IFDIR
@@ -225,9 +234,17 @@ func bindFd(fd int, target string) error {
 		}
 		f.Close()
 	}
+	flags := uintptr(unix.MS_BIND)
+	if recursive {
+		flags |= unix.MS_REC
+	}
 	src := "/proc/self/fd/" + strconv.Itoa(fd)
-	if err := unix.Mount(src, target, "", unix.MS_BIND, ""); err != nil {
-		return fmt.Errorf("bind mount subpath onto %s: %w", target, err)
+	if err := unix.Mount(src, target, "", flags, ""); err != nil {
+		return fmt.Errorf("bind mount onto %s: %w", target, err)
+	}
+	if err := unix.Mount("", target, "", unix.MS_PRIVATE|unix.MS_REC, ""); err != nil {
+		_ = unix.Unmount(target, unix.MNT_DETACH)
+		return fmt.Errorf("make %s private: %w", target, err)
 	}
 	return nil
 }

@@ -63,9 +63,7 @@ func (m *Manager) prepareVolumes(pod *v1.Pod, objects ObjectSource) (map[string]
 				err = os.Chmod(dir, 0o777) // any container user may write, as in the kubelet
 			}
 		case vol.HostPath != nil:
-			if err = checkLabelName("volume", vol.Name); err == nil {
-				dir, err = m.prepareHostPath(vol.HostPath)
-			}
+			dir, err = m.prepareHostPath(uid, vol.Name, vol.HostPath)
 		case vol.ConfigMap != nil:
 			if dir, err = m.podVolumeDir(uid, "kubernetes.io~configmap", vol.Name); err == nil {
 				err = m.writeConfigMapVolume(pod, vol.ConfigMap, dir, objects)
@@ -378,11 +376,15 @@ func (m *Manager) mountSubpath(opener *beneathOpener, pod *v1.Pod, c *v1.Contain
 	}
 	defer unix.Close(fd)
 	target := filepath.Join(podDir, subpathsDir, volume, c.Name, strconv.Itoa(index))
-	if err := bindFd(fd, target); err != nil {
+	if err := bindFd(fd, target, false); err != nil {
 		return "", err
 	}
 	return target, nil
 }
 
-// subpathsDir holds the pod's subpath bind mounts, as in the kubelet.
-const subpathsDir = "volume-subpaths"
+// subpathsDir holds the pod's subpath bind mounts, as in the kubelet;
+// hostPathsDir its hostPath bind mounts.
+const (
+	subpathsDir  = "volume-subpaths"
+	hostPathsDir = "volume-hostpaths"
+)
