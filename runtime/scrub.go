@@ -35,6 +35,11 @@ func (m *Manager) scrubber(pod *v1.Pod, objects ObjectSource) *redact.Scrubber {
 	return redact.FromSecrets(secrets)
 }
 
+// Scrubber returns a scrubber for every secret value the node knows now
+// (Config.Secrets). The agent scrubs what it publishes (events, statuses,
+// replies) and logs with it, the same way the runtime does.
+func (m *Manager) Scrubber() *redact.Scrubber { return m.scrubber(nil, nil) }
+
 // podSecretNames lists the secrets pod refers to.
 func podSecretNames(pod *v1.Pod) []string {
 	var names []string

@@ -10,6 +10,7 @@ import (
 	"encoding/base64"
 	"encoding/json"
 	"errors"
+	"io"
 	"slices"
 	"strings"
 
@@ -62,13 +63,21 @@ func New(values ...string) *Scrubber {
 }
 
 // FromSecrets returns a Scrubber for every value of secrets: each data and
-// stringData value, its base64 form, and the credentials inside a
-// dockerconfigjson.
+// stringData value, its base64 and JSON-escaped forms, and the credentials
+// inside a dockerconfigjson.
 func FromSecrets(secrets []*v1.Secret) *Scrubber {
 	var values []string
 	add := func(v string) {
-		if len(v) >= MinLength {
-			values = append(values, v, base64.StdEncoding.EncodeToString([]byte(v)))
+		if len(v) < MinLength {
+			return
+		}
+		values = append(values, v, base64.StdEncoding.EncodeToString([]byte(v)))
+		// As it appears inside JSON text (a log line, a published status):
+		// quotes, backslashes, control characters and <>& escaped.
+		if quoted, err := json.Marshal(v); err == nil {
+			if inner := string(quoted[1 : len(quoted)-1]); inner != v {
+				values = append(values, inner)
+			}
 		}
 	}
 	for _, s := range secrets {
@@ -157,3 +166,28 @@ func (e *scrubbed) Error() string { return e.msg }
 
 // Is lets errors.Is see through to the original chain without exposing it.
 func (e *scrubbed) Is(target error) bool { return errors.Is(e.cause, target) }
+
+// Writer scrubs everything written through it with the Scrubber current
+// returns at each write (so newly stored secrets count at once). zerolog
+// writes one whole line per Write, so a value is never split across calls.
+type Writer struct {
+	next    io.Writer
+	current func() *Scrubber
+}
+
+// NewWriter returns a Writer in front of next.
+func NewWriter(next io.Writer, current func() *Scrubber) *Writer {
+	return &Writer{next: next, current: current}
+}
+
+func (w *Writer) Write(p []byte) (int, error) {
+	s := w.current()
+	if s.Len() == 0 {
+		return w.next.Write(p)
+	}
+	clean := s.String(string(p))
+	if _, err := io.WriteString(w.next, clean); err != nil {
+		return 0, err
+	}
+	return len(p), nil // what the caller gave was consumed whole
+}

@@ -91,3 +91,17 @@ func BenchmarkScrub(b *testing.B) {
 		_ = s.String(msg)
 	}
 }
+
+func TestWriterScrubsEachLineAndJSONForms(t *testing.T) {
+	var buf strings.Builder
+	s := FromSecrets([]*v1.Secret{{StringData: map[string]string{"a": `pa"ss<word>`}}})
+	w := NewWriter(&buf, func() *Scrubber { return s })
+	line := `{"level":"warn","error":"exec: \"pa\"ss\u003cword\u003e\": not found"}` + "\n"
+	n, err := w.Write([]byte(line))
+	if err != nil || n != len(line) {
+		t.Fatalf("Write = %d, %v", n, err)
+	}
+	if strings.Contains(buf.String(), "word") || !strings.Contains(buf.String(), Placeholder) {
+		t.Fatalf("log line not scrubbed: %s", buf.String())
+	}
+}
