@@ -70,6 +70,12 @@ func (m *Manager) buildSandboxConfig(pod *v1.Pod, attempt uint32) (*runtimeapi.P
 			},
 		},
 	}
+	// The pause container too runs under the pod's seccomp profile.
+	seccomp, err := seccompProfile(pod, &v1.Container{})
+	if err != nil {
+		return nil, err
+	}
+	cfg.Linux.SecurityContext.Seccomp = seccomp
 	// runc cannot set a hostname without a private UTS namespace.
 	if !pod.Spec.HostNetwork {
 		cfg.Hostname = podHostname(pod)

@@ -316,6 +316,10 @@ func TestContainerSecurityDefaults(t *testing.T) {
 	if err != nil || sc.Seccomp.GetProfileType() != runtimeapi.SecurityProfile_RuntimeDefault {
 		t.Errorf("container RuntimeDefault over pod Unconfined: %v %v", sc, err)
 	}
+	sbc, err := m.buildSandboxConfig(testPod(v1.RestartPolicyAlways, nil, "app"), 0)
+	if err != nil || sbc.Linux.SecurityContext.Seccomp.GetProfileType() != runtimeapi.SecurityProfile_RuntimeDefault {
+		t.Errorf("sandbox seccomp %v (%v), want RuntimeDefault", sbc.GetLinux().GetSecurityContext().GetSeccomp(), err)
+	}
 	profile := "my.json"
 	_, err = build(func(p *v1.Pod) {
 		p.Spec.Containers[0].SecurityContext = &v1.SecurityContext{SeccompProfile: &v1.SeccompProfile{Type: v1.SeccompProfileTypeLocalhost, LocalhostProfile: &profile}}

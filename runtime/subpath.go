@@ -74,7 +74,9 @@ func (o *beneathOpener) open(rootFd int, comps []string, flags int) (int, error)
 				return fd, nil
 			case errors.Is(err, unix.EINTR), errors.Is(err, unix.EAGAIN): // EAGAIN: a rename raced the lookup
 				continue
-			case errors.Is(err, unix.ENOSYS):
+			case errors.Is(err, unix.ENOSYS), errors.Is(err, unix.EPERM):
+				// No openat2 (old kernel, or a seccomp filter answering
+				// EPERM): the stricter walk below decides.
 				o.noOpenat2 = true
 			case errors.Is(err, unix.EXDEV), errors.Is(err, unix.ELOOP):
 				return -1, errEscapes
