@@ -121,6 +121,21 @@ func TestSubPathIsBindMountedAndCleanedUp(t *testing.T) {
 	if _, err := m.mountSubpath(&o, pod, &pod.Spec.Containers[0], 1, "data", vol, "alias/b"); err != nil {
 		t.Fatalf("a symlink inside the volume: %v", err)
 	}
+	// A container taken out of the spec loses its mounts at the next sync.
+	renamed := pod.DeepCopy()
+	renamed.Spec.Containers[0].Name = "other"
+	if err := m.pruneMounts(renamed); err != nil {
+		t.Fatal(err)
+	}
+	if mps, _ := mountPointsUnder(m.cfg.PodDir); len(mps) != 0 {
+		t.Fatalf("mounts of a container no longer in the spec: %v", mps)
+	}
+	if _, err := os.Stat(filepath.Join(vol, "a", "b", "through-bind")); err != nil {
+		t.Fatalf("pruning the mount removed the volume's files: %v", err)
+	}
+	if _, err := m.containerMounts(pod, &pod.Spec.Containers[0], paths, nil); err != nil {
+		t.Fatal(err)
+	}
 	if err := m.removePodDirs(string(pod.UID), pod.Name, pod.Namespace); err != nil {
 		t.Fatal(err)
 	}

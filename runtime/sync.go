@@ -87,6 +87,9 @@ func (m *Manager) SyncPod(ctx context.Context, pod *v1.Pod, status *PodStatus, o
 	if err != nil {
 		return fmt.Errorf("read sandbox of pod %s/%s: %w", pod.Namespace, pod.Name, err)
 	}
+	if err := m.pruneMounts(pod); err != nil {
+		log.Warn().Err(err).Msg("removing mounts the spec no longer uses")
+	}
 	volumes, err := m.prepareVolumes(pod, objects)
 	if err != nil {
 		events.Event(pod, v1.EventTypeWarning, "FailedMount", err.Error())

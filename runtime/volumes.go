@@ -2,6 +2,7 @@ package runtime
 
 import (
 	"cmp"
+	"errors"
 	"fmt"
 	"os"
 	"path/filepath"
@@ -388,3 +389,42 @@ const (
 	subpathsDir  = "volume-subpaths"
 	hostPathsDir = "volume-hostpaths"
 )
+
+// pruneMounts unmounts and removes the pod's subpath and hostPath bind
+// mounts that its spec no longer uses (a container or volume taken out of
+// it). Containers hold their own copies of these mounts, so a container
+// still running from an older spec keeps its files.
+func (m *Manager) pruneMounts(pod *v1.Pod) error {
+	podDir, err := m.podDir(string(pod.UID))
+	if err != nil {
+		return err
+	}
+	hostPaths, volumes, containers := map[string]bool{}, map[string]bool{}, map[string]bool{}
+	for _, v := range pod.Spec.Volumes {
+		volumes[v.Name] = true
+		hostPaths[v.Name] = v.HostPath != nil
+	}
+	for _, list := range [][]v1.Container{pod.Spec.InitContainers, pod.Spec.Containers} {
+		for _, c := range list {
+			containers[c.Name] = true
+		}
+	}
+	var errs []error
+	prune := func(dir string, keep func(name string) bool) {
+		entries, err := os.ReadDir(dir)
+		if err != nil {
+			return // none made yet
+		}
+		for _, e := range entries {
+			if !keep(e.Name()) {
+				errs = append(errs, removeAllUnmounted(filepath.Join(dir, e.Name())))
+			}
+		}
+	}
+	prune(filepath.Join(podDir, hostPathsDir), func(n string) bool { return hostPaths[n] })
+	prune(filepath.Join(podDir, subpathsDir), func(n string) bool { return volumes[n] })
+	for v := range volumes {
+		prune(filepath.Join(podDir, subpathsDir, v), func(n string) bool { return containers[n] })
+	}
+	return errors.Join(errs...)
+}
