@@ -490,3 +490,26 @@ func TestProjectedKeysCannotEscape(t *testing.T) {
 		t.Fatalf("a key wrote outside the volume: %v", err)
 	}
 }
+
+func TestNoFollowWalkCreatesAndRefusesLikeOpenat2(t *testing.T) {
+	root := t.TempDir()
+	o := beneathOpener{noOpenat2: true}
+	fd, err := o.openSubpath(root, "x/y", true)
+	if err != nil {
+		t.Fatal(err)
+	}
+	closeFd(fd)
+	if info, err := os.Stat(filepath.Join(root, "x", "y")); err != nil || !info.IsDir() {
+		t.Fatalf("walk did not create x/y: %v %v", info, err)
+	}
+	outside := t.TempDir()
+	if err := os.Symlink(outside, filepath.Join(root, "out")); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := o.openSubpath(root, "out/new", true); !errors.Is(err, errEscapes) {
+		t.Fatalf("walk through a symlink out: %v", err)
+	}
+	if entries, _ := os.ReadDir(outside); len(entries) != 0 {
+		t.Fatalf("the walk created %v outside", entries)
+	}
+}
