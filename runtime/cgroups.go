@@ -11,7 +11,10 @@ import (
 // podCgroupDirs lists the directories of the pod's cgroup under every
 // mounted hierarchy (each cgroup v1 controller, and the v2 tree).
 func (m *Manager) podCgroupDirs(uid string) []string {
-	parent := m.podCgroupParent(uid)
+	parent, err := m.podCgroupParent(uid)
+	if err != nil {
+		return nil
+	}
 	dirs, _ := filepath.Glob(filepath.Join(m.cfg.CgroupFS, "*", parent))
 	if st, err := os.Stat(filepath.Join(m.cfg.CgroupFS, parent)); err == nil && st.IsDir() {
 		dirs = append(dirs, filepath.Join(m.cfg.CgroupFS, parent))
@@ -25,6 +28,9 @@ func (m *Manager) podCgroupDirs(uid string) []string {
 // A cgroup still in use cannot be removed (rmdir fails), so this never
 // disturbs a running pod.
 func (m *Manager) removePodCgroup(uid string) error {
+	if err := checkUID(uid); err != nil {
+		return err
+	}
 	var errs []error
 	for _, dir := range m.podCgroupDirs(uid) {
 		if err := removeCgroupTree(dir); err != nil {
@@ -71,8 +77,8 @@ func (m *Manager) podCgroupUIDs() []string {
 			continue
 		}
 		for _, e := range entries {
-			if e.IsDir() && strings.HasPrefix(e.Name(), "pod") {
-				uids = append(uids, strings.TrimPrefix(e.Name(), "pod"))
+			if uid, ok := strings.CutPrefix(e.Name(), "pod"); ok && e.IsDir() && IsUID(uid) {
+				uids = append(uids, uid)
 			}
 		}
 		if len(uids) > 0 {

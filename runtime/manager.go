@@ -9,9 +9,10 @@ import (
 // Manager runs pods through a CRI runtime. It only ever touches sandboxes and
 // containers carrying mqlet's labels.
 type Manager struct {
-	cfg  Config
-	log  zerolog.Logger
-	conn *connection
+	cfg         Config
+	log         zerolog.Logger
+	conn        *connection
+	terminating terminations
 }
 
 // NewManager returns a Manager for cfg (zero fields take the defaults).

@@ -72,6 +72,10 @@ func runAgent(ctx context.Context, cfg *config.Config, log zerolog.Logger) error
 		PodDir:         filepath.Join(cfg.StateDir, "pods"),
 		CgroupRoot:     cfg.Runtime.CgroupRoot,
 		RequestTimeout: cfg.Runtime.RequestTimeout.Duration,
+		// The runtime re-checks hostPaths on their resolved path and scrubs
+		// secret values from what it reports.
+		AllowedHostPaths: cfg.Admission.AllowedHostPaths,
+		Secrets:          st,
 	}, log)
 	if m := st.MigratedUIDs(); len(m) > 0 {
 		log.Warn().Strs("objects", m).Msg("stored uids that were not UUIDs were replaced; those pods are re-created")
