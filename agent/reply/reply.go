@@ -32,12 +32,12 @@ const (
 
 // Reply is the payload published on the reply topic.
 type Reply struct {
-	RequestID string    `json:"requestId"`
-	Verb      string    `json:"verb,omitempty"`
-	Phase     string    `json:"phase"`
-	Message   string    `json:"message,omitempty"`
-	Result    any       `json:"result,omitempty"`
-	Errors    []string  `json:"errors,omitempty"`
+	RequestID string   `json:"requestId"`
+	Verb      string   `json:"verb,omitempty"`
+	Phase     string   `json:"phase"`
+	Message   string   `json:"message,omitempty"`
+	Result    any      `json:"result,omitempty"`
+	Errors    []string `json:"errors,omitempty"`
 	// Seq numbers the parts of a result sent in pieces (1..N); 0 otherwise.
 	Seq int       `json:"seq,omitempty"`
 	TS  time.Time `json:"ts"`
