@@ -51,11 +51,13 @@ type Store interface {
 	Meta(key string) ([]byte, bool, error)
 	SetMeta(key string, value []byte) error
 	PruneReplies(now time.Time) (int, error)
+	intake.BatchStore
 }
 
 // Publisher queues messages for the broker (the outbox).
 type Publisher interface {
 	Put(m outbox.Message) error
+	intake.BatchOutbox
 }
 
 // Options are the agent's settings, taken from the configuration.
@@ -71,6 +73,10 @@ type Options struct {
 	GCPolicy        runtime.GCPolicy
 	PodStatusResync time.Duration
 	HostIPs         []string
+	// MaxReplyBytes bounds each reply message (0: reply.DefaultMaxReplyBytes).
+	MaxReplyBytes int
+	// MaxBacklog bounds the commands waiting to be persisted (0: intake.DefaultMaxBacklog).
+	MaxBacklog int
 }
 
 // Agent is the running core.
@@ -85,9 +91,8 @@ type Agent struct {
 	tracker *pending.Tracker
 	pool    *podworker.Pool
 	intake  *intake.Intake
+	cmds    *intake.Pipeline // the only caller of intake.Handle
 	backoff *restart.Tracker
-
-	mu sync.Mutex // serialises command handling
 }
 
 // New builds the agent; Run starts it.
@@ -95,22 +100,26 @@ func New(opts Options, st Store, out Publisher, rt Runtime, log zerolog.Logger) 
 	a := &Agent{opts: opts, store: st, out: out, rt: rt, log: log}
 	a.events = events.New(eventSink{topics: opts.Topics, out: out, log: log}, events.Options{Node: opts.Topics.Node}, log.With().Str("component", "events").Logger())
 	a.status = statusmgr.New(opts.Topics, out, st, log.With().Str("component", "status").Logger())
-	sender := reply.NewSender(opts.Topics, out, st, nil, log.With().Str("component", "reply").Logger())
+	var replyOpts []reply.Option
+	if opts.MaxReplyBytes > 0 {
+		replyOpts = append(replyOpts, reply.WithMaxReplyBytes(opts.MaxReplyBytes))
+	}
+	sender := reply.NewSender(opts.Topics, out, st, nil, log.With().Str("component", "reply").Logger(), replyOpts...)
 	a.tracker = pending.New(sender, nil)
 	a.backoff = restart.New(opts.Restart, nil)
 	a.pool = podworker.New(podworker.Options{Workers: opts.Workers, BackoffBase: opts.Restart.Base, BackoffMax: opts.Restart.Max, HostIPs: opts.HostIPs},
 		rt, desired{st}, a.status, a.tracker, a.backoff, a.events, log.With().Str("component", "podworker").Logger())
 	a.intake = intake.New(intake.Options{Topics: opts.Topics, MaxPayloadBytes: opts.MaxPayloadBytes, Policy: opts.Policy, ApplyDeadline: opts.ApplyDeadline},
 		st, sender, a.tracker, a.pool, a.events, a.status, log.With().Str("component", "intake").Logger())
+	a.cmds = intake.NewPipeline(a.intake, st, out, sender, intake.PipelineOptions{MaxBacklog: opts.MaxBacklog}, log.With().Str("component", "intake").Logger())
 	return a
 }
 
-// HandleCommand processes one message from the command topics. It returns
-// once the command's effect on the desired state is persisted.
+// HandleCommand queues one message from the command topics for the intake
+// and returns at once; the message is acknowledged (m.Ack, the session's
+// ManualAck) once the command's effect on the desired state is persisted.
 func (a *Agent) HandleCommand(m session.Inbound) {
-	a.mu.Lock()
-	defer a.mu.Unlock()
-	a.intake.Handle(m.Topic, m.Payload)
+	a.cmds.Submit(intake.Command{Topic: m.Topic, Payload: m.Payload, Retained: m.Retained, Duplicate: m.Duplicate, Ack: m.Ack})
 }
 
 // Events is the event recorder, for components wired outside the agent.
@@ -134,6 +143,7 @@ func (a *Agent) Counters() map[string]uint64 {
 		"events_emitted":       es.Emitted,
 		"events_dropped":       es.Dropped,
 		"pending_commands":     uint64(a.tracker.Len()),
+		"commands_waiting":     uint64(a.cmds.Waiting()),
 	}
 }
 
@@ -148,6 +158,7 @@ func (a *Agent) Run(ctx context.Context) error {
 			a.log.Debug().Str("loop", name).Msg("stopped")
 		}()
 	}
+	spawn("intake", a.cmds.Run)
 	spawn("runtime", a.rt.Run)
 	spawn("workers", a.pool.Run)
 	spawn("pending", a.tracker.Run)

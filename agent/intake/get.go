@@ -19,7 +19,9 @@ type GetArgs struct {
 }
 
 // GetResult is the result of a get: desired objects, pods with their status.
-// Secrets carry their keys and sizes only.
+// Secrets carry their keys and sizes only; so do ConfigMaps in a listing
+// (a get without a name), whose data is read one ConfigMap at a time: a
+// two-byte get must not answer with megabytes of stored data.
 type GetResult struct {
 	Pods       []*v1.Pod       `json:"pods"`
 	ConfigMaps []*v1.ConfigMap `json:"configMaps"`
@@ -70,6 +72,9 @@ func (in *Intake) get(id string, payload []byte) {
 		}
 		for _, c := range cms {
 			if match(c.Namespace, c.Name) {
+				if args.Name == "" {
+					c = withoutData(c)
+				}
 				c.Kind, c.APIVersion = "ConfigMap", "v1"
 				res.ConfigMaps = append(res.ConfigMaps, c)
 			}
@@ -93,6 +98,24 @@ func (in *Intake) get(id string, payload []byte) {
 		in.fail(id, "get", fmt.Errorf("not found: %s %s/%s", args.Kind, args.Namespace, args.Name))
 		return
 	}
-	_ = in.replies.Send(reply.Reply{RequestID: id, Verb: "get", Phase: reply.Succeeded,
-		Message: fmt.Sprintf("%d pods, %d configmaps, %d secrets", len(res.Pods), len(res.ConfigMaps), len(res.Secrets)), Result: res})
+	msg := fmt.Sprintf("%d pods, %d configmaps, %d secrets", len(res.Pods), len(res.ConfigMaps), len(res.Secrets))
+	if args.Name == "" && len(res.ConfigMaps) > 0 {
+		msg += "; configmap data is shown one configmap at a time: get it by kind, namespace and name"
+	}
+	_ = in.replies.Send(reply.Reply{RequestID: id, Verb: "get", Phase: reply.Succeeded, Message: msg, Result: res})
+}
+
+// withoutData is c as a listing shows it: every key with the size of its
+// value instead of the value.
+func withoutData(c *v1.ConfigMap) *v1.ConfigMap {
+	out := c.DeepCopy()
+	for k, v := range c.Data {
+		out.Data[k] = fmt.Sprintf("<omitted: %d bytes>", len(v))
+	}
+	for k, v := range c.BinaryData {
+		out.BinaryData[k] = []byte(fmt.Sprintf("<omitted: %d bytes>", len(v)))
+	}
+	// The last-applied annotation kubectl writes would carry the data too.
+	delete(out.Annotations, v1.LastAppliedConfigAnnotation)
+	return out
 }

@@ -129,6 +129,9 @@ func (s *Sender) MaxReplyBytes() int { return s.maxReply }
 // one message. Failures are logged and returned; the record is written first
 // so a redelivery never re-runs a command whose reply could not be queued.
 func (s *Sender) Send(r Reply) error {
+	if r.TS.IsZero() {
+		r.TS = s.now().UTC()
+	}
 	msgs, payload, err := s.encode(r)
 	if err != nil {
 		return err

@@ -23,7 +23,13 @@ func (b *box) Put(m outbox.Message) error { b.msgs = append(b.msgs, m); return b
 
 type records map[string][]byte
 
-func (r records) RecordReply(id string, reply []byte, _ time.Time) error { r[id] = reply; return nil }
+func (r records) RecordReply(id string, reply []byte, at time.Time) error {
+	if at.IsZero() {
+		return errors.New("recorded without a time")
+	}
+	r[id] = reply
+	return nil
+}
 
 func TestSendRecordsThenPublishesOnTheReplyTopic(t *testing.T) {
 	b, rec := &box{}, records{}
