@@ -75,8 +75,10 @@ type Options struct {
 	HostIPs         []string
 	// MaxReplyBytes bounds each reply message (0: reply.DefaultMaxReplyBytes).
 	MaxReplyBytes int
-	// MaxBacklog bounds the commands waiting to be persisted (0: intake.DefaultMaxBacklog).
-	MaxBacklog int
+	// MaxBacklog and MaxBacklogBytes bound the commands waiting to be
+	// persisted (0: the intake's defaults).
+	MaxBacklog      int
+	MaxBacklogBytes int
 }
 
 // Agent is the running core.
@@ -98,20 +100,23 @@ type Agent struct {
 // New builds the agent; Run starts it.
 func New(opts Options, st Store, out Publisher, rt Runtime, log zerolog.Logger) *Agent {
 	a := &Agent{opts: opts, store: st, out: out, rt: rt, log: log}
-	a.events = events.New(eventSink{topics: opts.Topics, out: out, log: log}, events.Options{Node: opts.Topics.Node}, log.With().Str("component", "events").Logger())
+	// What the tracker and the event recorder publish while a batch of
+	// commands takes effect is persisted together (see intake.Group).
+	group := intake.NewGroup()
+	a.events = events.New(eventSink{topics: opts.Topics, out: group.Publisher(out), log: log}, events.Options{Node: opts.Topics.Node}, log.With().Str("component", "events").Logger())
 	a.status = statusmgr.New(opts.Topics, out, st, log.With().Str("component", "status").Logger())
 	var replyOpts []reply.Option
 	if opts.MaxReplyBytes > 0 {
 		replyOpts = append(replyOpts, reply.WithMaxReplyBytes(opts.MaxReplyBytes))
 	}
-	sender := reply.NewSender(opts.Topics, out, st, nil, log.With().Str("component", "reply").Logger(), replyOpts...)
+	sender := reply.NewSender(opts.Topics, group.Publisher(out), group.Recorder(st), nil, log.With().Str("component", "reply").Logger(), replyOpts...)
 	a.tracker = pending.New(sender, nil)
 	a.backoff = restart.New(opts.Restart, nil)
 	a.pool = podworker.New(podworker.Options{Workers: opts.Workers, BackoffBase: opts.Restart.Base, BackoffMax: opts.Restart.Max, HostIPs: opts.HostIPs},
 		rt, desired{st}, a.status, a.tracker, a.backoff, a.events, log.With().Str("component", "podworker").Logger())
 	a.intake = intake.New(intake.Options{Topics: opts.Topics, MaxPayloadBytes: opts.MaxPayloadBytes, Policy: opts.Policy, ApplyDeadline: opts.ApplyDeadline},
 		st, sender, a.tracker, a.pool, a.events, a.status, log.With().Str("component", "intake").Logger())
-	a.cmds = intake.NewPipeline(a.intake, st, out, sender, intake.PipelineOptions{MaxBacklog: opts.MaxBacklog}, log.With().Str("component", "intake").Logger())
+	a.cmds = intake.NewPipeline(a.intake, st, out, sender, intake.PipelineOptions{MaxBacklog: opts.MaxBacklog, MaxBacklogBytes: opts.MaxBacklogBytes, Group: group}, log.With().Str("component", "intake").Logger())
 	return a
 }
 
@@ -306,7 +311,7 @@ func (d desired) DesiredPod(namespace, name string) (*v1.Pod, error) {
 // eventSink publishes events on the events topic.
 type eventSink struct {
 	topics topic.Scheme
-	out    Publisher
+	out    reply.Publisher
 	log    zerolog.Logger
 }
 

@@ -141,9 +141,10 @@ type Requests struct {
 	MaxRecordBytes int64 `json:"maxRecordBytes"`
 	// MaxReplyBytes bounds one reply message; larger results go in parts.
 	MaxReplyBytes int `json:"maxReplyBytes"`
-	// MaxBacklog bounds the commands waiting; beyond it they are answered
-	// "overloaded" at once.
-	MaxBacklog int `json:"maxBacklog"`
+	// MaxBacklog and MaxBacklogBytes bound the commands waiting to be
+	// persisted; beyond them a command is answered "overloaded" at once.
+	MaxBacklog      int `json:"maxBacklog"`
+	MaxBacklogBytes int `json:"maxBacklogBytes"`
 }
 
 // Default returns the configuration used when nothing overrides it.
@@ -196,7 +197,7 @@ func Default() Config {
 			PIDAvailablePct:    5,
 		},
 		Admission: Admission{AllowedHostPaths: []string{}, AllowedCapabilities: []string{}},
-		Requests:  Requests{MaxRecords: 1000, TTL: Duration{24 * time.Hour}, MaxRecordBytes: 8 << 20, MaxReplyBytes: 256 << 10, MaxBacklog: 1000},
+		Requests:  Requests{MaxRecords: 1000, TTL: Duration{24 * time.Hour}, MaxRecordBytes: 8 << 20, MaxReplyBytes: 256 << 10, MaxBacklog: 5000, MaxBacklogBytes: 32 << 20},
 	}
 }
 
@@ -319,6 +320,9 @@ func (c *Config) Validate() error {
 	}
 	if c.Requests.MaxBacklog < 1 {
 		bad("requests.maxBacklog", "must be at least 1")
+	}
+	if c.Requests.MaxBacklogBytes < c.MQTT.MaxPayloadBytes {
+		bad("requests.maxBacklogBytes", "must be at least mqtt.maxPayloadBytes (%d)", c.MQTT.MaxPayloadBytes)
 	}
 	return errors.Join(errs...)
 }

@@ -1,8 +1,10 @@
 package intake
 
 import (
+	"context"
 	"fmt"
 	"path/filepath"
+	"sync"
 	"testing"
 	"time"
 
@@ -121,4 +123,31 @@ func BenchmarkHandleParts(b *testing.B) {
 			}
 		}
 	})
+}
+
+// BenchmarkPipeline is the same applies through the pipeline: submitted
+// without waiting, as a burst arrives, and committed in batches.
+func BenchmarkPipeline(b *testing.B) {
+	for _, kind := range []struct {
+		name    string
+		payload func(int) []byte
+	}{{"ConfigMap", benchConfigMap}, {"Pod", benchPod}} {
+		b.Run(kind.name, func(b *testing.B) {
+			r := newBenchRig(b)
+			p := NewPipeline(r.in, r.st, r.box, r.sender, PipelineOptions{MaxBacklog: b.N + 1}, zerolog.Nop())
+			ctx, cancel := context.WithCancel(context.Background())
+			done := make(chan struct{})
+			go func() { defer close(done); p.Run(ctx) }()
+			var acked sync.WaitGroup
+			acked.Add(b.N)
+			b.ResetTimer()
+			for i := 0; i < b.N; i++ {
+				p.Submit(Command{Topic: r.topics.Command("apply", fmt.Sprintf("r%d", i)), Payload: kind.payload(i), Ack: acked.Done})
+			}
+			acked.Wait()
+			b.StopTimer()
+			cancel()
+			<-done
+		})
+	}
 }

@@ -45,8 +45,9 @@ type BatchOutbox interface {
 
 // Defaults of PipelineOptions.
 const (
-	DefaultMaxBacklog = 1000
-	DefaultMaxBatch   = 256
+	DefaultMaxBacklog      = 5000
+	DefaultMaxBacklogBytes = 32 << 20
+	DefaultMaxBatch        = 256
 )
 
 // PipelineOptions bound the pipeline.
@@ -54,8 +55,14 @@ type PipelineOptions struct {
 	// MaxBacklog is how many commands may wait; one more is answered
 	// "overloaded" at once instead of waiting behind them.
 	MaxBacklog int
+	// MaxBacklogBytes bounds the payload bytes waiting the same way, so a
+	// backlog of large commands cannot exhaust the gateway's memory.
+	MaxBacklogBytes int
 	// MaxBatch is the most commands persisted in one transaction.
 	MaxBatch int
+	// Group, when set, is the one wrapping the publisher and recorder of
+	// the tracker's and the event recorder's output.
+	Group *Group
 }
 
 // Pipeline is the intake under bursts. The session's handler only queues
@@ -73,6 +80,8 @@ type Pipeline struct {
 
 	mu      sync.Mutex
 	queue   []Command
+	bytes   int       // payload bytes in queue
+	refused []refusal // answered before the next batch
 	stopped bool
 	wake    chan struct{}
 }
@@ -84,6 +93,9 @@ func NewPipeline(in *Intake, st BatchStore, out BatchOutbox, sender *reply.Sende
 	if opts.MaxBacklog <= 0 {
 		opts.MaxBacklog = DefaultMaxBacklog
 	}
+	if opts.MaxBacklogBytes <= 0 {
+		opts.MaxBacklogBytes = DefaultMaxBacklogBytes
+	}
 	if opts.MaxBatch <= 0 {
 		opts.MaxBatch = DefaultMaxBatch
 	}
@@ -91,9 +103,10 @@ func NewPipeline(in *Intake, st BatchStore, out BatchOutbox, sender *reply.Sende
 }
 
 // Submit queues c for the committer; it never waits for disk. Beyond the
-// backlog bound c is answered "overloaded" (not recorded, so a retry of the
-// same request id runs) and acknowledged. After Run has stopped c is left
-// unacknowledged: the broker delivers it again to the next session.
+// backlog bound c is refused: answered "overloaded" (not recorded, so a
+// retry of the same request id runs) ahead of the waiting commands, and
+// acknowledged. After Run has stopped c is left unacknowledged: the broker
+// delivers it again to the next session.
 func (p *Pipeline) Submit(c Command) {
 	p.mu.Lock()
 	if p.stopped {
@@ -101,18 +114,23 @@ func (p *Pipeline) Submit(c Command) {
 		p.log.Debug().Str("topic", c.Topic).Msg("command after the intake stopped; left for redelivery")
 		return
 	}
-	waiting := len(p.queue)
-	if waiting >= p.opts.MaxBacklog {
-		p.mu.Unlock()
-		p.overloaded(c, waiting)
-		return
+	if waiting := len(p.queue); waiting >= p.opts.MaxBacklog || (waiting > 0 && p.bytes+len(c.Payload) > p.opts.MaxBacklogBytes) {
+		p.refused = append(p.refused, refusal{c, waiting})
+	} else {
+		p.queue = append(p.queue, c)
+		p.bytes += len(c.Payload)
 	}
-	p.queue = append(p.queue, c)
 	p.mu.Unlock()
 	select {
 	case p.wake <- struct{}{}:
 	default:
 	}
+}
+
+// refusal is a command refused for the backlog, with the backlog it met.
+type refusal struct {
+	c       Command
+	waiting int
 }
 
 // Waiting is how many commands are queued.
@@ -122,33 +140,48 @@ func (p *Pipeline) Waiting() int {
 	return len(p.queue)
 }
 
-func (p *Pipeline) overloaded(c Command, waiting int) {
-	verb, id, err := p.in.opts.Topics.ParseCommand(c.Topic)
-	if id == "" || err != nil {
-		id = DeriveRequestID(c.Topic, c.Payload)
+// refuse answers refused commands "overloaded", all in one outbox
+// transaction (one fsync however many: a flood of refusals must not cost
+// a disk write each), then acknowledges them.
+func (p *Pipeline) refuse(rs []refusal) {
+	buf := &replyBuffer{}
+	sender := p.sender.With(buf, nil)
+	for _, r := range rs {
+		verb, id, err := p.in.opts.Topics.ParseCommand(r.c.Topic)
+		if id == "" || err != nil {
+			id = DeriveRequestID(r.c.Topic, r.c.Payload)
+		}
+		p.in.received.Add(1)
+		p.in.rejected.Add(1)
+		msg := fmt.Sprintf("overloaded: %d commands waiting; retry later", r.waiting)
+		_ = sender.SendUnrecorded(reply.Reply{RequestID: id, Verb: verb, Phase: reply.Failed, Message: msg})
 	}
-	p.in.received.Add(1)
-	p.in.rejected.Add(1)
-	msg := fmt.Sprintf("overloaded: %d commands waiting; retry later", waiting)
-	p.log.Warn().Str("requestId", id).Str("verb", verb).Int("waiting", waiting).Msg("command refused: overloaded")
-	if err := p.sender.SendUnrecorded(reply.Reply{RequestID: id, Verb: verb, Phase: reply.Failed, Message: msg}); err != nil {
-		// Not acknowledged: the broker will deliver it again.
+	p.log.Warn().Int("commands", len(rs)).Int("maxBacklog", p.opts.MaxBacklog).Msg("commands refused: overloaded")
+	if err := p.out.PutBatch(buf.msgs); err != nil {
+		// Not acknowledged: the broker delivers them again.
+		p.log.Error().Err(err).Int("replies", len(buf.msgs)).Msg("queueing overloaded replies")
 		return
 	}
-	c.ack()
+	for _, r := range rs {
+		r.c.ack()
+	}
 }
 
 // Run commits queued commands until ctx ends, then handles what is still
-// queued (the store must stay open until Run returns) and returns.
+// queued (the store must stay open until Run returns) and returns. Refused
+// commands are answered before each batch, so they wait at most one batch.
 func (p *Pipeline) Run(ctx context.Context) {
 	for {
 		select {
 		case <-ctx.Done():
 			p.mu.Lock()
 			p.stopped = true
-			rest := p.queue
-			p.queue = nil
+			rest, refused := p.queue, p.refused
+			p.queue, p.refused, p.bytes = nil, nil, 0
 			p.mu.Unlock()
+			if len(refused) > 0 {
+				p.refuse(refused)
+			}
 			for len(rest) > 0 {
 				n := min(len(rest), p.opts.MaxBatch)
 				p.commit(rest[:n])
@@ -159,17 +192,27 @@ func (p *Pipeline) Run(ctx context.Context) {
 		}
 		for {
 			p.mu.Lock()
+			refused := p.refused
+			p.refused = nil
 			n := min(len(p.queue), p.opts.MaxBatch)
 			batch := p.queue[:n:n]
 			p.queue = p.queue[n:]
+			for _, c := range batch {
+				p.bytes -= len(c.Payload)
+			}
 			if len(p.queue) == 0 {
 				p.queue = nil // let the backing array go
 			}
 			p.mu.Unlock()
-			if n == 0 {
+			if len(refused) > 0 {
+				p.refuse(refused)
+			}
+			if n == 0 && len(refused) == 0 {
 				break
 			}
-			p.commit(batch)
+			if n > 0 {
+				p.commit(batch)
+			}
 		}
 	}
 }
@@ -203,6 +246,7 @@ func (p *Pipeline) commit(batch []Command) {
 		}
 		return
 	}
+	stored := time.Now()
 	if err := p.out.PutBatch(buf.msgs); err != nil {
 		// Refused replies are counted by the outbox; the commands are
 		// stored and recorded, so a redelivery is answered from the record.
@@ -211,11 +255,43 @@ func (p *Pipeline) commit(batch []Command) {
 	received, rejected := sub.Stats()
 	p.in.received.Add(received)
 	p.in.rejected.Add(rejected)
-	fx.replay(p.in)
+	// Everything a command asked to be persisted is: acknowledge before the
+	// effects run.
 	for _, c := range batch {
 		c.ack()
 	}
-	p.log.Debug().Int("commands", len(batch)).Int("replies", len(buf.msgs)).Dur("took", time.Since(start)).Msg("batch committed")
+	queued := time.Now()
+	p.effects(fx)
+	p.log.Debug().Int("commands", len(batch)).Int("replies", len(buf.msgs)).Dur("took", time.Since(start)).
+		Dur("store", stored.Sub(start)).Dur("outbox", queued.Sub(stored)).Msg("batch committed")
+}
+
+// effects runs a batch's effects, persisting what they publish together.
+func (p *Pipeline) effects(fx *effects) {
+	g := p.opts.Group
+	if g == nil {
+		fx.replay(p.in)
+		return
+	}
+	g.begin()
+	fx.replay(p.in)
+	records, msgs := g.end()
+	if len(records) > 0 {
+		err := p.st.Batch(func(tx *store.Tx) error {
+			for _, r := range records {
+				if err := tx.RecordReply(r.id, r.reply, r.at); err != nil {
+					p.log.Error().Err(err).Str("requestId", r.id).Msg("recording reply")
+				}
+			}
+			return tx.Failed()
+		})
+		if err != nil {
+			p.log.Error().Err(err).Int("replies", len(records)).Msg("recording the replies of a batch's effects")
+		}
+	}
+	if err := p.out.PutBatch(msgs); err != nil {
+		p.log.Error().Err(err).Int("messages", len(msgs)).Msg("queueing the messages of a batch's effects")
+	}
 }
 
 // replyBuffer holds a batch's replies until the store has committed.
@@ -257,4 +333,99 @@ func (f *effects) replay(in *Intake) {
 	for _, c := range f.calls {
 		c(in)
 	}
+}
+
+// Group gathers the replies and events that the tracker and the event
+// recorder produce while a batch's effects run (a ConfigMap apply is
+// answered succeeded at once, a pod already running too), so they are
+// persisted with one fsync per file instead of two per command. Outside a
+// batch its wrappers pass straight through.
+type Group struct {
+	mu       sync.Mutex
+	grouping bool
+	records  []record
+	msgs     []outbox.Message
+}
+
+type record struct {
+	id    string
+	reply []byte
+	at    time.Time
+}
+
+// NewGroup returns a Group that passes through until a batch uses it.
+func NewGroup() *Group { return &Group{} }
+
+// Publisher wraps out: its Puts are gathered while a batch's effects run.
+func (g *Group) Publisher(out reply.Publisher) reply.Publisher { return groupPublisher{g, out} }
+
+// Recorder wraps rec: its records are gathered while a batch's effects run.
+func (g *Group) Recorder(rec reply.Recorder) reply.Recorder { return groupRecorder{g, rec} }
+
+type groupPublisher struct {
+	g   *Group
+	out reply.Publisher
+}
+
+func (p groupPublisher) Put(m outbox.Message) error {
+	p.g.mu.Lock()
+	if p.g.grouping {
+		p.g.msgs = append(p.g.msgs, m)
+		p.g.mu.Unlock()
+		return nil
+	}
+	p.g.mu.Unlock()
+	return p.out.Put(m)
+}
+
+// PutBatch keeps a large reply's parts together (one outbox transaction).
+func (p groupPublisher) PutBatch(msgs []outbox.Message) error {
+	p.g.mu.Lock()
+	if p.g.grouping {
+		p.g.msgs = append(p.g.msgs, msgs...)
+		p.g.mu.Unlock()
+		return nil
+	}
+	p.g.mu.Unlock()
+	if bp, ok := p.out.(BatchOutbox); ok {
+		return bp.PutBatch(msgs)
+	}
+	for _, m := range msgs {
+		if err := p.out.Put(m); err != nil {
+			return err
+		}
+	}
+	return nil
+}
+
+type groupRecorder struct {
+	g   *Group
+	rec reply.Recorder
+}
+
+func (r groupRecorder) RecordReply(id string, reply []byte, at time.Time) error {
+	r.g.mu.Lock()
+	if r.g.grouping {
+		r.g.records = append(r.g.records, record{id, reply, at})
+		r.g.mu.Unlock()
+		return nil
+	}
+	r.g.mu.Unlock()
+	return r.rec.RecordReply(id, reply, at)
+}
+
+func (g *Group) begin() {
+	g.mu.Lock()
+	g.grouping = true
+	g.mu.Unlock()
+}
+
+// end stops gathering and returns what was gathered.
+func (g *Group) end() ([]record, []outbox.Message) {
+	g.mu.Lock()
+	defer g.mu.Unlock()
+	g.grouping = false
+	records, msgs := g.records, g.msgs
+	g.records, g.msgs = nil, nil
+	return records, msgs
 }

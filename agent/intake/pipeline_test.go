@@ -54,6 +54,15 @@ func (b *recordingBox) replies(t testing.TB, id string) []reply.Reply {
 	return out
 }
 
+func (b *recordingBox) firstTopic() string {
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	if len(b.msgs) == 0 {
+		return ""
+	}
+	return b.msgs[0].Topic
+}
+
 type pipeRig struct {
 	st    *store.Store
 	box   *recordingBox
@@ -208,7 +217,8 @@ func TestPipelineOverloadAnswersAtOnce(t *testing.T) {
 		acked.Add(1)
 		r.pipe.Submit(Command{Topic: tp, Payload: payload, Ack: acked.Done})
 	}
-	// No committer runs yet: the third was answered by Submit itself.
+	r.run(t)
+	waitGroup(t, &acked, "every command acknowledged")
 	got := r.box.replies(t, "v2")
 	if len(got) != 1 || got[0].Phase != reply.Failed || got[0].Message != "overloaded: 2 commands waiting; retry later" {
 		t.Fatalf("v2 replies %+v", got)
@@ -216,8 +226,10 @@ func TestPipelineOverloadAnswersAtOnce(t *testing.T) {
 	if _, recorded, _ := r.st.LookupReply("v2"); recorded {
 		t.Fatal("the overloaded answer was recorded")
 	}
-	r.run(t)
-	waitGroup(t, &acked, "every command acknowledged")
+	// It was answered before the commands it could not join.
+	if first := r.box.firstTopic(); !strings.HasSuffix(first, "/reply/v2") {
+		t.Fatalf("first reply on %s, want the overloaded one", first)
+	}
 	// Sent again once the backlog is gone, v2 runs.
 	tp, payload := cmCommand("v2", "cm-2")
 	acked.Add(1)
@@ -260,5 +272,98 @@ func waitGroup(t *testing.T, wg *sync.WaitGroup, what string) {
 	case <-done:
 	case <-time.After(30 * time.Second):
 		t.Fatalf("timed out waiting for %s", what)
+	}
+}
+
+// answeringTracker answers every request succeeded as soon as it is added,
+// as the real tracker does for a ConfigMap apply.
+type answeringTracker struct{ sender *reply.Sender }
+
+func (a answeringTracker) Add(id, verb string, _ map[string]pending.Want, _ time.Time) {
+	_ = a.sender.Send(reply.Reply{RequestID: id, Verb: verb, Phase: reply.Succeeded, Message: "done"})
+}
+
+// countingBox counts the outbox transactions.
+type countingBox struct {
+	recordingBox
+	puts, batches int
+}
+
+func (b *countingBox) Put(m outbox.Message) error { b.puts++; return b.recordingBox.Put(m) }
+func (b *countingBox) PutBatch(msgs []outbox.Message) error {
+	b.batches++
+	return b.recordingBox.PutBatch(msgs)
+}
+
+// What the tracker answers while a batch takes effect is recorded and
+// queued together, not one disk write per command.
+func TestPipelineGroupsTheEffectsReplies(t *testing.T) {
+	st, err := store.Open(filepath.Join(t.TempDir(), "state.db"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer st.Close()
+	box := &countingBox{}
+	topics := topic.Scheme{Prefix: "mqlet/v1", Node: "n1"}
+	g := NewGroup()
+	sender := reply.NewSender(topics, g.Publisher(box), g.Recorder(st), nil, zerolog.Nop())
+	in := New(Options{Topics: topics, MaxPayloadBytes: 1 << 20, ApplyDeadline: time.Minute},
+		st, sender, answeringTracker{sender}, &fakeScheduler{deletes: map[string]*int64{}}, &fakeEvents{}, noStatus{}, zerolog.Nop())
+	p := NewPipeline(in, st, box, sender, PipelineOptions{Group: g}, zerolog.Nop())
+	var wg sync.WaitGroup
+	const n = 50
+	for i := 0; i < n; i++ {
+		tp, payload := cmCommand(fmt.Sprintf("g%d", i), fmt.Sprintf("cm-%d", i))
+		wg.Add(1)
+		p.Submit(Command{Topic: tp, Payload: payload, Ack: wg.Done})
+	}
+	ctx, cancel := context.WithCancel(context.Background())
+	cancel()
+	p.Run(ctx) // one batch: the n queued commands
+	waitGroup(t, &wg, "acknowledgements")
+	for i := 0; i < n; i++ {
+		id := fmt.Sprintf("g%d", i)
+		reps := box.replies(t, id)
+		if len(reps) != 2 || reps[0].Phase != reply.Accepted || reps[1].Phase != reply.Succeeded {
+			t.Fatalf("%s replies %+v, want accepted then succeeded", id, reps)
+		}
+		rec, ok, _ := st.LookupReply(id)
+		if !ok || !strings.Contains(string(rec), `"succeeded"`) {
+			t.Fatalf("%s record %s, want the succeeded reply", id, rec)
+		}
+	}
+	if box.puts != 0 || box.batches != 2 {
+		t.Fatalf("%d single puts and %d batches, want 0 and 2 (the commands' replies, then the effects')", box.puts, box.batches)
+	}
+	// Outside a batch the wrappers pass straight through.
+	if err := sender.Send(reply.Reply{RequestID: "direct", Phase: reply.Failed}); err != nil {
+		t.Fatal(err)
+	}
+	if _, ok, _ := st.LookupReply("direct"); !ok || box.puts != 1 {
+		t.Fatalf("direct send: recorded %v, %d puts", ok, box.puts)
+	}
+}
+
+// The backlog is bounded by payload bytes too; one command is always let in.
+func TestPipelineOverloadByBytes(t *testing.T) {
+	r := newPipeRig(t, PipelineOptions{MaxBacklogBytes: 200})
+	var wg sync.WaitGroup
+	for i := 0; i < 4; i++ {
+		tp, payload := cmCommand(fmt.Sprintf("y%d", i), fmt.Sprintf("cm-%d", i)) // 82 bytes each: two fit in 200
+		wg.Add(1)
+		r.pipe.Submit(Command{Topic: tp, Payload: payload, Ack: wg.Done})
+	}
+	r.run(t)
+	waitGroup(t, &wg, "acknowledgements")
+	var phases []string
+	for i := 0; i < 4; i++ {
+		reps := r.box.replies(t, fmt.Sprintf("y%d", i))
+		if len(reps) != 1 {
+			t.Fatalf("y%d: %+v", i, reps)
+		}
+		phases = append(phases, reps[0].Phase)
+	}
+	if fmt.Sprint(phases) != "[accepted accepted failed failed]" {
+		t.Fatalf("phases %v", phases)
 	}
 }

@@ -237,6 +237,7 @@ func agentOptions(cfg *config.Config, topics topic.Scheme) agent.Options {
 		HostIPs:         hostIPs(),
 		MaxReplyBytes:   cfg.Requests.MaxReplyBytes,
 		MaxBacklog:      cfg.Requests.MaxBacklog,
+		MaxBacklogBytes: cfg.Requests.MaxBacklogBytes,
 	}
 }
 
