@@ -218,8 +218,8 @@ func (p *Pipeline) Run(ctx context.Context) {
 }
 
 // commit handles batch in order in one store transaction, then queues the
-// replies, then applies the effects on workers, tracker and events, then
-// acknowledges. When any store write fails the transaction is dropped and
+// replies, then applies the effects on workers, tracker and events (what
+// they publish persisted together), then acknowledges. When any store write fails the transaction is dropped and
 // every command is handled again on its own, so one bad command cannot
 // leave part of itself stored nor take the others down with it.
 func (p *Pipeline) commit(batch []Command) {
@@ -255,13 +255,14 @@ func (p *Pipeline) commit(batch []Command) {
 	received, rejected := sub.Stats()
 	p.in.received.Add(received)
 	p.in.rejected.Add(rejected)
-	// Everything a command asked to be persisted is: acknowledge before the
-	// effects run.
+	queued := time.Now()
+	// The effects before the acks: a ConfigMap apply's succeeded reply,
+	// answered at once by the tracker, is persisted before its command is
+	// acknowledged, as when commands were handled one at a time.
+	p.effects(fx)
 	for _, c := range batch {
 		c.ack()
 	}
-	queued := time.Now()
-	p.effects(fx)
 	p.log.Debug().Int("commands", len(batch)).Int("replies", len(buf.msgs)).Dur("took", time.Since(start)).
 		Dur("store", stored.Sub(start)).Dur("outbox", queued.Sub(stored)).Msg("batch committed")
 }
