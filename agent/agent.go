@@ -94,29 +94,29 @@ type Agent struct {
 	pool    *podworker.Pool
 	intake  *intake.Intake
 	cmds    *intake.Pipeline // the only caller of intake.Handle
+	group   *intake.Group
 	backoff *restart.Tracker
 }
 
 // New builds the agent; Run starts it.
 func New(opts Options, st Store, out Publisher, rt Runtime, log zerolog.Logger) *Agent {
 	a := &Agent{opts: opts, store: st, out: out, rt: rt, log: log}
-	// What the tracker and the event recorder publish while a batch of
-	// commands takes effect is persisted together (see intake.Group).
-	group := intake.NewGroup()
-	a.events = events.New(eventSink{topics: opts.Topics, out: group.Publisher(out), log: log}, events.Options{Node: opts.Topics.Node}, log.With().Str("component", "events").Logger())
+	// Replies and events are persisted in groups (see intake.Group).
+	a.group = intake.NewGroup(st, out, log.With().Str("component", "intake").Logger())
+	a.events = events.New(eventSink{topics: opts.Topics, out: a.group.Publisher(), log: log}, events.Options{Node: opts.Topics.Node}, log.With().Str("component", "events").Logger())
 	a.status = statusmgr.New(opts.Topics, out, st, log.With().Str("component", "status").Logger())
 	var replyOpts []reply.Option
 	if opts.MaxReplyBytes > 0 {
 		replyOpts = append(replyOpts, reply.WithMaxReplyBytes(opts.MaxReplyBytes))
 	}
-	sender := reply.NewSender(opts.Topics, group.Publisher(out), group.Recorder(st), nil, log.With().Str("component", "reply").Logger(), replyOpts...)
+	sender := reply.NewSender(opts.Topics, a.group.Publisher(), a.group.Recorder(), nil, log.With().Str("component", "reply").Logger(), replyOpts...)
 	a.tracker = pending.New(sender, nil)
 	a.backoff = restart.New(opts.Restart, nil)
 	a.pool = podworker.New(podworker.Options{Workers: opts.Workers, BackoffBase: opts.Restart.Base, BackoffMax: opts.Restart.Max, HostIPs: opts.HostIPs},
 		rt, desired{st}, a.status, a.tracker, a.backoff, a.events, log.With().Str("component", "podworker").Logger())
 	a.intake = intake.New(intake.Options{Topics: opts.Topics, MaxPayloadBytes: opts.MaxPayloadBytes, Policy: opts.Policy, ApplyDeadline: opts.ApplyDeadline},
 		st, sender, a.tracker, a.pool, a.events, a.status, log.With().Str("component", "intake").Logger())
-	a.cmds = intake.NewPipeline(a.intake, st, out, sender, intake.PipelineOptions{MaxBacklog: opts.MaxBacklog, MaxBacklogBytes: opts.MaxBacklogBytes, Group: group}, log.With().Str("component", "intake").Logger())
+	a.cmds = intake.NewPipeline(a.intake, st, out, sender, intake.PipelineOptions{MaxBacklog: opts.MaxBacklog, MaxBacklogBytes: opts.MaxBacklogBytes, Group: a.group}, log.With().Str("component", "intake").Logger())
 	return a
 }
 
@@ -164,6 +164,7 @@ func (a *Agent) Run(ctx context.Context) error {
 		}()
 	}
 	spawn("intake", a.cmds.Run)
+	spawn("reply-group", a.group.Run)
 	spawn("runtime", a.rt.Run)
 	spawn("workers", a.pool.Run)
 	spawn("pending", a.tracker.Run)

@@ -60,8 +60,9 @@ type PipelineOptions struct {
 	MaxBacklogBytes int
 	// MaxBatch is the most commands persisted in one transaction.
 	MaxBatch int
-	// Group, when set, is the one wrapping the publisher and recorder of
-	// the tracker's and the event recorder's output.
+	// Group, when set, is the one gathering the replies and events of the
+	// intake's dependencies (reply sender, tracker, event recorder): it is
+	// flushed before a command is acknowledged.
 	Group *Group
 }
 
@@ -242,6 +243,7 @@ func (p *Pipeline) commit(batch []Command) {
 		p.log.Warn().Err(err).Int("commands", len(batch)).Msg("batch not committed; handling its commands one by one")
 		for _, c := range batch {
 			p.in.Handle(c.Topic, c.Payload)
+			p.flushGroup()
 			c.ack()
 		}
 		return
@@ -267,31 +269,16 @@ func (p *Pipeline) commit(batch []Command) {
 		Dur("store", stored.Sub(start)).Dur("outbox", queued.Sub(stored)).Msg("batch committed")
 }
 
-// effects runs a batch's effects, persisting what they publish together.
+// effects runs a batch's effects and waits until what they published
+// through the Group is persisted.
 func (p *Pipeline) effects(fx *effects) {
-	g := p.opts.Group
-	if g == nil {
-		fx.replay(p.in)
-		return
-	}
-	g.begin()
 	fx.replay(p.in)
-	records, msgs := g.end()
-	if len(records) > 0 {
-		err := p.st.Batch(func(tx *store.Tx) error {
-			for _, r := range records {
-				if err := tx.RecordReply(r.id, r.reply, r.at); err != nil {
-					p.log.Error().Err(err).Str("requestId", r.id).Msg("recording reply")
-				}
-			}
-			return tx.Failed()
-		})
-		if err != nil {
-			p.log.Error().Err(err).Int("replies", len(records)).Msg("recording the replies of a batch's effects")
-		}
-	}
-	if err := p.out.PutBatch(msgs); err != nil {
-		p.log.Error().Err(err).Int("messages", len(msgs)).Msg("queueing the messages of a batch's effects")
+	p.flushGroup()
+}
+
+func (p *Pipeline) flushGroup() {
+	if p.opts.Group != nil {
+		p.opts.Group.Flush()
 	}
 }
 
@@ -334,99 +321,4 @@ func (f *effects) replay(in *Intake) {
 	for _, c := range f.calls {
 		c(in)
 	}
-}
-
-// Group gathers the replies and events that the tracker and the event
-// recorder produce while a batch's effects run (a ConfigMap apply is
-// answered succeeded at once, a pod already running too), so they are
-// persisted with one fsync per file instead of two per command. Outside a
-// batch its wrappers pass straight through.
-type Group struct {
-	mu       sync.Mutex
-	grouping bool
-	records  []record
-	msgs     []outbox.Message
-}
-
-type record struct {
-	id    string
-	reply []byte
-	at    time.Time
-}
-
-// NewGroup returns a Group that passes through until a batch uses it.
-func NewGroup() *Group { return &Group{} }
-
-// Publisher wraps out: its Puts are gathered while a batch's effects run.
-func (g *Group) Publisher(out reply.Publisher) reply.Publisher { return groupPublisher{g, out} }
-
-// Recorder wraps rec: its records are gathered while a batch's effects run.
-func (g *Group) Recorder(rec reply.Recorder) reply.Recorder { return groupRecorder{g, rec} }
-
-type groupPublisher struct {
-	g   *Group
-	out reply.Publisher
-}
-
-func (p groupPublisher) Put(m outbox.Message) error {
-	p.g.mu.Lock()
-	if p.g.grouping {
-		p.g.msgs = append(p.g.msgs, m)
-		p.g.mu.Unlock()
-		return nil
-	}
-	p.g.mu.Unlock()
-	return p.out.Put(m)
-}
-
-// PutBatch keeps a large reply's parts together (one outbox transaction).
-func (p groupPublisher) PutBatch(msgs []outbox.Message) error {
-	p.g.mu.Lock()
-	if p.g.grouping {
-		p.g.msgs = append(p.g.msgs, msgs...)
-		p.g.mu.Unlock()
-		return nil
-	}
-	p.g.mu.Unlock()
-	if bp, ok := p.out.(BatchOutbox); ok {
-		return bp.PutBatch(msgs)
-	}
-	for _, m := range msgs {
-		if err := p.out.Put(m); err != nil {
-			return err
-		}
-	}
-	return nil
-}
-
-type groupRecorder struct {
-	g   *Group
-	rec reply.Recorder
-}
-
-func (r groupRecorder) RecordReply(id string, reply []byte, at time.Time) error {
-	r.g.mu.Lock()
-	if r.g.grouping {
-		r.g.records = append(r.g.records, record{id, reply, at})
-		r.g.mu.Unlock()
-		return nil
-	}
-	r.g.mu.Unlock()
-	return r.rec.RecordReply(id, reply, at)
-}
-
-func (g *Group) begin() {
-	g.mu.Lock()
-	g.grouping = true
-	g.mu.Unlock()
-}
-
-// end stops gathering and returns what was gathered.
-func (g *Group) end() ([]record, []outbox.Message) {
-	g.mu.Lock()
-	defer g.mu.Unlock()
-	g.grouping = false
-	records, msgs := g.records, g.msgs
-	g.records, g.msgs = nil, nil
-	return records, msgs
 }

@@ -296,7 +296,7 @@ func (b *countingBox) PutBatch(msgs []outbox.Message) error {
 }
 
 // What the tracker answers while a batch takes effect is recorded and
-// queued together, not one disk write per command.
+// queued together, not one disk write per command, and before the acks.
 func TestPipelineGroupsTheEffectsReplies(t *testing.T) {
 	st, err := store.Open(filepath.Join(t.TempDir(), "state.db"))
 	if err != nil {
@@ -305,17 +305,23 @@ func TestPipelineGroupsTheEffectsReplies(t *testing.T) {
 	defer st.Close()
 	box := &countingBox{}
 	topics := topic.Scheme{Prefix: "mqlet/v1", Node: "n1"}
-	g := NewGroup()
-	sender := reply.NewSender(topics, g.Publisher(box), g.Recorder(st), nil, zerolog.Nop())
+	g := NewGroup(st, box, zerolog.Nop())
+	sender := reply.NewSender(topics, g.Publisher(), g.Recorder(), nil, zerolog.Nop())
 	in := New(Options{Topics: topics, MaxPayloadBytes: 1 << 20, ApplyDeadline: time.Minute},
 		st, sender, answeringTracker{sender}, &fakeScheduler{deletes: map[string]*int64{}}, &fakeEvents{}, noStatus{}, zerolog.Nop())
 	p := NewPipeline(in, st, box, sender, PipelineOptions{Group: g}, zerolog.Nop())
 	var wg sync.WaitGroup
 	const n = 50
 	for i := 0; i < n; i++ {
-		tp, payload := cmCommand(fmt.Sprintf("g%d", i), fmt.Sprintf("cm-%d", i))
+		id := fmt.Sprintf("g%d", i)
+		tp, payload := cmCommand(id, fmt.Sprintf("cm-%d", i))
 		wg.Add(1)
-		p.Submit(Command{Topic: tp, Payload: payload, Ack: wg.Done})
+		p.Submit(Command{Topic: tp, Payload: payload, Ack: func() {
+			defer wg.Done()
+			if reps := box.replies(t, id); len(reps) != 2 {
+				t.Errorf("%s acknowledged with %d replies queued, want accepted and succeeded", id, len(reps))
+			}
+		}})
 	}
 	ctx, cancel := context.WithCancel(context.Background())
 	cancel()
@@ -335,12 +341,39 @@ func TestPipelineGroupsTheEffectsReplies(t *testing.T) {
 	if box.puts != 0 || box.batches != 2 {
 		t.Fatalf("%d single puts and %d batches, want 0 and 2 (the commands' replies, then the effects')", box.puts, box.batches)
 	}
-	// Outside a batch the wrappers pass straight through.
-	if err := sender.Send(reply.Reply{RequestID: "direct", Phase: reply.Failed}); err != nil {
+
+	// Any other sender's reply waits for Run (or a Flush), then is written
+	// with whatever came with it; after Run stops, writes go straight through.
+	if err := sender.Send(reply.Reply{RequestID: "later", Phase: reply.Failed}); err != nil {
 		t.Fatal(err)
 	}
-	if _, ok, _ := st.LookupReply("direct"); !ok || box.puts != 1 {
-		t.Fatalf("direct send: recorded %v, %d puts", ok, box.puts)
+	if _, ok, _ := st.LookupReply("later"); ok || len(box.replies(t, "later")) != 0 {
+		t.Fatal("a gathered reply was written before a flush")
+	}
+	ctx, cancel = context.WithCancel(context.Background())
+	done := make(chan struct{})
+	go func() { defer close(done); g.Run(ctx) }()
+	Eventually := func(what string, cond func() bool) {
+		t.Helper()
+		deadline := time.Now().Add(10 * time.Second)
+		for !cond() {
+			if time.Now().After(deadline) {
+				t.Fatalf("timed out waiting for %s", what)
+			}
+			time.Sleep(5 * time.Millisecond)
+		}
+	}
+	Eventually("the gathered reply flushed by Run", func() bool {
+		_, ok, _ := st.LookupReply("later")
+		return ok && len(box.replies(t, "later")) == 1
+	})
+	cancel()
+	<-done
+	if err := sender.Send(reply.Reply{RequestID: "after-stop", Phase: reply.Failed}); err != nil {
+		t.Fatal(err)
+	}
+	if _, ok, _ := st.LookupReply("after-stop"); !ok || len(box.replies(t, "after-stop")) != 1 {
+		t.Fatal("after Run stopped, a reply was not written at once")
 	}
 }
 
