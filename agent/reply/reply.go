@@ -71,6 +71,9 @@ const (
 	DefaultMaxRecordedBytes = 16 << 10
 	// minMaxReplyBytes leaves room for a part's envelope and some data.
 	minMaxReplyBytes = 4 << 10
+	// DefaultMaxResultBytes bounds one result sent in parts: half the
+	// default outbox, so one answer never crowds out everything else.
+	DefaultMaxResultBytes = 8 << 20
 )
 
 // Option tunes a Sender.
@@ -79,6 +82,16 @@ type Option func(*Sender)
 // WithMaxReplyBytes bounds each reply message's payload (at least 4 KiB).
 func WithMaxReplyBytes(n int) Option {
 	return func(s *Sender) { s.maxReply = max(n, minMaxReplyBytes) }
+}
+
+// WithMaxResultBytes bounds one result (its JSON); a larger result is not
+// sent and the reply says so.
+func WithMaxResultBytes(n int) Option {
+	return func(s *Sender) {
+		if n > 0 {
+			s.maxResult = n
+		}
+	}
 }
 
 // WithMaxRecordedBytes sets the largest reply recorded in full; larger ones
@@ -100,6 +113,7 @@ type Sender struct {
 	log         zerolog.Logger
 	maxReply    int
 	maxRecorded int
+	maxResult   int
 }
 
 // NewSender returns a Sender; now is the clock (time.Now when nil).
@@ -107,7 +121,7 @@ func NewSender(topics topic.Scheme, out Publisher, rec Recorder, now func() time
 	if now == nil {
 		now = time.Now
 	}
-	s := &Sender{topics: topics, out: out, rec: rec, now: now, log: log, maxReply: DefaultMaxReplyBytes, maxRecorded: DefaultMaxRecordedBytes}
+	s := &Sender{topics: topics, out: out, rec: rec, now: now, log: log, maxReply: DefaultMaxReplyBytes, maxRecorded: DefaultMaxRecordedBytes, maxResult: DefaultMaxResultBytes}
 	for _, o := range opts {
 		o(s)
 	}
@@ -201,13 +215,21 @@ func (s *Sender) encode(r Reply) ([]outbox.Message, []byte, error) {
 		if err != nil {
 			return nil, nil, fmt.Errorf("encoding reply result to %s: %w", r.RequestID, err)
 		}
-		parts, err := s.parts(r, result)
-		if err != nil {
-			return nil, nil, err
+		if len(result) > s.maxResult {
+			// More than one answer should ever cost: it would crowd
+			// everything else out of the outbox while offline. Say so
+			// instead of sending it.
+			r.Result = nil
+			r.Message = strings.TrimSpace(r.Message + fmt.Sprintf(" (result of %d bytes not sent: more than %d; ask for less, e.g. one kind, namespace or name)", len(result), s.maxResult))
+		} else {
+			parts, err := s.parts(r, result)
+			if err != nil {
+				return nil, nil, err
+			}
+			msgs = parts
+			r.Result = Parts{Parts: len(parts), Bytes: len(result), SHA256: sha256Hex(result)}
+			r.Message = strings.TrimSpace(r.Message + fmt.Sprintf(" (result in %d parts)", len(parts)))
 		}
-		msgs = parts
-		r.Result = Parts{Parts: len(parts), Bytes: len(result), SHA256: sha256Hex(result)}
-		r.Message = strings.TrimSpace(r.Message + fmt.Sprintf(" (result in %d parts)", len(parts)))
 	}
 	if payload, err = s.fit(r); err != nil {
 		return nil, nil, err

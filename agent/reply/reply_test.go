@@ -146,3 +146,15 @@ func TestSendUnrecordedRecordsNothing(t *testing.T) {
 		t.Fatalf("%d published, %d recorded", len(b.msgs), len(rec))
 	}
 }
+
+func TestResultBeyondMaxResultBytesIsNotSent(t *testing.T) {
+	b := &box{}
+	s := NewSender(topic.Scheme{Node: "n"}, b, records{}, nil, zerolog.Nop(), WithMaxReplyBytes(4096), WithMaxResultBytes(10000))
+	if err := s.Send(Reply{RequestID: "g", Phase: Succeeded, Message: "listing", Result: strings.Repeat("x", 20000)}); err != nil {
+		t.Fatal(err)
+	}
+	var got Reply
+	if len(b.msgs) != 1 || json.Unmarshal(b.msgs[0].Payload, &got) != nil || got.Result != nil || !strings.Contains(got.Message, "not sent") {
+		t.Fatalf("%d messages, reply %+v", len(b.msgs), got)
+	}
+}
