@@ -116,7 +116,7 @@ func (p *Pipeline) Submit(c Command) {
 		return
 	}
 	if waiting := len(p.queue); waiting >= p.opts.MaxBacklog || (waiting > 0 && p.bytes+len(c.Payload) > p.opts.MaxBacklogBytes) {
-		p.refused = append(p.refused, refusal{c, waiting})
+		p.refused = append(p.refused, p.refusal(c, waiting))
 	} else {
 		p.queue = append(p.queue, c)
 		p.bytes += len(c.Payload)
@@ -128,10 +128,20 @@ func (p *Pipeline) Submit(c Command) {
 	}
 }
 
-// refusal is a command refused for the backlog, with the backlog it met.
+// refusal is a command refused for the backlog: what its answer needs, not
+// its payload, so a flood of refusals holds little memory.
 type refusal struct {
-	c       Command
-	waiting int
+	id, verb string
+	waiting  int
+	ack      func()
+}
+
+func (p *Pipeline) refusal(c Command, waiting int) refusal {
+	verb, id, err := p.in.opts.Topics.ParseCommand(c.Topic)
+	if id == "" || err != nil {
+		id = DeriveRequestID(c.Topic, c.Payload)
+	}
+	return refusal{id: id, verb: verb, waiting: waiting, ack: Command{Ack: c.Ack}.ack}
 }
 
 // Waiting is how many commands are queued.
@@ -148,14 +158,10 @@ func (p *Pipeline) refuse(rs []refusal) {
 	buf := &replyBuffer{}
 	sender := p.sender.With(buf, nil)
 	for _, r := range rs {
-		verb, id, err := p.in.opts.Topics.ParseCommand(r.c.Topic)
-		if id == "" || err != nil {
-			id = DeriveRequestID(r.c.Topic, r.c.Payload)
-		}
 		p.in.received.Add(1)
 		p.in.rejected.Add(1)
 		msg := fmt.Sprintf("overloaded: %d commands waiting; retry later", r.waiting)
-		_ = sender.SendUnrecorded(reply.Reply{RequestID: id, Verb: verb, Phase: reply.Failed, Message: msg})
+		_ = sender.SendUnrecorded(reply.Reply{RequestID: r.id, Verb: r.verb, Phase: reply.Failed, Message: msg})
 	}
 	p.log.Warn().Int("commands", len(rs)).Int("maxBacklog", p.opts.MaxBacklog).Msg("commands refused: overloaded")
 	if err := p.out.PutBatch(buf.msgs); err != nil {
@@ -164,7 +170,7 @@ func (p *Pipeline) refuse(rs []refusal) {
 		return
 	}
 	for _, r := range rs {
-		r.c.ack()
+		r.ack()
 	}
 }
 
@@ -220,9 +226,10 @@ func (p *Pipeline) Run(ctx context.Context) {
 
 // commit handles batch in order in one store transaction, then queues the
 // replies, then applies the effects on workers, tracker and events (what
-// they publish persisted together), then acknowledges. When any store write fails the transaction is dropped and
-// every command is handled again on its own, so one bad command cannot
-// leave part of itself stored nor take the others down with it.
+// they publish persisted together), then acknowledges. When any store write
+// fails the transaction is dropped and every command is handled again on
+// its own, so one bad command cannot leave part of itself stored nor take
+// the others down with it.
 func (p *Pipeline) commit(batch []Command) {
 	buf := &replyBuffer{}
 	fx := &effects{}
