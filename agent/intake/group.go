@@ -106,16 +106,14 @@ func (g *Group) write(records []record, msgs []outbox.Message) {
 // at once.
 func (g *Group) add(records []record, msgs []outbox.Message) {
 	g.mu.Lock()
-	if g.stopped {
-		g.mu.Unlock()
-		g.flushing.Lock()
-		defer g.flushing.Unlock()
-		g.write(records, msgs)
-		return
-	}
 	g.records = append(g.records, records...)
 	g.msgs = append(g.msgs, msgs...)
+	stopped := g.stopped
 	g.mu.Unlock()
+	if stopped {
+		g.Flush() // behind whatever was gathered before, in order
+		return
+	}
 	select {
 	case g.wake <- struct{}{}:
 	default:
