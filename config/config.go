@@ -143,10 +143,19 @@ type Telemetry struct {
 	PIDAvailablePct    int      `json:"pidAvailablePercent"`
 }
 
-// Requests bounds the record of handled request ids.
+// Requests bounds the record of handled request ids, replies and the
+// commands waiting to be persisted.
 type Requests struct {
 	MaxRecords int      `json:"maxRecords"`
 	TTL        Duration `json:"ttl"`
+	// MaxRecordBytes bounds the bytes the records take.
+	MaxRecordBytes int64 `json:"maxRecordBytes"`
+	// MaxReplyBytes bounds one reply message; larger results go in parts.
+	MaxReplyBytes int `json:"maxReplyBytes"`
+	// MaxBacklog and MaxBacklogBytes bound the commands waiting to be
+	// persisted; beyond them a command is answered "overloaded" at once.
+	MaxBacklog      int `json:"maxBacklog"`
+	MaxBacklogBytes int `json:"maxBacklogBytes"`
 }
 
 // Default returns the configuration used when nothing overrides it.
@@ -200,7 +209,7 @@ func Default() Config {
 		},
 		Admission: Admission{Profile: "baseline", Namespaces: map[string]string{},
 			AllowedHostPaths: []string{}, AllowedCapabilities: []string{}, AllowedHostPorts: []string{}},
-		Requests: Requests{MaxRecords: 1000, TTL: Duration{24 * time.Hour}},
+		Requests: Requests{MaxRecords: 1000, TTL: Duration{24 * time.Hour}, MaxRecordBytes: 8 << 20, MaxReplyBytes: 256 << 10, MaxBacklog: 5000, MaxBacklogBytes: 32 << 20},
 		Security: defaultSecurity(),
 	}
 }
@@ -317,6 +326,18 @@ func (c *Config) Validate() error {
 		bad("requests.maxRecords", "must be at least 1")
 	}
 	positive("requests.ttl", c.Requests.TTL)
+	if c.Requests.MaxRecordBytes < 64<<10 {
+		bad("requests.maxRecordBytes", "must be at least 65536")
+	}
+	if c.Requests.MaxReplyBytes < 4096 || int64(c.Requests.MaxReplyBytes) > c.MQTT.OutboxMaxBytes {
+		bad("requests.maxReplyBytes", "must be between 4096 and mqtt.outboxMaxBytes (%d)", c.MQTT.OutboxMaxBytes)
+	}
+	if c.Requests.MaxBacklog < 1 {
+		bad("requests.maxBacklog", "must be at least 1")
+	}
+	if c.Requests.MaxBacklogBytes < c.MQTT.MaxPayloadBytes {
+		bad("requests.maxBacklogBytes", "must be at least mqtt.maxPayloadBytes (%d)", c.MQTT.MaxPayloadBytes)
+	}
 	c.Security.validate(bad)
 	return errors.Join(errs...)
 }

@@ -78,11 +78,19 @@ type Options struct {
 	LockTimeout time.Duration // wait for another process's lock on the file; default 5s
 	// Now is the clock for creation timestamps and reply expiry; default time.Now.
 	Now func() time.Time
+	// MaxReplyBytes bounds the bytes the kept replies take; default 8 MiB.
+	MaxReplyBytes int64
 }
+
+// DefaultMaxReplyBytes is the default of Options.MaxReplyBytes.
+const DefaultMaxReplyBytes = 8 << 20
 
 func (o Options) withDefaults() Options {
 	if o.MaxReplies <= 0 {
 		o.MaxReplies = 1000
+	}
+	if o.MaxReplyBytes <= 0 {
+		o.MaxReplyBytes = DefaultMaxReplyBytes
 	}
 	if o.ReplyTTL <= 0 {
 		o.ReplyTTL = 24 * time.Hour

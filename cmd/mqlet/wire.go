@@ -38,7 +38,9 @@ func runAgent(ctx context.Context, cfg *config.Config, log zerolog.Logger) error
 	if err := os.MkdirAll(cfg.StateDir, 0o700); err != nil {
 		return fmt.Errorf("creating state dir: %w", err)
 	}
-	st, err := store.OpenWith(filepath.Join(cfg.StateDir, "state.db"), store.Options{MaxReplies: cfg.Requests.MaxRecords, ReplyTTL: cfg.Requests.TTL.Duration})
+	st, err := store.OpenWith(filepath.Join(cfg.StateDir, "state.db"), store.Options{
+		MaxReplies: cfg.Requests.MaxRecords, ReplyTTL: cfg.Requests.TTL.Duration, MaxReplyBytes: cfg.Requests.MaxRecordBytes,
+	})
 	if err != nil {
 		return fmt.Errorf("opening desired-state store: %w", err)
 	}
@@ -121,6 +123,7 @@ func runAgent(ctx context.Context, cfg *config.Config, log zerolog.Logger) error
 		Will:          &will,
 		CommandFilter: topics.CommandFilter(),
 		Handler:       a.HandleCommand,
+		ManualAck:     true, // the agent acknowledges each command once it is persisted
 		MaxInflight:   cfg.MQTT.MaxInflight,
 		OnConnect: func(ctx context.Context) error {
 			online, err := birth.Online()
@@ -273,6 +276,9 @@ func agentOptions(cfg *config.Config, topics topic.Scheme) agent.Options {
 		PodStatusResync: cfg.Telemetry.PodStatusResync.Duration,
 		HostIPs:         hostIPs(),
 		MaxPods:         cfg.Pods.MaxPods,
+		MaxReplyBytes:   cfg.Requests.MaxReplyBytes,
+		MaxBacklog:      cfg.Requests.MaxBacklog,
+		MaxBacklogBytes: cfg.Requests.MaxBacklogBytes,
 	}
 }
 

@@ -339,3 +339,38 @@ func TestRetainedCommandIsFlagged(t *testing.T) {
 		}
 	})
 }
+
+// With ManualAck a handler that returned has not acknowledged: the message
+// comes again after a reconnect. Ack may be called from any goroutine, more
+// than once.
+func TestManualAckFollowsAckNotReturn(t *testing.T) {
+	brokers(t, func(t *testing.T, b testBroker) {
+		p := startProxy(t, b.Addr())
+		acks := make(chan func(), 10)
+		f := newFixture(t, p.URL(), func(o *Options) {
+			o.ManualAck = true
+			next := o.Handler
+			o.Handler = func(m Inbound) {
+				acks <- m.Ack
+				next(m)
+			}
+		})
+		runSession(t, f.s)
+		waitClosed(t, f.s.Connected(), "first connection")
+		obs := newObserver(t, b.URL(), "obs-"+f.scheme.Node)
+		first := f.scheme.Command("apply", "manual-1")
+		obs.publish(t, first, "one", false)
+		expect(t, f.nextCommand(t), first, "one")
+		<-acks // returned, never acknowledged
+		p.cut()
+		p.resume()
+		expect(t, f.nextCommand(t), first, "one")
+		go (<-acks)() // acknowledged from another goroutine
+		second := f.scheme.Command("apply", "manual-2")
+		obs.publish(t, second, "two", false)
+		expect(t, f.nextCommand(t), second, "two")
+		ack := <-acks
+		ack()
+		ack() // a second call is harmless
+	})
+}
