@@ -121,42 +121,25 @@ func (t *Tx) Delete(kind, namespace, name string) (bool, error) {
 }
 
 // ListPods is Store.ListPods inside the transaction.
-func (t *Tx) ListPods() ([]*v1.Pod, error) {
-	var out []*v1.Pod
-	err := t.list(KindPod, func(o runtime.Object) { out = append(out, o.(*v1.Pod)) })
-	return out, err
-}
+func (t *Tx) ListPods() ([]*v1.Pod, error) { return txList[*v1.Pod](t, KindPod) }
 
 // ListConfigMaps is Store.ListConfigMaps inside the transaction.
 func (t *Tx) ListConfigMaps() ([]*v1.ConfigMap, error) {
-	var out []*v1.ConfigMap
-	err := t.list(KindConfigMap, func(o runtime.Object) { out = append(out, o.(*v1.ConfigMap)) })
-	return out, err
+	return txList[*v1.ConfigMap](t, KindConfigMap)
 }
 
 // ListSecrets is Store.ListSecrets inside the transaction.
-func (t *Tx) ListSecrets() ([]*v1.Secret, error) {
-	var out []*v1.Secret
-	err := t.list(KindSecret, func(o runtime.Object) { out = append(out, o.(*v1.Secret)) })
-	return out, err
-}
+func (t *Tx) ListSecrets() ([]*v1.Secret, error) { return txList[*v1.Secret](t, KindSecret) }
 
-func (t *Tx) list(kind string, add func(runtime.Object)) error {
+func txList[T runtime.Object](t *Tx, kind string) ([]T, error) {
 	if err := t.live(); err != nil {
-		return err
+		return nil, err
 	}
-	err := t.tx.Bucket(kindBuckets[kind]).ForEach(func(k, v []byte) error {
-		obj, err := decodeObject(kind, v)
-		if err != nil {
-			return fmt.Errorf("%s: %w", k, err)
-		}
-		add(obj)
-		return nil
-	})
+	out, err := listIn[T](t.tx, kind)
 	if err != nil {
-		return fmt.Errorf("list %s objects in state store %s: %w", kind, t.s.path, err)
+		return nil, fmt.Errorf("list %s objects in state store %s: %w", kind, t.s.path, err)
 	}
-	return nil
+	return out, nil
 }
 
 // LookupReply is Store.LookupReply inside the transaction: it sees replies

@@ -681,39 +681,40 @@ func (s *Store) Secret(namespace, name string) (*v1.Secret, error) {
 }
 
 // ListPods returns every pod, ordered by key.
-func (s *Store) ListPods() ([]*v1.Pod, error) {
-	var out []*v1.Pod
-	err := s.list(KindPod, func(o runtime.Object) { out = append(out, o.(*v1.Pod)) })
-	return out, err
-}
+func (s *Store) ListPods() ([]*v1.Pod, error) { return viewList[*v1.Pod](s, KindPod) }
 
 // ListConfigMaps returns every config map, ordered by key.
 func (s *Store) ListConfigMaps() ([]*v1.ConfigMap, error) {
-	var out []*v1.ConfigMap
-	err := s.list(KindConfigMap, func(o runtime.Object) { out = append(out, o.(*v1.ConfigMap)) })
-	return out, err
+	return viewList[*v1.ConfigMap](s, KindConfigMap)
 }
 
 // ListSecrets returns every secret, ordered by key.
-func (s *Store) ListSecrets() ([]*v1.Secret, error) {
-	var out []*v1.Secret
-	err := s.list(KindSecret, func(o runtime.Object) { out = append(out, o.(*v1.Secret)) })
-	return out, err
-}
+func (s *Store) ListSecrets() ([]*v1.Secret, error) { return viewList[*v1.Secret](s, KindSecret) }
 
-func (s *Store) list(kind string, add func(runtime.Object)) error {
+func viewList[T runtime.Object](s *Store, kind string) ([]T, error) {
+	var out []T
 	err := s.db.View(func(tx *bolt.Tx) error {
-		return tx.Bucket(kindBuckets[kind]).ForEach(func(k, v []byte) error {
-			obj, err := decodeObject(kind, v)
-			if err != nil {
-				return fmt.Errorf("%s: %w", k, err)
-			}
-			add(obj)
-			return nil
-		})
+		var err error
+		out, err = listIn[T](tx, kind)
+		return err
 	})
 	if err != nil {
-		return fmt.Errorf("list %s objects in state store %s: %w", kind, s.path, err)
+		return nil, fmt.Errorf("list %s objects in state store %s: %w", kind, s.path, err)
 	}
-	return nil
+	return out, nil
+}
+
+// listIn decodes every object of kind in tx, ordered by key; a Store and a
+// batch's Tx list the same way.
+func listIn[T runtime.Object](tx *bolt.Tx, kind string) ([]T, error) {
+	var out []T
+	err := tx.Bucket(kindBuckets[kind]).ForEach(func(k, v []byte) error {
+		obj, err := decodeObject(kind, v)
+		if err != nil {
+			return fmt.Errorf("%s: %w", k, err)
+		}
+		out = append(out, obj.(T))
+		return nil
+	})
+	return out, err
 }

@@ -95,7 +95,7 @@ func TestConnectCommandWillAndReconnect(t *testing.T) {
 		// Kill the link abruptly: the broker must publish the retained will.
 		_, down := f.s.Connection()
 		p.cut()
-		expect(t, obs.next(t, "will"), f.scheme.State(), "offline")
+		expect(t, obs.nextOtherThan(t, "will", "online"), f.scheme.State(), "offline")
 		waitClosed(t, down, "session noticing the lost link")
 		late := newObserver(t, b.URL(), "late-"+f.scheme.Node)
 		late.subscribe(t, f.scheme.State())
