@@ -1,6 +1,7 @@
 package intake
 
 import (
+	"bytes"
 	"context"
 	"fmt"
 	"sync"
@@ -13,6 +14,7 @@ import (
 	"github.com/mqlet/mqlet/agent/reply"
 	"github.com/mqlet/mqlet/agent/store"
 	"github.com/mqlet/mqlet/mqtt/outbox"
+	"github.com/mqlet/mqlet/signing"
 )
 
 // Command is one message from the command topics, as the MQTT session
@@ -236,10 +238,18 @@ func (p *Pipeline) commit(batch []Command) {
 	buf := &replyBuffer{}
 	fx := &effects{}
 	var sub *Intake
+	// Envelopes opened in the batch, kept for the fallback below: opening
+	// spends a signed command's nonce, which an undone batch does not undo.
+	opened := &openedInBatch{}
 	start := time.Now()
 	err := p.st.Batch(func(tx *store.Tx) error {
 		buf.msgs, fx.calls = nil, nil
-		sub = New(p.in.opts, tx, p.sender.With(buf, tx), fx, fx, fx, p.in.status, p.in.log)
+		opts := p.in.opts
+		if opts.Opener != nil {
+			opened.next, opened.byID = opts.Opener, map[string]openedCommand{}
+			opts.Opener = opened
+		}
+		sub = New(opts, tx, p.sender.With(buf, tx), fx, fx, fx, p.in.status, p.in.log)
 		sub.now = p.in.now
 		for _, c := range batch {
 			// One call per command, in order, inside the transaction: the
@@ -250,10 +260,22 @@ func (p *Pipeline) commit(batch []Command) {
 	})
 	if err != nil {
 		p.log.Warn().Err(err).Int("commands", len(batch)).Msg("batch not committed; handling its commands one by one")
+		alone := p.in
+		if opened.byID != nil {
+			opts := p.in.opts
+			opts.Opener = opened.replay()
+			alone = New(opts, p.in.store, p.in.replies, p.in.tracker, p.in.pods, p.in.events, p.in.status, p.in.log)
+			alone.now = p.in.now
+		}
 		for _, c := range batch {
-			p.in.Handle(c)
+			alone.Handle(c)
 			p.flushGroup()
 			c.ack()
+		}
+		if alone != p.in {
+			received, rejected := alone.Stats()
+			p.in.received.Add(received)
+			p.in.rejected.Add(rejected)
 		}
 		return
 	}
@@ -330,4 +352,39 @@ func (f *effects) replay(in *Intake) {
 	for _, c := range f.calls {
 		c(in)
 	}
+}
+
+// openedInBatch opens envelopes through next and remembers each success by
+// request id, so a batch handled again one by one does not open (and spend
+// the nonce of) the same envelope twice.
+type openedInBatch struct {
+	next Opener
+	byID map[string]openedCommand
+}
+
+type openedCommand struct {
+	verb    string
+	payload []byte
+	opened  signing.Opened
+}
+
+func (o *openedInBatch) Open(verb, requestID string, payload []byte) (signing.Opened, error) {
+	res, err := o.next.Open(verb, requestID, payload)
+	if err == nil {
+		o.byID[requestID] = openedCommand{verb: verb, payload: payload, opened: res}
+	}
+	return res, err
+}
+
+// replay is an Opener that answers the batch's opened envelopes from memory
+// (the same verb, id and bytes only) and opens anything else through next.
+func (o *openedInBatch) replay() Opener { return replayOpener{o} }
+
+type replayOpener struct{ o *openedInBatch }
+
+func (r replayOpener) Open(verb, requestID string, payload []byte) (signing.Opened, error) {
+	if prev, ok := r.o.byID[requestID]; ok && prev.verb == verb && bytes.Equal(prev.payload, payload) {
+		return prev.opened, nil
+	}
+	return r.o.next.Open(verb, requestID, payload)
 }

@@ -400,3 +400,36 @@ func TestPipelineOverloadByBytes(t *testing.T) {
 		t.Fatalf("phases %v", phases)
 	}
 }
+
+// A signed command in a batch that is undone and handled again one by one
+// runs: opening it in the batch spent its nonce, and the one-by-one pass
+// must not take that for a replay. A replay of it afterwards still fails.
+func TestPipelineFallbackKeepsSignedCommands(t *testing.T) {
+	signed, ops, _ := signedRig(t, true)
+	r := newPipeRig(t, PipelineOptions{})
+	r.in.opts.Opener = signed.in.opts.Opener
+	var wg sync.WaitGroup
+	submit := func(tp string, payload []byte) {
+		wg.Add(1)
+		r.pipe.Submit(Command{Topic: tp, Payload: payload, Ack: wg.Done})
+	}
+	_, cm := cmCommand("s1", "signed")
+	env := signedFor(t, ops, "apply", "s1", string(cm))
+	submit("mqlet/v1/n1/cmd/apply/s1", env)
+	// A List naming one object twice fails its store write and undoes the batch.
+	dup := `{"apiVersion":"v1","kind":"List","items":[` +
+		`{"apiVersion":"v1","kind":"ConfigMap","metadata":{"name":"twice"},"data":{"k":"1"}},` +
+		`{"apiVersion":"v1","kind":"ConfigMap","metadata":{"name":"twice"},"data":{"k":"2"}}]}`
+	submit("mqlet/v1/n1/cmd/apply/s2", signedFor(t, ops, "apply", "s2", dup))
+	r.run(t)
+	waitGroup(t, &wg, "two acknowledgements")
+	if _, err := r.st.ConfigMap("default", "signed"); err != nil {
+		t.Fatalf("the signed command of the undone batch did not run alone: %v; replies %+v", err, r.box.replies(t, "s1"))
+	}
+	wg.Add(1)
+	r.pipe.Submit(Command{Topic: "mqlet/v1/n1/cmd/apply/s3", Payload: env, Ack: wg.Done})
+	waitGroup(t, &wg, "the replay's acknowledgement")
+	if got := r.box.replies(t, "s3"); len(got) != 1 || got[0].Phase != reply.Failed {
+		t.Fatalf("the same envelope under another id was not refused: %+v", got)
+	}
+}
