@@ -169,7 +169,8 @@ func (e *scrubbed) Is(target error) bool { return errors.Is(e.cause, target) }
 
 // Writer scrubs everything written through it with the Scrubber current
 // returns at each write (so newly stored secrets count at once). zerolog
-// writes one whole line per Write, so a value is never split across calls.
+// writes one whole line per Write, so a value is never split across calls;
+// a line that is one JSON document is kept valid JSON (see JSON).
 type Writer struct {
 	next    io.Writer
 	current func() *Scrubber
@@ -185,8 +186,9 @@ func (w *Writer) Write(p []byte) (int, error) {
 	if s.Len() == 0 {
 		return w.next.Write(p)
 	}
-	clean := s.String(string(p))
-	if _, err := io.WriteString(w.next, clean); err != nil {
+	// A JSON line (zerolog's) stays valid JSON; other text is replaced.
+	clean := s.JSON(p)
+	if _, err := w.next.Write(clean); err != nil {
 		return 0, err
 	}
 	return len(p), nil // what the caller gave was consumed whole

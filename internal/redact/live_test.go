@@ -1,0 +1,78 @@
+package redact
+
+import (
+	"encoding/json"
+	"errors"
+	"strings"
+	"testing"
+
+	v1 "k8s.io/api/core/v1"
+)
+
+type fakeSource struct {
+	version uint64
+	secrets []*v1.Secret
+	err     error
+	lists   int
+}
+
+func (f *fakeSource) SecretsVersion() uint64 { return f.version }
+func (f *fakeSource) ListSecrets() ([]*v1.Secret, error) {
+	f.lists++
+	return f.secrets, f.err
+}
+
+func TestLiveRebuildsOnlyWhenTheVersionMoves(t *testing.T) {
+	var l Live
+	if l.Current().String("s3cr3t") != "s3cr3t" {
+		t.Fatal("an unbound Live must scrub nothing")
+	}
+	src := &fakeSource{version: 1, secrets: []*v1.Secret{{StringData: map[string]string{"a": "first-value"}}}}
+	l.Bind(src)
+	for range 3 {
+		if got := l.Current().String("x first-value"); got != "x "+Placeholder {
+			t.Fatalf("got %q", got)
+		}
+	}
+	if src.lists != 1 {
+		t.Fatalf("listed %d times for one version, want 1", src.lists)
+	}
+	src.secrets = append(src.secrets, &v1.Secret{StringData: map[string]string{"b": "second-value"}})
+	src.version = 2
+	if got := l.Current().String("second-value"); got != Placeholder {
+		t.Fatalf("a secret added later is not scrubbed: %q", got)
+	}
+	src.err, src.version = errors.New("store closed"), 3
+	if got := l.Current().String("second-value"); got != Placeholder {
+		t.Fatalf("a failed listing must keep the last scrubber: %q", got)
+	}
+}
+
+func TestJSONScrubsValuesAndStaysValid(t *testing.T) {
+	s := FromSecrets([]*v1.Secret{{StringData: map[string]string{"pw": `pa"ss<word>`, "user": "kind"}}})
+	doc := []byte(`{"kind":"Event","message":"exec: \"pa\"ss\u003cword\u003e\": not found","note":"pa\"ss<word> kind","n":12345678901234567890,"list":["kind"]}` + "\n")
+	got := s.JSON(doc)
+	if !json.Valid(got) || !strings.HasSuffix(string(got), "\n") {
+		t.Fatalf("not valid JSON with its newline: %s", got)
+	}
+	var m map[string]any
+	if err := json.Unmarshal(got, &m); err != nil {
+		t.Fatal(err)
+	}
+	if m["kind"] != "Event" {
+		t.Fatalf("keys and unrelated values must stay: %s", got)
+	}
+	if strings.Contains(string(got), "pa\\\"ss") || strings.Contains(string(got), `pa"ss`) || strings.Contains(m["note"].(string), "kind") {
+		t.Fatalf("secret value left: %s", got)
+	}
+	if !strings.Contains(string(got), "12345678901234567890") {
+		t.Fatalf("numbers must keep their digits: %s", got)
+	}
+	clean := []byte(`{"kind":"Event"}`)
+	if out := FromSecrets(nil).JSON(clean); string(out) != string(clean) {
+		t.Fatal("nothing to scrub must return the doc as is")
+	}
+	if out := s.JSON([]byte("not json pa\"ss<word>")); string(out) != "not json "+Placeholder {
+		t.Fatalf("text fallback: %q", out)
+	}
+}
