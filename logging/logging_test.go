@@ -50,7 +50,7 @@ type secretList struct {
 	secrets []*v1.Secret
 }
 
-func (s *secretList) SecretsVersion() uint64              { return s.version }
+func (s *secretList) SecretsVersion() uint64             { return s.version }
 func (s *secretList) ListSecrets() ([]*v1.Secret, error) { return s.secrets, nil }
 
 // A secret value never reaches the log, in JSON or console form, through
