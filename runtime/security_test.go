@@ -513,3 +513,18 @@ func TestNoFollowWalkCreatesAndRefusesLikeOpenat2(t *testing.T) {
 		t.Fatalf("the walk created %v outside", entries)
 	}
 }
+
+// The runtime makes no user namespace, so a stored pod asking for one
+// (admitted by an older mqlet) is refused rather than run with host uids.
+func TestHostUsersFalseIsRefused(t *testing.T) {
+	pod := testPod(v1.RestartPolicyAlways, nil, "app")
+	if err := checkHostUsers(pod); err != nil {
+		t.Fatalf("a pod without hostUsers refused: %v", err)
+	}
+	off := false
+	pod.Spec.HostUsers = &off
+	err := checkHostUsers(pod)
+	if !errors.Is(err, errRefused) || !strings.Contains(err.Error(), "hostUsers: false is not supported") {
+		t.Fatalf("hostUsers: false: %v", err)
+	}
+}

@@ -18,7 +18,8 @@ var supportedVolumeTypes = []string{"emptyDir", "hostPath", "configMap", "secret
 
 // checkNode rejects, at every profile including privileged, what this node
 // would not honour or what would change the host rather than the pod:
-// volume types the runtime cannot mount, sysctls that are not namespaced
+// volume types the runtime cannot mount, user namespaces (hostUsers:
+// false), sysctls that are not namespaced
 // (or whose namespace the pod shares with the host), and Localhost seccomp
 // and AppArmor profiles (mqlet installs none).
 func checkNode(meta *metav1.ObjectMeta, spec *v1.PodSpec) field.ErrorList {
@@ -30,6 +31,14 @@ func checkNode(meta *metav1.ObjectMeta, spec *v1.PodSpec) field.ErrorList {
 			errs = append(errs, field.Forbidden(specPath.Child("volumes").Index(i).Child(name),
 				"mqlet does not support this volume type (supported: "+strings.Join(supportedVolumeTypes, ", ")+")"))
 		}
+	}
+	// The runtime makes no user namespace (containerd 1.6's CRI has none),
+	// so hostUsers: false would run the pod with the host's uids while the
+	// Pod Security Standards relax runAsNonRoot, runAsUser and procMount
+	// for it: an Unmasked /proc as real root, a writable core_pattern.
+	if spec.HostUsers != nil && !*spec.HostUsers {
+		errs = append(errs, field.Forbidden(specPath.Child("hostUsers"),
+			"mqlet does not run pods in user namespaces; hostUsers: false would not be honoured"))
 	}
 	podSC := specPath.Child("securityContext")
 	if sc := spec.SecurityContext; sc != nil {

@@ -562,3 +562,25 @@ func TestLoosenedForOnlyLoosens(t *testing.T) {
 		}
 	}
 }
+
+// hostUsers: false made the library relax procMount (baseline) and
+// runAsNonRoot/runAsUser (restricted), but mqlet's runtime makes no user
+// namespace: the pod ran as host root with an Unmasked /proc. It is refused
+// at every profile, naming the field.
+func TestHostUsersFalseRefusedAtEveryProfile(t *testing.T) {
+	for _, profile := range []Profile{ProfileBaseline, ProfileRestricted, ProfilePrivileged} {
+		pod := basePod()
+		pod.Spec.HostUsers = ptr(false)
+		unmasked := v1.UnmaskedProcMount
+		pod.Spec.Containers[0].SecurityContext = &v1.SecurityContext{ProcMount: &unmasked}
+		errs := ValidatePod(pod, node, Policy{Profile: profile})
+		if !strings.Contains(FormatErrors(errs), "spec.hostUsers: Forbidden: mqlet does not run pods in user namespaces") {
+			t.Fatalf("%s: hostUsers: false not refused: %s", profile, FormatErrors(errs))
+		}
+	}
+	pod := basePod()
+	pod.Spec.HostUsers = ptr(true)
+	if errs := ValidatePod(pod, node, Policy{}); len(errs) != 0 {
+		t.Fatalf("hostUsers: true refused: %s", FormatErrors(errs))
+	}
+}

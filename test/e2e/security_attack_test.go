@@ -74,3 +74,44 @@ func grepLines(s, want string) string {
 	}
 	return strings.Join(out, "\n")
 }
+
+// hostUsers: false made the Pod Security Standards (baseline) allow
+// procMount: Unmasked, but mqlet's runtime makes no user namespace: the
+// container ran as host root (uid_map 0 0 4294967295) with /proc read-write
+// and no masked paths, and could write the host's kernel.core_pattern (a
+// pipe to its own program would run as root on the host). The probe writes
+// the current value back, so the host is not changed even when it works.
+func TestAttackHostUsersFalseUnmaskedProc(t *testing.T) {
+	logDir := t.TempDir()
+	e := startPodEnv(t, func(string) string { return podTestConfig(logDir, "") })
+	// Refused at admission, so nothing to delete; the final sweep removes
+	// what an old binary ran.
+	pod := fmt.Sprintf(`apiVersion: v1
+kind: Pod
+metadata: {name: uns, namespace: %s}
+spec:
+  hostUsers: false
+  terminationGracePeriodSeconds: 1
+  containers:
+  - name: main
+    image: %s
+    imagePullPolicy: Never
+    securityContext: {procMount: Unmasked}
+    command: ["sh", "-c", "cp=$(cat /proc/sys/kernel/core_pattern); if echo \"$cp\" > /proc/sys/kernel/core_pattern; then echo CORE_PATTERN_WRITABLE; else echo core_pattern_denied; fi; sleep 3600"]
+`, e.ns, busybox)
+	id := e.nextID("apply")
+	e.mq.Command(e.node, "apply", id, []byte(pod))
+	r := e.waitFinalAny(id, podReadyTimeout)
+	if r.Phase != reply.Failed {
+		var out string
+		Eventually(t, 30*time.Second, "the probe's output", func() bool {
+			out = logsOf(logDir, e.ns, "uns", "main")
+			return strings.Contains(strings.ToLower(out), "core_pattern")
+		})
+		t.Fatalf("hostUsers: false with an Unmasked /proc was admitted (%s); the container says:\n%s", r.Phase, out)
+	}
+	if !strings.Contains(r.Message, "spec.hostUsers") || !strings.Contains(r.Message, "user namespaces") {
+		t.Fatalf("refused, but without naming spec.hostUsers: %q", r.Message)
+	}
+	e.noContainerRan("uns")
+}
