@@ -528,3 +528,34 @@ func TestHostUsersFalseIsRefused(t *testing.T) {
 		t.Fatalf("hostUsers: false: %v", err)
 	}
 }
+
+// An item path of "./x" passes Kubernetes validation; taken as written,
+// its first component "." made the volume directory itself a visible name:
+// it was removed and replaced by a dangling symlink, and the pod never
+// started. It is cleaned to x, as the kubelet does.
+func TestConfigMapItemPathIsCleaned(t *testing.T) {
+	dir := filepath.Join(t.TempDir(), "vol")
+	files, err := projectItems([]v1.KeyToPath{{Key: "a", Path: "./x"}, {Key: "b", Path: "sub/./y"}},
+		map[string][]byte{"a": []byte("hello"), "b": []byte("world")}, 0o644, false, "configmap test")
+	if err != nil {
+		t.Fatal(err)
+	}
+	for range 2 { // a second write of the same files changes nothing
+		if err := writeAtomic(dir, files); err != nil {
+			t.Fatalf("write: %v", err)
+		}
+		if info, err := os.Lstat(dir); err != nil || !info.IsDir() {
+			t.Fatalf("the volume directory is gone or replaced: %v %v", info, err)
+		}
+		for p, want := range map[string]string{"x": "hello", "sub/y": "world"} {
+			if got, err := os.ReadFile(filepath.Join(dir, p)); err != nil || string(got) != want {
+				t.Fatalf("%s: %q, %v", p, got, err)
+			}
+		}
+	}
+	for _, bad := range []string{".", "./", "x/..", "./../x", "/abs"} {
+		if _, err := projectItems([]v1.KeyToPath{{Key: "a", Path: bad}}, map[string][]byte{"a": nil}, 0o644, false, "configmap test"); err == nil {
+			t.Errorf("item path %q accepted", bad)
+		}
+	}
+}

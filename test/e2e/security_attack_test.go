@@ -115,3 +115,40 @@ spec:
 	}
 	e.noContainerRan("uns")
 }
+
+// A configMap item path "./x" (valid for Kubernetes) made mqlet remove the
+// volume directory and put a dangling symlink in its place: the pod was
+// accepted and never started. Now it is cleaned to x, as the kubelet does.
+func TestAttackConfigMapItemDotPath(t *testing.T) {
+	logDir := t.TempDir()
+	e := startPodEnv(t, func(string) string { return podTestConfig(logDir, "") })
+	e.cleanupPods("dot")
+	list := fmt.Sprintf(`apiVersion: v1
+kind: List
+items:
+- apiVersion: v1
+  kind: ConfigMap
+  metadata: {name: cm, namespace: %[1]s}
+  data: {a: hello-from-the-item}
+- apiVersion: v1
+  kind: Pod
+  metadata: {name: dot, namespace: %[1]s}
+  spec:
+    terminationGracePeriodSeconds: 1
+    volumes:
+    - name: v
+      configMap:
+        name: cm
+        items: [{key: a, path: ./x}]
+    containers:
+    - name: main
+      image: %[2]s
+      imagePullPolicy: Never
+      command: ["sh", "-c", "cat /v/x; echo; sleep 3600"]
+      volumeMounts: [{name: v, mountPath: /v}]
+`, e.ns, busybox)
+	e.apply([]byte(list), reply.Succeeded, podReadyTimeout)
+	Eventually(t, 30*time.Second, "the item read at /v/x", func() bool {
+		return strings.Contains(logsOf(logDir, e.ns, "dot", "main"), "hello-from-the-item")
+	})
+}
