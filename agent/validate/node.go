@@ -18,8 +18,8 @@ var supportedVolumeTypes = []string{"emptyDir", "hostPath", "configMap", "secret
 
 // checkNode rejects, at every profile including privileged, what this node
 // would not honour or what would change the host rather than the pod:
-// volume types the runtime cannot mount, user namespaces (hostUsers:
-// false), sysctls that are not namespaced
+// volume types the runtime cannot mount, pods for another OS, user
+// namespaces (hostUsers: false), sysctls that are not namespaced
 // (or whose namespace the pod shares with the host), and Localhost seccomp
 // and AppArmor profiles (mqlet installs none).
 func checkNode(meta *metav1.ObjectMeta, spec *v1.PodSpec) field.ErrorList {
@@ -31,6 +31,14 @@ func checkNode(meta *metav1.ObjectMeta, spec *v1.PodSpec) field.ErrorList {
 			errs = append(errs, field.Forbidden(specPath.Child("volumes").Index(i).Child(name),
 				"mqlet does not support this volume type (supported: "+strings.Join(supportedVolumeTypes, ", ")+")"))
 		}
+	}
+	// A Windows pod would run here as a Linux one, and the Pod Security
+	// Standards skip the Linux-only restricted controls for it
+	// (allowPrivilegeEscalation, capabilities drop ALL, seccomp): the
+	// kubelet refuses a pod for another OS (PodOSNotSupported), so does mqlet.
+	if spec.OS != nil && spec.OS.Name != v1.Linux {
+		errs = append(errs, field.Forbidden(specPath.Child("os", "name"),
+			fmt.Sprintf("this node runs %s pods only (PodOSNotSupported)", v1.Linux)))
 	}
 	// The runtime makes no user namespace (containerd 1.6's CRI has none),
 	// so hostUsers: false would run the pod with the host's uids while the

@@ -584,3 +584,20 @@ func TestHostUsersFalseRefusedAtEveryProfile(t *testing.T) {
 		t.Fatalf("hostUsers: true refused: %s", FormatErrors(errs))
 	}
 }
+
+// os.name windows made the library skip restricted's Linux-only controls
+// (allowPrivilegeEscalation, drop ALL, seccomp) for a pod mqlet runs on
+// Linux; a pod for another OS is refused, as the kubelet does.
+func TestWindowsPodRefused(t *testing.T) {
+	pod := basePod()
+	pod.Spec.SecurityContext = &v1.PodSecurityContext{RunAsNonRoot: ptr(true)}
+	pod.Spec.OS = &v1.PodOS{Name: v1.Windows}
+	errs := ValidatePod(pod, node, Policy{Profile: ProfileRestricted})
+	if !strings.Contains(FormatErrors(errs), "spec.os.name: Forbidden: this node runs linux pods only") {
+		t.Fatalf("a Windows pod passed restricted: %s", FormatErrors(errs))
+	}
+	pod.Spec.OS = &v1.PodOS{Name: v1.Linux}
+	if msg := FormatErrors(ValidatePod(pod, node, Policy{Profile: ProfileRestricted})); !strings.Contains(msg, "allowPrivilegeEscalation") {
+		t.Fatalf("the same pod for Linux must fail restricted's controls: %s", msg)
+	}
+}

@@ -152,3 +152,31 @@ items:
 		return strings.Contains(logsOf(logDir, e.ns, "dot", "main"), "hello-from-the-item")
 	})
 }
+
+// Under the restricted profile, spec.os.name: windows made the Pod
+// Security Standards skip allowPrivilegeEscalation, capabilities drop ALL
+// and seccomp, and mqlet ran the pod as a Linux pod with them all
+// loosened. A pod for another OS is refused, naming spec.os.name.
+func TestAttackWindowsPodEvadesRestricted(t *testing.T) {
+	e := newPodEnv(t, "admission:\n  profile: restricted\n")
+	pod := fmt.Sprintf(`apiVersion: v1
+kind: Pod
+metadata: {name: win, namespace: %s}
+spec:
+  os: {name: windows}
+  securityContext: {runAsNonRoot: true}
+  terminationGracePeriodSeconds: 1
+  containers:
+  - name: main
+    image: %s
+    imagePullPolicy: Never
+    command: ["sleep", "3600"]
+`, e.ns, busybox)
+	id := e.nextID("apply")
+	e.mq.Command(e.node, "apply", id, []byte(pod))
+	r := e.waitFinalAny(id, podReadyTimeout)
+	if r.Phase != reply.Failed || !strings.Contains(r.Message, "spec.os.name") {
+		t.Fatalf("a Windows pod was admitted under restricted (%s: %q)", r.Phase, r.Message)
+	}
+	e.noContainerRan("win")
+}
