@@ -2,12 +2,17 @@ package e2e
 
 import (
 	"bytes"
+	"encoding/base64"
 	"fmt"
 	"strings"
 	"testing"
 	"time"
 
+	"sigs.k8s.io/yaml"
+
 	"github.com/mqlet/mqlet/agent/reply"
+	"github.com/mqlet/mqlet/internal/testutil/mosquitto"
+	"github.com/mqlet/mqlet/signing"
 )
 
 // Attacks by someone with only a broker login, against the merged
@@ -179,4 +184,57 @@ spec:
 		t.Fatalf("a Windows pod was admitted under restricted (%s: %q)", r.Phase, r.Message)
 	}
 	e.noContainerRan("win")
+}
+
+// Two ways around signed commands for someone without a key:
+//   - with signedVerbs [apply], an unsigned sync stored the same objects
+//     (sync applies and deletes), so the signature requirement was moot;
+//   - an unsigned command on the request id an operator will use (a
+//     dashboard's "r1") was refused and that refusal recorded, so the
+//     operator's signed command with that id only got the refusal back.
+func TestAttackSignedVerbsBypass(t *testing.T) {
+	b := mosquitto.Start(t)
+	node := "gw-attack-" + randomToken(t)[:6]
+	key, err := signing.GenerateKey()
+	if err != nil {
+		t.Fatal(err)
+	}
+	ops, err := signing.NewSigner("ops", key)
+	if err != nil {
+		t.Fatal(err)
+	}
+	op := Connect(t, b.URL())
+	op.Subscribe(prefix + "/" + node + "/#")
+	cfg := fmt.Sprintf("security:\n  signedVerbs: [apply]\n  trustedKeys:\n  - keyId: ops\n    publicKey: %s\n    verbs: [\"*\"]\n",
+		base64.StdEncoding.EncodeToString(ops.Public()))
+	StartAgent(t, AgentOpts{Node: node, Broker: b.URL(), Config: cfg})
+	op.WaitState(0, node, "online", 15*time.Second)
+
+	op.Command(node, "sync", "y1", []byte(`{"apiVersion":"v1","kind":"List","items":[`+string(mustJSON(t, configMapYAML("via-sync")))+`]}`))
+	if r := waitFinal(op, 0, node, "y1"); r.Phase != reply.Failed || !strings.Contains(r.Message, "signature required") {
+		t.Fatalf("unsigned sync with signedVerbs [apply]: %s %q", r.Phase, r.Message)
+	}
+
+	op.Command(node, "apply", "r1", configMapYAML("squatter"))
+	expectFailed(t, op, node, "r1", "signature required")
+	now := time.Now()
+	env, err := ops.Sign(signing.Claims{Node: node, Verb: "apply", RequestID: "r1", IssuedAt: now, Expires: now.Add(time.Minute)}, configMapYAML("operator"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	mark := op.Mark()
+	op.Command(node, "apply", "r1", env)
+	if r := waitFinal(op, mark, node, "r1"); r.Phase != reply.Succeeded {
+		t.Fatalf("the operator's signed r1 after an unsigned r1: %s %q", r.Phase, r.Message)
+	}
+}
+
+// mustJSON converts a YAML manifest to JSON.
+func mustJSON(t *testing.T, y []byte) []byte {
+	t.Helper()
+	j, err := yaml.YAMLToJSON(y)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return j
 }
