@@ -238,3 +238,35 @@ func mustJSON(t *testing.T, y []byte) []byte {
 	}
 	return j
 }
+
+// With allowedHostPorts configured, a second pod could ask for the
+// hostPort a running pod serves on: both got DNAT rules, and which pod
+// answered the node's port depended on rule order (the first, until its
+// sandbox was made again). The second pod is refused HostPortConflict.
+func TestAttackHostPortOfAnotherPod(t *testing.T) {
+	e := newPodEnv(t, "admission:\n  allowedHostPorts: [\"18080\"]\n")
+	e.cleanupPods("victim")
+	mk := func(name string) []byte {
+		return []byte(fmt.Sprintf(`apiVersion: v1
+kind: Pod
+metadata: {name: %s, namespace: %s}
+spec:
+  terminationGracePeriodSeconds: 1
+  containers:
+  - name: main
+    image: %s
+    imagePullPolicy: Never
+    command: ["sh", "-c", "while true; do echo %s | nc -l -p 8080; done"]
+    ports: [{containerPort: 8080, hostPort: 18080}]
+`, name, e.ns, busybox, name))
+	}
+	e.apply(mk("victim"), reply.Succeeded, podReadyTimeout)
+	id := e.nextID("apply")
+	e.mq.Command(e.node, "apply", id, mk("thief"))
+	r := e.waitFinalAny(id, podReadyTimeout)
+	if r.Phase != reply.Failed || !strings.Contains(r.Message, "HostPortConflict: hostPort 18080/TCP of pod "+e.ns+"/thief is held by pod "+e.ns+"/victim") {
+		e.cleanupPods("thief")
+		t.Fatalf("a second pod on the victim's hostPort: %s %q", r.Phase, r.Message)
+	}
+	e.noContainerRan("thief")
+}
