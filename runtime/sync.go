@@ -76,6 +76,9 @@ func (m *Manager) SyncPod(ctx context.Context, pod *v1.Pod, status *PodStatus, o
 		if err := m.createPodDirs(pod); err != nil {
 			return err
 		}
+		if err := m.limitPodPids(string(pod.UID)); err != nil {
+			return fmt.Errorf("limit processes of pod %s/%s: %w", pod.Namespace, pod.Name, err)
+		}
 		log.Info().Str("reason", act.Reason).Uint32("attempt", act.SandboxAttempt).Msg("creating sandbox")
 		sandboxID, err = svc.runtime.RunPodSandbox(ctx, sandboxCfg, "")
 		if err != nil {

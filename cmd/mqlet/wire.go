@@ -74,6 +74,7 @@ func runAgent(ctx context.Context, cfg *config.Config, log zerolog.Logger, secre
 		PodLogDir:      cfg.Runtime.PodLogDir,
 		PodDir:         filepath.Join(cfg.StateDir, "pods"),
 		CgroupRoot:     cfg.Runtime.CgroupRoot,
+		PodPidsLimit:   cfg.Pods.PidsLimit,
 		RequestTimeout: cfg.Runtime.RequestTimeout.Duration,
 		// The runtime re-checks hostPaths on their resolved path and scrubs
 		// secret values from what it reports.

@@ -4,10 +4,14 @@ import (
 	"bytes"
 	"encoding/base64"
 	"fmt"
+	"os"
+	"path/filepath"
+	"strconv"
 	"strings"
 	"testing"
 	"time"
 
+	v1 "k8s.io/api/core/v1"
 	"sigs.k8s.io/yaml"
 
 	"github.com/mqlet/mqlet/agent/reply"
@@ -269,4 +273,32 @@ spec:
 		t.Fatalf("a second pod on the victim's hostPort: %s %q", r.Phase, r.Message)
 	}
 	e.noContainerRan("thief")
+}
+
+// A pod's processes were unlimited (the CRI has no pids limit and mqlet
+// set none on the pod's cgroup): a fork bomb took every pid of the node,
+// and mqlet, unable to start a thread, died, again after each restart as
+// the processes outlive it. The probe forks 120 sleeps (harmless on a
+// shared machine) under pods.pidsLimit 40; the pod's cgroup says how many
+// it ever held.
+func TestAttackPodPidsAreLimited(t *testing.T) {
+	e := startPodEnv(t, func(logDir string) string {
+		return strings.Replace(podTestConfig(logDir, ""), "pods:\n", "pods:\n  pidsLimit: 40\n", 1)
+	})
+	e.cleanupPods("forks")
+	script := `i=0; while [ $i -lt 120 ]; do sleep 3600 & i=$((i+1)); done; wait`
+	e.apply(e.pod("forks", "Always", script), reply.Succeeded, podReadyTimeout)
+	p := e.waitStatus("forks", 30*time.Second, "the pod's uid", func(p *v1.Pod) bool { return p.UID != "" })
+	dir := filepath.Join("/sys/fs/cgroup/pids/mqlet", "pod"+string(p.UID))
+	read := func(f string) string {
+		b, _ := os.ReadFile(filepath.Join(dir, f))
+		return strings.TrimSpace(string(b))
+	}
+	Eventually(t, 30*time.Second, "the pod forking up to its limit", func() bool {
+		peak, _ := strconv.Atoi(read("pids.peak"))
+		return peak >= 30
+	})
+	if peak, _ := strconv.Atoi(read("pids.peak")); read("pids.max") != "40" || peak > 40 {
+		t.Fatalf("pod cgroup %s: pids.max %q, pids.peak %d (want 40 and at most 40)", dir, read("pids.max"), peak)
+	}
 }
