@@ -3,6 +3,7 @@ package redact
 import (
 	"encoding/json"
 	"errors"
+	"fmt"
 	"strings"
 	"testing"
 
@@ -74,5 +75,25 @@ func TestJSONScrubsValuesAndStaysValid(t *testing.T) {
 	}
 	if out := s.JSON([]byte("not json pa\"ss<word>")); string(out) != "not json "+Placeholder {
 		t.Fatalf("text fallback: %q", out)
+	}
+}
+
+// A binary secret quoted by Go (%q, as exec's "executable file not found"
+// error quotes a command) shows its control bytes and invalid UTF-8 as \x
+// escapes; neither its raw nor its JSON form matched that.
+func TestGoQuotedBinarySecretIsScrubbed(t *testing.T) {
+	value := "\x01\xfe\x02key-material\x7f\u00e9"
+	s := FromSecrets([]*v1.Secret{{Data: map[string][]byte{"k": []byte(value)}}})
+	for _, msg := range []string{
+		fmt.Sprintf(`exec: %q: executable file not found in $PATH`, value),
+		fmt.Sprintf(`exec: %+q: executable file not found in $PATH`, value),
+	} {
+		if got := s.String(msg); strings.Contains(got, "key-material") {
+			t.Errorf("Go-quoted binary secret left: %s", got)
+		}
+		doc, _ := json.Marshal(map[string]string{"message": msg})
+		if got := s.JSON(doc); strings.Contains(string(got), "key-material") {
+			t.Errorf("Go-quoted binary secret left in JSON: %s", got)
+		}
 	}
 }

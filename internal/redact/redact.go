@@ -12,6 +12,7 @@ import (
 	"errors"
 	"io"
 	"slices"
+	"strconv"
 	"strings"
 
 	v1 "k8s.io/api/core/v1"
@@ -71,12 +72,24 @@ func FromSecrets(secrets []*v1.Secret) *Scrubber {
 		if len(v) < MinLength {
 			return
 		}
-		values = append(values, v, base64.StdEncoding.EncodeToString([]byte(v)))
-		// As it appears inside JSON text (a log line, a published status):
-		// quotes, backslashes, control characters and <>& escaped.
-		if quoted, err := json.Marshal(v); err == nil {
-			if inner := string(quoted[1 : len(quoted)-1]); inner != v {
-				values = append(values, inner)
+		values = append(values, base64.StdEncoding.EncodeToString([]byte(v)))
+		// As it is written, and as Go quotes it in an error (%q, %+q: exec's
+		// "executable file not found" does), where control characters and
+		// invalid UTF-8 of a binary secret become \x and \u escapes; each
+		// also as it appears inside JSON text (a log line, a published
+		// status): quotes, backslashes, control characters and <>& escaped.
+		forms := []string{v}
+		for _, quoted := range []string{strconv.Quote(v), strconv.QuoteToASCII(v)} {
+			if inner := quoted[1 : len(quoted)-1]; inner != v {
+				forms = append(forms, inner)
+			}
+		}
+		for _, f := range forms {
+			values = append(values, f)
+			if quoted, err := json.Marshal(f); err == nil {
+				if inner := string(quoted[1 : len(quoted)-1]); inner != f {
+					values = append(values, inner)
+				}
 			}
 		}
 	}

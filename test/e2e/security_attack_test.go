@@ -302,3 +302,44 @@ func TestAttackPodPidsAreLimited(t *testing.T) {
 		t.Fatalf("pod cgroup %s: pids.max %q, pids.peak %d (want 40 and at most 40)", dir, read("pids.max"), peak)
 	}
 }
+
+// A binary secret (a key, not text) used as the command: exec quotes it
+// Go-style ("\x01\x02..."), a form the scrubber did not know (it knew the
+// raw and the JSON-escaped value), so the failed start published it in
+// events and the pod status and logged it.
+func TestAttackBinarySecretQuotedByExec(t *testing.T) {
+	e := newPodEnv(t, "")
+	e.cleanupPods("binleak")
+	marker := "key-material-" + randomToken(t)
+	value := base64.StdEncoding.EncodeToString([]byte("\x01\x02" + marker + "\x7f"))
+	list := fmt.Sprintf(`{"apiVersion":"v1","kind":"List","items":[
+	  {"apiVersion":"v1","kind":"Secret","metadata":{"name":"bin","namespace":%q},"data":{"KEY":%q}},
+	  {"apiVersion":"v1","kind":"Pod","metadata":{"name":"binleak","namespace":%q},"spec":{
+	    "restartPolicy":"Always","terminationGracePeriodSeconds":1,
+	    "containers":[{"name":"main","image":%q,"imagePullPolicy":"Never","command":["$(KEY)"],
+	      "env":[{"name":"KEY","valueFrom":{"secretKeyRef":{"name":"bin","key":"KEY"}}}]}]}}]}`,
+		e.ns, value, e.ns, busybox)
+	id := e.nextID("apply")
+	e.mq.Command(e.node, "apply", id, []byte(list))
+	e.mq.WaitReply(e.node, id, reply.Accepted, 30*time.Second)
+	e.waitStatus("binleak", podReadyTimeout, "a failed start reported", func(p *v1.Pod) bool {
+		cs, ok := containerStatus(p, "main", false)
+		return ok && (cs.RestartCount >= 1 || (cs.State.Waiting != nil && cs.State.Waiting.Message != "") || cs.LastTerminationState.Terminated != nil)
+	})
+	redacted := false
+	for _, m := range e.mq.Messages() {
+		if strings.HasPrefix(m.Topic, prefix+"/"+e.node+"/cmd/") {
+			continue
+		}
+		if bytes.Contains(m.Payload, []byte(marker)) {
+			t.Errorf("binary secret published on %s: %s", m.Topic, m.Payload)
+		}
+		redacted = redacted || bytes.Contains(m.Payload, []byte("redacted"))
+	}
+	if !redacted {
+		t.Error("no published message shows the redaction; the test saw nothing to scrub")
+	}
+	if logs := e.agent.Logs(); strings.Contains(logs, marker) {
+		t.Errorf("binary secret in mqlet's log:\n%s", grepLines(logs, marker))
+	}
+}
