@@ -559,3 +559,31 @@ func TestConfigMapItemPathIsCleaned(t *testing.T) {
 		}
 	}
 }
+
+// A pod writing in an allowed directory can swap one of its directories
+// for a symlink out between the resolution of a DirectoryOrCreate or
+// FileOrCreate hostPath and its creation; the creation walked the resolved
+// path again and made the directory or file outside, as root. It is made
+// beneath the allowed directory instead.
+func TestHostPathCreationRaceStaysBeneath(t *testing.T) {
+	requireRoot(t)
+	for _, typ := range []v1.HostPathType{v1.HostPathDirectoryOrCreate, v1.HostPathFileOrCreate} {
+		m := testManager(t)
+		allowed, outside := t.TempDir(), t.TempDir()
+		m.cfg.AllowedHostPaths = []string{allowed}
+		must(t, os.MkdirAll(filepath.Join(allowed, "a", "b"), 0o755))
+		must(t, os.MkdirAll(filepath.Join(outside, "b"), 0o755))
+		m.afterResolve = func() { // the pod's move, after the check
+			must(t, os.Rename(filepath.Join(allowed, "a"), filepath.Join(allowed, "a-old")))
+			must(t, os.Symlink(outside, filepath.Join(allowed, "a")))
+		}
+		_, err := m.prepareVolumes(hostPathPod(filepath.Join(allowed, "a", "b", "new"), typ), fakeObjects{})
+		if entries, _ := os.ReadDir(filepath.Join(outside, "b")); len(entries) != 0 {
+			t.Fatalf("%s: the race created %s outside the allowed directory", typ, entries[0].Name())
+		}
+		if err == nil {
+			t.Fatalf("%s: the swapped hostPath was accepted", typ)
+		}
+		must(t, m.removePodDirs(testUID, "web", "default"))
+	}
+}
