@@ -61,6 +61,15 @@ func checkNode(meta *metav1.ObjectMeta, spec *v1.PodSpec) field.ErrorList {
 		if sc := c.SecurityContext; sc != nil {
 			errs = append(errs, localhostProfiles(p.Child("securityContext"), sc.SeccompProfile, sc.AppArmorProfile)...)
 		}
+		// The runtime (containerd 1.6, runc 1.1) makes only the mount
+		// itself read-only: what is mounted below it would stay writable
+		// while the pod asked for it all read-only.
+		for i, vm := range c.VolumeMounts {
+			if vm.RecursiveReadOnly != nil && *vm.RecursiveReadOnly == v1.RecursiveReadOnlyEnabled {
+				errs = append(errs, field.Forbidden(p.Child("volumeMounts").Index(i).Child("recursiveReadOnly"),
+					"mqlet's runtime cannot make a mount recursively read-only; use IfPossible or Disabled"))
+			}
+		}
 	})
 	for _, k := range sortedKeys(meta.Annotations) {
 		v := meta.Annotations[k]

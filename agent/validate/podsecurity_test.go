@@ -601,3 +601,17 @@ func TestWindowsPodRefused(t *testing.T) {
 		t.Fatalf("the same pod for Linux must fail restricted's controls: %s", msg)
 	}
 }
+
+// recursiveReadOnly: Enabled cannot be honoured (the runtime makes only
+// the mount itself read-only): refused rather than ignored.
+func TestRecursiveReadOnlyEnabledRefused(t *testing.T) {
+	pod := basePod()
+	pod.Spec.Volumes = []v1.Volume{{Name: "d", VolumeSource: v1.VolumeSource{EmptyDir: &v1.EmptyDirVolumeSource{}}}}
+	for mode, refused := range map[v1.RecursiveReadOnlyMode]bool{v1.RecursiveReadOnlyEnabled: true, v1.RecursiveReadOnlyIfPossible: false, v1.RecursiveReadOnlyDisabled: false} {
+		pod.Spec.Containers[0].VolumeMounts = []v1.VolumeMount{{Name: "d", MountPath: "/d", ReadOnly: true, RecursiveReadOnly: &mode}}
+		msg := FormatErrors(ValidatePod(pod, node, Policy{Profile: ProfilePrivileged}))
+		if got := strings.Contains(msg, "spec.containers[0].volumeMounts[0].recursiveReadOnly: Forbidden"); got != refused {
+			t.Errorf("%s: refused=%v: %s", mode, got, msg)
+		}
+	}
+}
