@@ -32,6 +32,20 @@ func checkNode(meta *metav1.ObjectMeta, spec *v1.PodSpec) field.ErrorList {
 				"mqlet does not support this volume type (supported: "+strings.Join(supportedVolumeTypes, ", ")+")"))
 		}
 	}
+	// emptyDir is a directory on the node's disk: a memory medium (chosen
+	// so that what the pod writes, often secrets, never reaches a disk) or
+	// a size limit would be silently not honoured.
+	for i := range spec.Volumes {
+		if ed := spec.Volumes[i].EmptyDir; ed != nil {
+			edPath := specPath.Child("volumes").Index(i).Child("emptyDir")
+			if ed.Medium != v1.StorageMediumDefault {
+				errs = append(errs, field.Forbidden(edPath.Child("medium"), "mqlet supports only the default medium (the node's disk)"))
+			}
+			if ed.SizeLimit != nil {
+				errs = append(errs, field.Forbidden(edPath.Child("sizeLimit"), "mqlet does not enforce emptyDir size limits"))
+			}
+		}
+	}
 	// A Windows pod would run here as a Linux one, and the Pod Security
 	// Standards skip the Linux-only restricted controls for it
 	// (allowPrivilegeEscalation, capabilities drop ALL, seccomp): the

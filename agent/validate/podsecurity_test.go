@@ -8,6 +8,7 @@ import (
 	"testing"
 
 	v1 "k8s.io/api/core/v1"
+	"k8s.io/apimachinery/pkg/api/resource"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/util/intstr"
 	"k8s.io/apimachinery/pkg/util/validation/field"
@@ -613,5 +614,27 @@ func TestRecursiveReadOnlyEnabledRefused(t *testing.T) {
 		if got := strings.Contains(msg, "spec.containers[0].volumeMounts[0].recursiveReadOnly: Forbidden"); got != refused {
 			t.Errorf("%s: refused=%v: %s", mode, got, msg)
 		}
+	}
+}
+
+// emptyDir medium Memory (for data that must not reach a disk) and
+// sizeLimit were accepted and ignored: the files went to the node's disk
+// without a limit. Refused, naming the field.
+func TestEmptyDirMediumAndSizeLimitRefused(t *testing.T) {
+	limit := resource.MustParse("1Mi")
+	for field, ed := range map[string]*v1.EmptyDirVolumeSource{
+		"spec.volumes[0].emptyDir.medium: Forbidden":    {Medium: v1.StorageMediumMemory},
+		"spec.volumes[0].emptyDir.sizeLimit: Forbidden": {SizeLimit: &limit},
+	} {
+		pod := basePod()
+		pod.Spec.Volumes = []v1.Volume{{Name: "d", VolumeSource: v1.VolumeSource{EmptyDir: ed}}}
+		if msg := FormatErrors(ValidatePod(pod, node, Policy{Profile: ProfilePrivileged})); !strings.Contains(msg, field) {
+			t.Errorf("want %s: %s", field, msg)
+		}
+	}
+	pod := basePod()
+	pod.Spec.Volumes = []v1.Volume{{Name: "d", VolumeSource: v1.VolumeSource{EmptyDir: &v1.EmptyDirVolumeSource{}}}}
+	if errs := ValidatePod(pod, node, Policy{}); len(errs) != 0 {
+		t.Fatalf("a plain emptyDir refused: %s", FormatErrors(errs))
 	}
 }
