@@ -97,3 +97,23 @@ func TestGoQuotedBinarySecretIsScrubbed(t *testing.T) {
 		}
 	}
 }
+
+// The cost a scrubbed log line or message pays: 100 secrets, a typical
+// zerolog line without a value (the common case), and one with a value.
+func BenchmarkScrubJSONLine(b *testing.B) {
+	var secrets []*v1.Secret
+	for i := range 100 {
+		secrets = append(secrets, &v1.Secret{StringData: map[string]string{"pw": fmt.Sprintf("secret-value-%03d-xyz", i)}})
+	}
+	s := FromSecrets(secrets)
+	clean := []byte(`{"level":"info","node":"gw1","component":"podworker","pod":"default/web","uid":"0b6c1a52-7d1e-4c55-9a3e-2f1d8e4b7a01","time":"2026-12-01T09:00:00Z","message":"pod synced"}` + "\n")
+	dirty := []byte(`{"level":"warn","node":"gw1","component":"podworker","error":"exec: \"secret-value-042-xyz\": executable file not found in $PATH","time":"2026-12-01T09:00:00Z","message":"pod sync failed"}` + "\n")
+	for name, line := range map[string][]byte{"clean": clean, "with-value": dirty} {
+		b.Run(name, func(b *testing.B) {
+			b.ReportAllocs()
+			for b.Loop() {
+				_ = s.JSON(line)
+			}
+		})
+	}
+}
