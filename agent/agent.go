@@ -27,6 +27,7 @@ import (
 	"github.com/mqlet/mqlet/agent/statusmgr"
 	"github.com/mqlet/mqlet/agent/store"
 	"github.com/mqlet/mqlet/agent/validate"
+	"github.com/mqlet/mqlet/internal/redact"
 	"github.com/mqlet/mqlet/mqtt/outbox"
 	"github.com/mqlet/mqlet/mqtt/session"
 	"github.com/mqlet/mqlet/mqtt/topic"
@@ -364,4 +365,23 @@ func (s eventSink) Emit(ev *v1.Event) {
 	if err := s.out.Put(outbox.Message{Topic: s.topics.Events(), Payload: payload, QoS: 1}); err != nil {
 		s.log.Warn().Err(err).Str("reason", ev.Reason).Msg("queueing event")
 	}
+}
+
+// Scrubbed returns a Publisher that removes the node's secret values (as
+// scrub knows them at each message) from every payload before next queues
+// it: events, pod statuses, replies, node status and metrics alike, so no
+// route by which a value reaches a message (a runtime error quoting an
+// expanded command, a validation error quoting a field) publishes it.
+func Scrubbed(next Publisher, scrub func() *redact.Scrubber) Publisher {
+	return scrubbingPublisher{next: next, scrub: scrub}
+}
+
+type scrubbingPublisher struct {
+	next  Publisher
+	scrub func() *redact.Scrubber
+}
+
+func (p scrubbingPublisher) Put(m outbox.Message) error {
+	m.Payload = p.scrub().JSON(m.Payload)
+	return p.next.Put(m)
 }

@@ -106,6 +106,8 @@ type Pods struct {
 	BackoffResetAfter Duration `json:"backoffResetAfter"`
 	ApplyDeadline     Duration `json:"applyDeadline"`
 	MaxPods           int      `json:"maxPods"`
+	// PidsLimit caps the processes of each pod (pids.max of its cgroup); 0: none.
+	PidsLimit int64 `json:"pidsLimit"`
 }
 
 // GC is garbage collection of dead containers, images and pod directories.
@@ -192,6 +194,7 @@ func Default() Config {
 			BackoffResetAfter: Duration{10 * time.Minute},
 			ApplyDeadline:     Duration{5 * time.Minute},
 			MaxPods:           110,
+			PidsLimit:         4096,
 		},
 		GC: GC{
 			Interval:            Duration{time.Minute},
@@ -306,6 +309,9 @@ func (c *Config) Validate() error {
 	}
 	positive("pods.backoffResetAfter", c.Pods.BackoffResetAfter)
 	positive("pods.applyDeadline", c.Pods.ApplyDeadline)
+	if c.Pods.PidsLimit < 0 {
+		bad("pods.pidsLimit", "must not be negative (0: no limit), got %d", c.Pods.PidsLimit)
+	}
 	if c.Pods.MaxPods < 1 {
 		bad("pods.maxPods", "must be at least 1")
 	}

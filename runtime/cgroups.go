@@ -5,6 +5,8 @@ import (
 	"io/fs"
 	"os"
 	"path/filepath"
+	"slices"
+	"strconv"
 	"strings"
 )
 
@@ -86,4 +88,48 @@ func (m *Manager) podCgroupUIDs() []string {
 		}
 	}
 	return uids
+}
+
+// limitPodPids makes the pod's cgroup in the pids hierarchy before its
+// sandbox exists and caps the processes all its containers hold together
+// (the runtime creates theirs beneath it). Without a cap one container's
+// fork bomb takes every pid of the node; mqlet, unable to start a thread,
+// dies, and dies again after each restart, since the processes outlive it.
+func (m *Manager) limitPodPids(uid string) error {
+	if m.cfg.PodPidsLimit <= 0 {
+		return nil
+	}
+	parent, err := m.podCgroupParent(uid)
+	if err != nil {
+		return err
+	}
+	limit := []byte(strconv.FormatInt(m.cfg.PodPidsLimit, 10))
+	// cgroup v1: a pids hierarchy of its own.
+	if v1 := filepath.Join(m.cfg.CgroupFS, "pids"); isCgroup(v1) {
+		dir := filepath.Join(v1, parent)
+		if err := os.MkdirAll(dir, 0o755); err != nil {
+			return err
+		}
+		return os.WriteFile(filepath.Join(dir, "pids.max"), limit, 0o644)
+	}
+	// cgroup v2: the controller must be enabled down to the pod's parent.
+	if controllers, err := os.ReadFile(filepath.Join(m.cfg.CgroupFS, "cgroup.controllers")); err == nil && slices.Contains(strings.Fields(string(controllers)), "pids") {
+		dir := m.cfg.CgroupFS
+		for _, part := range strings.Split(strings.Trim(parent, "/"), "/") {
+			if err := os.WriteFile(filepath.Join(dir, "cgroup.subtree_control"), []byte("+pids"), 0o644); err != nil {
+				return err
+			}
+			dir = filepath.Join(dir, part)
+			if err := os.MkdirAll(dir, 0o755); err != nil {
+				return err
+			}
+		}
+		return os.WriteFile(filepath.Join(dir, "pids.max"), limit, 0o644)
+	}
+	return errors.New("no pids cgroup controller: cannot limit the pod's processes (set pods.pidsLimit: 0 to run without a limit)")
+}
+
+func isCgroup(dir string) bool {
+	_, err := os.Stat(filepath.Join(dir, "cgroup.procs"))
+	return err == nil
 }

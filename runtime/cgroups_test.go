@@ -42,3 +42,46 @@ func TestRemovePodCgroupRemovesEveryHierarchy(t *testing.T) {
 		t.Fatal("a uid that is not a UUID was accepted for a cgroup path")
 	}
 }
+
+// Every pod's cgroup caps its processes before the sandbox exists, on a
+// cgroup v1 pids hierarchy and on a v2 tree (the controller enabled down
+// to the pod); a node without the controller refuses rather than run
+// unlimited.
+func TestPodPidsLimit(t *testing.T) {
+	const uid = "0b7e4b4e-3c1c-4f0a-9d65-6a3b1e2f4c5d"
+	v1 := t.TempDir()
+	must(t, os.MkdirAll(filepath.Join(v1, "pids"), 0o755))
+	must(t, os.WriteFile(filepath.Join(v1, "pids", "cgroup.procs"), nil, 0o644))
+	m := NewManager(Config{CgroupFS: v1, PodPidsLimit: 321}, zerolog.Nop())
+	must(t, m.limitPodPids(uid))
+	if got, err := os.ReadFile(filepath.Join(v1, "pids", "mqlet", "pod"+uid, "pids.max")); err != nil || string(got) != "321" {
+		t.Fatalf("v1 pids.max: %q, %v", got, err)
+	}
+
+	v2 := t.TempDir()
+	must(t, os.WriteFile(filepath.Join(v2, "cgroup.controllers"), []byte("cpu memory pids\n"), 0o644))
+	m = NewManager(Config{CgroupFS: v2, PodPidsLimit: 321}, zerolog.Nop())
+	must(t, m.limitPodPids(uid))
+	for _, f := range []string{"cgroup.subtree_control", "mqlet/cgroup.subtree_control"} {
+		if got, err := os.ReadFile(filepath.Join(v2, f)); err != nil || string(got) != "+pids" {
+			t.Fatalf("v2 %s: %q, %v", f, got, err)
+		}
+	}
+	if got, err := os.ReadFile(filepath.Join(v2, "mqlet", "pod"+uid, "pids.max")); err != nil || string(got) != "321" {
+		t.Fatalf("v2 pids.max: %q, %v", got, err)
+	}
+
+	if err := NewManager(Config{CgroupFS: t.TempDir(), PodPidsLimit: 321}, zerolog.Nop()).limitPodPids(uid); err == nil {
+		t.Fatal("no pids controller, yet no error")
+	}
+	if err := NewManager(Config{CgroupFS: t.TempDir()}, zerolog.Nop()).limitPodPids(uid); err != nil {
+		t.Fatalf("no limit configured: %v", err)
+	}
+}
+
+func must(t *testing.T, err error) {
+	t.Helper()
+	if err != nil {
+		t.Fatal(err)
+	}
+}

@@ -18,6 +18,9 @@ type Config struct {
 	CgroupRoot string
 	// CgroupFS is where the cgroup hierarchies are mounted.
 	CgroupFS string
+	// PodPidsLimit is pids.max of every pod's cgroup (all its containers
+	// together); 0: no limit.
+	PodPidsLimit int64
 	// ConnectTimeout bounds one connection attempt (dial and version handshake).
 	ConnectTimeout time.Duration
 	// RequestTimeout bounds one ordinary CRI call (pulls and stops get more).

@@ -183,15 +183,30 @@ func (m *Manager) createHostPath(p string, file bool) error {
 	if err != nil {
 		return fmt.Errorf("hostPath %s: %w", p, err)
 	}
-	if target := filepath.Join(base, rest); !m.hostPathAllowed(target) {
+	target := filepath.Join(base, rest)
+	root, ok := m.allowedRoot(target)
+	if !ok {
 		return m.refuseHostPath(p, target)
 	}
-	var o beneathOpener
-	dirs, name := rest, ""
-	if file {
-		dirs, name = filepath.Dir(rest), filepath.Base(rest)
+	// Created beneath the allowed directory, never by the resolved path:
+	// a pod writing there can swap a directory of it for a symlink out
+	// between the resolution and the creation.
+	beneath, err := filepath.Rel(root, target)
+	if err != nil {
+		return fmt.Errorf("hostPath %s: %w", p, err)
 	}
-	fd, err := o.openSubpathMode(base, dirs, true, 0o755)
+	if m.afterResolve != nil {
+		m.afterResolve()
+	}
+	var o beneathOpener
+	dirs, name := beneath, ""
+	if file {
+		dirs, name = filepath.Dir(beneath), filepath.Base(beneath)
+	}
+	fd, err := o.openSubpathMode(root, dirs, true, 0o755)
+	if errors.Is(err, errEscapes) {
+		return fmt.Errorf("hostPath %s changed while it was created (%w): %w", p, err, errRefused)
+	}
 	if err != nil {
 		return fmt.Errorf("create hostPath %s: %w", p, err)
 	}

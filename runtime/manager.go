@@ -13,6 +13,9 @@ type Manager struct {
 	log         zerolog.Logger
 	conn        *connection
 	terminating terminations
+	// afterResolve, set only by tests, runs between resolving a hostPath's
+	// existing ancestor and creating beneath it (where a pod would race).
+	afterResolve func()
 }
 
 // NewManager returns a Manager for cfg (zero fields take the defaults).

@@ -513,3 +513,77 @@ func TestNoFollowWalkCreatesAndRefusesLikeOpenat2(t *testing.T) {
 		t.Fatalf("the walk created %v outside", entries)
 	}
 }
+
+// The runtime makes no user namespace, so a stored pod asking for one
+// (admitted by an older mqlet) is refused rather than run with host uids.
+func TestHostUsersFalseIsRefused(t *testing.T) {
+	pod := testPod(v1.RestartPolicyAlways, nil, "app")
+	if err := checkHostUsers(pod); err != nil {
+		t.Fatalf("a pod without hostUsers refused: %v", err)
+	}
+	off := false
+	pod.Spec.HostUsers = &off
+	err := checkHostUsers(pod)
+	if !errors.Is(err, errRefused) || !strings.Contains(err.Error(), "hostUsers: false is not supported") {
+		t.Fatalf("hostUsers: false: %v", err)
+	}
+}
+
+// An item path of "./x" passes Kubernetes validation; taken as written,
+// its first component "." made the volume directory itself a visible name:
+// it was removed and replaced by a dangling symlink, and the pod never
+// started. It is cleaned to x, as the kubelet does.
+func TestConfigMapItemPathIsCleaned(t *testing.T) {
+	dir := filepath.Join(t.TempDir(), "vol")
+	files, err := projectItems([]v1.KeyToPath{{Key: "a", Path: "./x"}, {Key: "b", Path: "sub/./y"}},
+		map[string][]byte{"a": []byte("hello"), "b": []byte("world")}, 0o644, false, "configmap test")
+	if err != nil {
+		t.Fatal(err)
+	}
+	for range 2 { // a second write of the same files changes nothing
+		if err := writeAtomic(dir, files); err != nil {
+			t.Fatalf("write: %v", err)
+		}
+		if info, err := os.Lstat(dir); err != nil || !info.IsDir() {
+			t.Fatalf("the volume directory is gone or replaced: %v %v", info, err)
+		}
+		for p, want := range map[string]string{"x": "hello", "sub/y": "world"} {
+			if got, err := os.ReadFile(filepath.Join(dir, p)); err != nil || string(got) != want {
+				t.Fatalf("%s: %q, %v", p, got, err)
+			}
+		}
+	}
+	for _, bad := range []string{".", "./", "x/..", "./../x", "/abs"} {
+		if _, err := projectItems([]v1.KeyToPath{{Key: "a", Path: bad}}, map[string][]byte{"a": nil}, 0o644, false, "configmap test"); err == nil {
+			t.Errorf("item path %q accepted", bad)
+		}
+	}
+}
+
+// A pod writing in an allowed directory can swap one of its directories
+// for a symlink out between the resolution of a DirectoryOrCreate or
+// FileOrCreate hostPath and its creation; the creation walked the resolved
+// path again and made the directory or file outside, as root. It is made
+// beneath the allowed directory instead.
+func TestHostPathCreationRaceStaysBeneath(t *testing.T) {
+	requireRoot(t)
+	for _, typ := range []v1.HostPathType{v1.HostPathDirectoryOrCreate, v1.HostPathFileOrCreate} {
+		m := testManager(t)
+		allowed, outside := t.TempDir(), t.TempDir()
+		m.cfg.AllowedHostPaths = []string{allowed}
+		must(t, os.MkdirAll(filepath.Join(allowed, "a", "b"), 0o755))
+		must(t, os.MkdirAll(filepath.Join(outside, "b"), 0o755))
+		m.afterResolve = func() { // the pod's move, after the check
+			must(t, os.Rename(filepath.Join(allowed, "a"), filepath.Join(allowed, "a-old")))
+			must(t, os.Symlink(outside, filepath.Join(allowed, "a")))
+		}
+		_, err := m.prepareVolumes(hostPathPod(filepath.Join(allowed, "a", "b", "new"), typ), fakeObjects{})
+		if entries, _ := os.ReadDir(filepath.Join(outside, "b")); len(entries) != 0 {
+			t.Fatalf("%s: the race created %s outside the allowed directory", typ, entries[0].Name())
+		}
+		if err == nil {
+			t.Fatalf("%s: the swapped hostPath was accepted", typ)
+		}
+		must(t, m.removePodDirs(testUID, "web", "default"))
+	}
+}

@@ -59,6 +59,10 @@ func (m *Manager) SyncPod(ctx context.Context, pod *v1.Pod, status *PodStatus, o
 		return nil
 	}
 
+	if err := checkHostUsers(pod); err != nil {
+		events.Event(pod, v1.EventTypeWarning, "FailedCreatePodSandBox", "Failed to create pod sandbox: "+err.Error())
+		return podConfigErrors(pod, fmt.Errorf("sync pod %s/%s: %w", pod.Namespace, pod.Name, err))
+	}
 	sandboxCfg, err := m.buildSandboxConfig(pod, act.SandboxAttempt)
 	if err != nil {
 		return fmt.Errorf("build sandbox config of pod %s/%s: %w", pod.Namespace, pod.Name, err)
@@ -71,6 +75,9 @@ func (m *Manager) SyncPod(ctx context.Context, pod *v1.Pod, status *PodStatus, o
 		}
 		if err := m.createPodDirs(pod); err != nil {
 			return err
+		}
+		if err := m.limitPodPids(string(pod.UID)); err != nil {
+			return fmt.Errorf("limit processes of pod %s/%s: %w", pod.Namespace, pod.Name, err)
 		}
 		log.Info().Str("reason", act.Reason).Uint32("attempt", act.SandboxAttempt).Msg("creating sandbox")
 		sandboxID, err = svc.runtime.RunPodSandbox(ctx, sandboxCfg, "")
@@ -297,6 +304,17 @@ func (m *Manager) stopContainer(ctx context.Context, svc *services, id string, g
 	defer cancel()
 	if err := svc.runtime.StopContainer(ctx, id, grace); err != nil && !isNotFound(err) {
 		return m.conn.classify(err)
+	}
+	return nil
+}
+
+// checkHostUsers refuses a pod that asks for a user namespace: the CRI
+// config mqlet sends has none, so its containers would run with the
+// host's uids while admission (the Pod Security Standards) relaxed
+// runAsNonRoot, runAsUser and procMount for it.
+func checkHostUsers(pod *v1.Pod) error {
+	if pod.Spec.HostUsers != nil && !*pod.Spec.HostUsers {
+		return fmt.Errorf("hostUsers: false is not supported: this node runs no pod in a user namespace: %w", errRefused)
 	}
 	return nil
 }

@@ -115,10 +115,15 @@ func projectItems(items []v1.KeyToPath, data map[string][]byte, defaultMode os.F
 		if it.Mode != nil {
 			mode = os.FileMode(*it.Mode)
 		}
-		if checkRelative(it.Path) != nil || strings.HasPrefix(it.Path, "..") {
+		// Cleaned, as the kubelet does: "./x" is x. Taken as written, its
+		// first component "." made the volume directory itself the
+		// "visible name" to replace with a symlink (the volume was removed
+		// and the pod never started).
+		p := filepath.Clean(it.Path)
+		if checkRelative(it.Path) != nil || p == "." || strings.HasPrefix(p, "..") {
 			return nil, fmt.Errorf("%s item path %q escapes the volume", what, it.Path)
 		}
-		files = append(files, volumeFile{path: it.Path, data: d, mode: mode})
+		files = append(files, volumeFile{path: p, data: d, mode: mode})
 	}
 	return files, nil
 }
@@ -235,7 +240,10 @@ func writeAtomic(dir string, files []volumeFile) error {
 	for _, f := range files {
 		top := strings.SplitN(f.path, "/", 2)[0]
 		wanted[top] = true
-		link := filepath.Join(dir, top)
+		link, err := childOf(dir, top)
+		if err != nil {
+			return err
+		}
 		if target, err := os.Readlink(link); err == nil && target == filepath.Join(dataLink, top) {
 			continue
 		}

@@ -329,6 +329,10 @@ func (in *Intake) apply(id string, payload []byte, replaceAll bool) {
 		in.fail(id, verb, err)
 		return
 	}
+	if err := in.checkHostPorts(id, objs, replaceAll); err != nil {
+		in.fail(id, verb, err)
+		return
+	}
 	var changes []store.Change
 	if replaceAll {
 		changes, err = in.store.Replace(objs)

@@ -19,6 +19,7 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
+	"sync/atomic"
 	"time"
 
 	bolt "go.etcd.io/bbolt"
@@ -126,6 +127,9 @@ type Store struct {
 	path     string
 	opts     Options
 	migrated []string
+	// secretsVersion moves whenever a secret is written or removed, so a
+	// scrubber of secret values knows when to rebuild (SecretsVersion).
+	secretsVersion atomic.Uint64
 }
 
 // Open opens (or creates) the store at path with default options.
@@ -296,7 +300,21 @@ func (s *Store) Apply(objs []runtime.Object) ([]Change, error) {
 	if err != nil {
 		return nil, fmt.Errorf("apply to state store: %w", err)
 	}
+	s.noteSecretChanges(changes)
 	return changes, nil
+}
+
+// SecretsVersion is a number that changes whenever a secret is stored,
+// changed or deleted (it may also change when none was).
+func (s *Store) SecretsVersion() uint64 { return s.secretsVersion.Load() + 1 }
+
+func (s *Store) noteSecretChanges(changes []Change) {
+	for _, c := range changes {
+		if c.Kind == KindSecret && c.Action != Unchanged {
+			s.secretsVersion.Add(1)
+			return
+		}
+	}
 }
 
 // Replace makes objs the whole desired state in one transaction: objects
@@ -337,6 +355,7 @@ func (s *Store) Replace(objs []runtime.Object) ([]Change, error) {
 	if err != nil {
 		return nil, fmt.Errorf("replace state store contents: %w", err)
 	}
+	s.noteSecretChanges(changes)
 	return changes, nil
 }
 
@@ -626,6 +645,9 @@ func (s *Store) Delete(kind, namespace, name string) (bool, error) {
 	})
 	if err != nil {
 		return false, fmt.Errorf("delete %s %s from state store: %w", kind, key, err)
+	}
+	if existed && kind == KindSecret {
+		s.secretsVersion.Add(1)
 	}
 	return existed, nil
 }

@@ -12,6 +12,7 @@ import (
 	"errors"
 	"io"
 	"slices"
+	"strconv"
 	"strings"
 
 	v1 "k8s.io/api/core/v1"
@@ -71,12 +72,24 @@ func FromSecrets(secrets []*v1.Secret) *Scrubber {
 		if len(v) < MinLength {
 			return
 		}
-		values = append(values, v, base64.StdEncoding.EncodeToString([]byte(v)))
-		// As it appears inside JSON text (a log line, a published status):
-		// quotes, backslashes, control characters and <>& escaped.
-		if quoted, err := json.Marshal(v); err == nil {
-			if inner := string(quoted[1 : len(quoted)-1]); inner != v {
-				values = append(values, inner)
+		values = append(values, base64.StdEncoding.EncodeToString([]byte(v)))
+		// As it is written, and as Go quotes it in an error (%q, %+q: exec's
+		// "executable file not found" does), where control characters and
+		// invalid UTF-8 of a binary secret become \x and \u escapes; each
+		// also as it appears inside JSON text (a log line, a published
+		// status): quotes, backslashes, control characters and <>& escaped.
+		forms := []string{v}
+		for _, quoted := range []string{strconv.Quote(v), strconv.QuoteToASCII(v)} {
+			if inner := quoted[1 : len(quoted)-1]; inner != v {
+				forms = append(forms, inner)
+			}
+		}
+		for _, f := range forms {
+			values = append(values, f)
+			if quoted, err := json.Marshal(f); err == nil {
+				if inner := string(quoted[1 : len(quoted)-1]); inner != f {
+					values = append(values, inner)
+				}
 			}
 		}
 	}
@@ -169,7 +182,8 @@ func (e *scrubbed) Is(target error) bool { return errors.Is(e.cause, target) }
 
 // Writer scrubs everything written through it with the Scrubber current
 // returns at each write (so newly stored secrets count at once). zerolog
-// writes one whole line per Write, so a value is never split across calls.
+// writes one whole line per Write, so a value is never split across calls;
+// a line that is one JSON document is kept valid JSON (see JSON).
 type Writer struct {
 	next    io.Writer
 	current func() *Scrubber
@@ -185,8 +199,9 @@ func (w *Writer) Write(p []byte) (int, error) {
 	if s.Len() == 0 {
 		return w.next.Write(p)
 	}
-	clean := s.String(string(p))
-	if _, err := io.WriteString(w.next, clean); err != nil {
+	// A JSON line (zerolog's) stays valid JSON; other text is replaced.
+	clean := s.JSON(p)
+	if _, err := w.next.Write(clean); err != nil {
 		return 0, err
 	}
 	return len(p), nil // what the caller gave was consumed whole
