@@ -385,3 +385,14 @@ func (p scrubbingPublisher) Put(m outbox.Message) error {
 	m.Payload = p.scrub().JSON(m.Payload)
 	return p.next.Put(m)
 }
+
+// PutBatch scrubs each message as Put does and queues them together.
+func (p scrubbingPublisher) PutBatch(msgs []outbox.Message) error {
+	s := p.scrub()
+	scrubbed := make([]outbox.Message, len(msgs))
+	for i, m := range msgs {
+		m.Payload = s.JSON(m.Payload)
+		scrubbed[i] = m
+	}
+	return p.next.PutBatch(scrubbed)
+}
