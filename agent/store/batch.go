@@ -15,13 +15,19 @@ import (
 // error, not at all. It is how a burst of commands is persisted at the cost
 // of one. tx must not be used after fn returns.
 func (s *Store) Batch(fn func(tx *Tx) error) error {
+	var secretsChanged bool
 	err := s.db.Update(func(btx *bolt.Tx) error {
 		t := &Tx{s: s, tx: btx}
-		defer func() { t.tx = nil }()
+		defer func() { t.tx, secretsChanged = nil, t.secretsChanged }()
 		return fn(t)
 	})
 	if err != nil {
 		return fmt.Errorf("batch write to state store %s: %w", s.path, err)
+	}
+	if secretsChanged {
+		// Before any reply or event of the batch is published, so the
+		// scrubber of secret values already knows the new ones.
+		s.secretsVersion.Add(1)
 	}
 	return nil
 }
@@ -35,6 +41,17 @@ type Tx struct {
 	s      *Store
 	tx     *bolt.Tx
 	failed error
+	// secretsChanged is set when a secret is written or removed, so Batch
+	// moves the store's SecretsVersion once the batch is durable.
+	secretsChanged bool
+}
+
+func (t *Tx) noteSecretChanges(changes []Change) {
+	for _, c := range changes {
+		if c.Kind == KindSecret && c.Action != Unchanged {
+			t.secretsChanged = true
+		}
+	}
 }
 
 var errTxDone = errors.New("store transaction already ended")
@@ -65,6 +82,7 @@ func (t *Tx) Apply(objs []runtime.Object) ([]Change, error) {
 	if err != nil {
 		return nil, t.fail(fmt.Errorf("apply to state store: %w", err))
 	}
+	t.noteSecretChanges(changes)
 	return changes, nil
 }
 
@@ -97,6 +115,7 @@ func (t *Tx) Replace(objs []runtime.Object) ([]Change, error) {
 			changes = append(changes, Change{Kind: kind, Key: string(k), Action: Deleted, Object: prev})
 		}
 	}
+	t.noteSecretChanges(changes)
 	return changes, nil
 }
 
@@ -116,6 +135,9 @@ func (t *Tx) Delete(kind, namespace, name string) (bool, error) {
 	}
 	if err := b.Delete(key); err != nil {
 		return false, t.fail(fmt.Errorf("delete %s %s from state store: %w", kind, key, err))
+	}
+	if kind == KindSecret {
+		t.secretsChanged = true
 	}
 	return true, nil
 }

@@ -188,3 +188,32 @@ func TestBatchSeesItsOwnWritesAndRollsBack(t *testing.T) {
 		}
 	}
 }
+
+// A secret written or removed in a batch moves SecretsVersion once the batch
+// is committed (the scrubber of secret values rebuilds on it); a batch that
+// touches no secret, or is undone, leaves it.
+func TestBatchMovesSecretsVersion(t *testing.T) {
+	s := openTest(t, filepath.Join(t.TempDir(), "s.db"), Options{})
+	secret := []runtime.Object{&v1.Secret{ObjectMeta: metav1.ObjectMeta{Name: "pw"}, StringData: map[string]string{"p": "value-1"}}}
+	cm := []runtime.Object{&v1.ConfigMap{ObjectMeta: metav1.ObjectMeta{Name: "c"}, Data: map[string]string{"k": "v"}}}
+	v0 := s.SecretsVersion()
+	if err := s.Batch(func(tx *Tx) error { _, err := tx.Apply(cm); return err }); err != nil {
+		t.Fatal(err)
+	}
+	if s.SecretsVersion() != v0 {
+		t.Fatal("a batch without secrets moved SecretsVersion")
+	}
+	if err := s.Batch(func(tx *Tx) error { _, err := tx.Apply(secret); return err }); err != nil {
+		t.Fatal(err)
+	}
+	v1 := s.SecretsVersion()
+	if v1 == v0 {
+		t.Fatal("storing a secret in a batch did not move SecretsVersion")
+	}
+	if err := s.Batch(func(tx *Tx) error { _, err := tx.Delete(KindSecret, "default", "pw"); return err }); err != nil {
+		t.Fatal(err)
+	}
+	if s.SecretsVersion() == v1 {
+		t.Fatal("deleting a secret in a batch did not move SecretsVersion")
+	}
+}
