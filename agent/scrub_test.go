@@ -15,7 +15,10 @@ type captured struct{ msgs []outbox.Message }
 
 func (c *captured) Put(m outbox.Message) error { c.msgs = append(c.msgs, m); return nil }
 
-func (c *captured) PutBatch(msgs []outbox.Message) error { c.msgs = append(c.msgs, msgs...); return nil }
+func (c *captured) PutBatch(msgs []outbox.Message) error {
+	c.msgs = append(c.msgs, msgs...)
+	return nil
+}
 
 // Every message queued through Scrubbed loses the node's secret values,
 // stays valid JSON and keeps its topic and flags.
