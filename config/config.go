@@ -57,6 +57,7 @@ type Config struct {
 	Telemetry      Telemetry      `json:"telemetry"`
 	Requests       Requests       `json:"requests"`
 	Security       Security       `json:"security"`
+	Images         Images         `json:"images"`
 }
 
 // MQTT is the broker session.
@@ -202,6 +203,7 @@ func Default() Config {
 			AllowedHostPaths: []string{}, AllowedCapabilities: []string{}, AllowedHostPorts: []string{}},
 		Requests: Requests{MaxRecords: 1000, TTL: Duration{24 * time.Hour}},
 		Security: defaultSecurity(),
+		Images:   defaultImages(),
 	}
 }
 
@@ -318,6 +320,7 @@ func (c *Config) Validate() error {
 	}
 	positive("requests.ttl", c.Requests.TTL)
 	c.Security.validate(bad)
+	c.Images.validate(bad)
 	return errors.Join(errs...)
 }
 

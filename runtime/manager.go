@@ -13,6 +13,7 @@ type Manager struct {
 	log         zerolog.Logger
 	conn        *connection
 	terminating terminations
+	puller      *imagePuller
 }
 
 // NewManager returns a Manager for cfg (zero fields take the defaults).
@@ -24,12 +25,18 @@ func NewManager(cfg Config, log zerolog.Logger) *Manager {
 func newManager(cfg Config, log zerolog.Logger, dial dialFunc) *Manager {
 	cfg = cfg.withDefaults()
 	log = log.With().Str("component", "runtime").Logger()
-	return &Manager{cfg: cfg, log: log, conn: newConnection(cfg, log, dial)}
+	m := &Manager{cfg: cfg, log: log, conn: newConnection(cfg, log, dial)}
+	m.puller = newImagePuller(m.pullImage, cfg.PullParallelism, cfg.PullTimeout, cfg.PullBackoffBase, cfg.PullBackoffMax, nil)
+	return m
 }
 
 // Run keeps the connection to the runtime until ctx ends: it handshakes,
 // re-checks periodically, and reconnects with exponential backoff.
-func (m *Manager) Run(ctx context.Context) { m.conn.run(ctx) }
+// Image pulls in flight are cancelled when it returns.
+func (m *Manager) Run(ctx context.Context) {
+	defer m.puller.stop()
+	m.conn.run(ctx)
+}
 
 // Ready reports whether the runtime answered the last handshake.
 func (m *Manager) Ready() bool { return m.conn.isReady() }

@@ -76,6 +76,11 @@ func runAgent(ctx context.Context, cfg *config.Config, log zerolog.Logger) error
 		// secret values from what it reports.
 		AllowedHostPaths: cfg.Admission.AllowedHostPaths,
 		Secrets:          st,
+		PullParallelism:  cfg.Images.PullParallelism,
+		PullTimeout:      cfg.Images.PullTimeout.Duration,
+		PullBackoffBase:  cfg.Images.PullBackoffBase.Duration,
+		PullBackoffMax:   cfg.Images.PullBackoffMax.Duration,
+		NodeCredentials:  cfg.Images.CredentialsFile,
 	}, log)
 	if m := st.MigratedUIDs(); len(m) > 0 {
 		log.Warn().Strs("objects", m).Msg("stored uids that were not UUIDs were replaced; those pods are re-created")

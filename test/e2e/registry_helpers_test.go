@@ -160,6 +160,16 @@ func (r *Registry) Push(src, name string) string {
 	return ref
 }
 
+// untag removes one image name from the test containerd (its content stays
+// while other names use it).
+func untag(t testing.TB, ref string) {
+	t.Helper()
+	sock := strings.TrimPrefix(containerd.Endpoint(t), "unix://")
+	if out, err := exec.Command("ctr", "-n", "k8s.io", "-a", sock, "images", "rm", ref).CombinedOutput(); err != nil {
+		t.Logf("ctr images rm %s: %v: %s", ref, err, out)
+	}
+}
+
 // do sends one registry API request with the registry's credentials.
 func (r *Registry) do(method, path, contentType string, body io.Reader, size int64) *http.Response {
 	r.t.Helper()

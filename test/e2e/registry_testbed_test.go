@@ -33,7 +33,9 @@ func TestRegistryTestBed(t *testing.T) {
 		defer cancel()
 		_, err := img.PullImage(ctx, &runtimeapi.ImageSpec{Image: ref}, auth, nil)
 		if err == nil {
-			_ = img.RemoveImage(ctx, &runtimeapi.ImageSpec{Image: ref})
+			// Only this name: CRI's RemoveImage would drop every tag of the
+			// image, the local busybox too.
+			untag(t, ref)
 		}
 		return err
 	}
