@@ -8,8 +8,8 @@ import (
 	"sync"
 	"time"
 
-	runtimeapi "k8s.io/cri-api/pkg/apis/runtime/v1"
 	"k8s.io/client-go/util/flowcontrol"
+	runtimeapi "k8s.io/cri-api/pkg/apis/runtime/v1"
 	"k8s.io/utils/clock"
 )
 
@@ -93,11 +93,11 @@ func (p *imagePuller) stop() {
 type pullState int
 
 const (
-	pullStarted  pullState = iota // a pull began (or the pod joined one); wait for the wake
-	pullWaiting                   // still pulling; already told
-	pullDone                      // result holds the pulled image
-	pullFailed                    // result holds the failure this pod has not seen yet
-	pullBackOff                   // the image is in backoff; wait
+	pullStarted pullState = iota // a pull began (or the pod joined one); wait for the wake
+	pullWaiting                  // still pulling; already told
+	pullDone                     // result holds the pulled image
+	pullFailed                   // result holds the failure this pod has not seen yet
+	pullBackOff                  // the image is in backoff; wait
 )
 
 type pullResult struct {
