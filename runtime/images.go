@@ -50,7 +50,11 @@ func (m *Manager) ensureImage(ctx context.Context, svc *services, pod *v1.Pod, c
 			return "", fmt.Errorf("check image %q: %w", c.Image, m.conn.classify(err))
 		}
 		if img := resp.GetImage(); img != nil {
-			events.Event(pod, v1.EventTypeNormal, "Pulled", fmt.Sprintf("Container image %q already present on machine", c.Image))
+			if pl := m.puller.take(string(pod.UID), c.Image); pl != nil {
+				events.Event(pod, v1.EventTypeNormal, "Pulled", pulledMessage(c.Image, pl))
+			} else {
+				events.Event(pod, v1.EventTypeNormal, "Pulled", fmt.Sprintf("Container image %q already present on machine", c.Image))
+			}
 			return img.Id, nil
 		}
 		if policy == v1.PullNever {
@@ -75,10 +79,8 @@ func (m *Manager) ensureImage(ctx context.Context, svc *services, pod *v1.Pod, c
 		return "", &ContainerError{Container: c.Name, Reason: "ContainerCreating", RetryAfter: pullingRecheck,
 			Err: fmt.Errorf("pulling image %q", c.Image)}
 	case pullDone:
-		pl := res.pull
-		events.Event(pod, v1.EventTypeNormal, "Pulled", fmt.Sprintf("Successfully pulled image %q in %s (%s including waiting). Image size: %d bytes.",
-			c.Image, pl.finished.Sub(pl.began).Round(time.Millisecond), pl.finished.Sub(pl.queued).Round(time.Millisecond), pl.size))
-		return pl.ref, nil
+		events.Event(pod, v1.EventTypeNormal, "Pulled", pulledMessage(c.Image, res.pull))
+		return res.pull.ref, nil
 	case pullFailed:
 		events.Event(pod, v1.EventTypeWarning, "Failed", fmt.Sprintf("Failed to pull image %q: %v", c.Image, res.err))
 		return "", &ContainerError{Container: c.Name, Reason: "ErrImagePull", RetryAfter: backOffRecheck, Definite: res.definite,
@@ -89,6 +91,12 @@ func (m *Manager) ensureImage(ctx context.Context, svc *services, pod *v1.Pod, c
 		return "", &ContainerError{Container: c.Name, Reason: "ImagePullBackOff", RetryAfter: res.wait + 10*time.Millisecond, Definite: res.definite,
 			Err: fmt.Errorf("Back-off pulling image %q: %w: %w", c.Image, ErrImagePull, res.err)}
 	}
+}
+
+// pulledMessage is the kubelet's Pulled event text for a finished pull.
+func pulledMessage(image string, pl *imagePull) string {
+	return fmt.Sprintf("Successfully pulled image %q in %s (%s including waiting). Image size: %d bytes.",
+		image, pl.finished.Sub(pl.began).Round(time.Millisecond), pl.finished.Sub(pl.queued).Round(time.Millisecond), pl.size)
 }
 
 // pullImage is the puller's pullFunc: one CRI PullImage and the size of

@@ -161,6 +161,20 @@ func (pl *imagePull) isDone() bool {
 	}
 }
 
+// take returns the finished, successful pull of image that pod uid waited
+// on, if any, and stops its wait (the pod found the image present first).
+func (p *imagePuller) take(uid, image string) *imagePull {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	for _, pl := range p.pulls {
+		if pl.image == image && pl.waiters[uid] && pl.isDone() && pl.err == nil {
+			delete(pl.waiters, uid)
+			return pl
+		}
+	}
+	return nil
+}
+
 // forget drops what pod uid waits for (the pod is gone).
 func (p *imagePuller) forget(uid string) {
 	p.mu.Lock()
