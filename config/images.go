@@ -22,6 +22,14 @@ type Images struct {
 	// matched by registry the same way. Read at every pull; never published
 	// or logged. Empty: none.
 	CredentialsFile string `json:"credentialsFile"`
+	// PreloadDir holds image tarballs (OCI or docker save; .tar, .tar.gz,
+	// .tgz) imported into containerd at start and whenever one appears or
+	// changes, with a node event per import. Empty: off.
+	PreloadDir string `json:"preloadDir"`
+	// PreloadInterval is how often PreloadDir is rescanned.
+	PreloadInterval Duration `json:"preloadInterval"`
+	// Ctr is containerd's ctr binary, which does the import (CRI has none).
+	Ctr string `json:"ctr"`
 }
 
 func defaultImages() Images {
@@ -30,6 +38,8 @@ func defaultImages() Images {
 		PullTimeout:     Duration{10 * time.Minute},
 		PullBackoffBase: Duration{10 * time.Second},
 		PullBackoffMax:  Duration{300 * time.Second},
+		PreloadInterval: Duration{10 * time.Second},
+		Ctr:             "ctr",
 	}
 }
 
@@ -48,5 +58,14 @@ func (im *Images) validate(bad func(field, format string, args ...any)) {
 	}
 	if im.CredentialsFile != "" && !filepath.IsAbs(im.CredentialsFile) {
 		bad("images.credentialsFile", "must be an absolute path")
+	}
+	if im.PreloadDir != "" && !filepath.IsAbs(im.PreloadDir) {
+		bad("images.preloadDir", "must be an absolute path")
+	}
+	if im.PreloadInterval.Duration <= 0 {
+		bad("images.preloadInterval", "must be positive")
+	}
+	if im.Ctr == "" {
+		bad("images.ctr", "must name the ctr binary")
 	}
 }

@@ -156,6 +156,11 @@ func runAgent(ctx context.Context, cfg *config.Config, log zerolog.Logger) error
 	spawn("outbox", func(ctx context.Context) error { return box.Run(ctx, sess) })
 	spawn("agent", a.Run)
 	spawn("telemetry", tel.Run)
+	if cfg.Images.PreloadDir != "" {
+		pre := runtime.NewPreloader(runtime.PreloadConfig{Dir: cfg.Images.PreloadDir, Interval: cfg.Images.PreloadInterval.Duration,
+			Ctr: cfg.Images.Ctr, Endpoint: cfg.Runtime.CRIEndpoint}, a.Events(), log)
+		spawn("preload", pre.Run)
+	}
 	log.Info().Str("bootId", birth.BootID()).Str("broker", redacted(brokerURL(cfg))).Str("cri", cfg.Runtime.CRIEndpoint).Msg("mqlet running")
 
 	<-ctx.Done()
