@@ -86,8 +86,11 @@ func (m *Manager) ensureImage(ctx context.Context, svc *services, pod *v1.Pod, c
 		return "", &ContainerError{Container: c.Name, Reason: "ErrImagePull", RetryAfter: backOffRecheck, Definite: res.definite,
 			Err: fmt.Errorf("%w: pull image %q: %w", ErrImagePull, c.Image, res.err)}
 	default: // pullBackOff
-		// The wait stays out of the message so each retry counts into one event.
-		events.Event(pod, v1.EventTypeNormal, "BackOff", fmt.Sprintf("Back-off pulling image %q", c.Image))
+		// Once per pod and failed pull (not per sync), and the wait stays out
+		// of the message, so each retry counts into the same event.
+		if res.announce {
+			events.Event(pod, v1.EventTypeNormal, "BackOff", fmt.Sprintf("Back-off pulling image %q", c.Image))
+		}
 		return "", &ContainerError{Container: c.Name, Reason: "ImagePullBackOff", RetryAfter: res.wait + 10*time.Millisecond, Definite: res.definite,
 			Err: fmt.Errorf("Back-off pulling image %q: %w: %w", c.Image, ErrImagePull, res.err)}
 	}

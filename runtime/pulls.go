@@ -47,6 +47,7 @@ type pullFailure struct {
 	at       time.Time
 	err      error
 	definite bool
+	told     map[string]bool // pods already told of this backoff
 }
 
 // imagePuller runs image pulls outside the pod syncs: a sync asks for an
@@ -106,6 +107,7 @@ type pullResult struct {
 	wait     time.Duration // pullBackOff: how long still
 	err      error         // pullFailed, pullBackOff: the registry's error
 	definite bool          // the error will not go away by retrying
+	announce bool          // pullBackOff: first time this pod hears of this backoff
 }
 
 // request says where pod uid stands with image (key: image and
@@ -139,7 +141,11 @@ func (p *imagePuller) request(uid, key string, w pullWork) pullResult {
 	if p.backoff.IsInBackOffSinceUpdate(w.image, now) {
 		f := p.failures[w.image]
 		wait := p.backoff.Get(w.image) - now.Sub(f.at)
-		return pullResult{state: pullBackOff, wait: max(wait, 0), err: f.err, definite: f.definite}
+		announce := !f.told[uid]
+		if f.told != nil {
+			f.told[uid] = true
+		}
+		return pullResult{state: pullBackOff, wait: max(wait, 0), err: f.err, definite: f.definite, announce: announce}
 	}
 	pl := &imagePull{image: w.image, queued: now, done: make(chan struct{}), waiters: map[string]bool{uid: true}}
 	p.pulls[key] = pl
@@ -220,7 +226,7 @@ func (p *imagePuller) run(pl *imagePull, w pullWork) {
 	pl.finished, pl.ref, pl.size, pl.err = now, ref, size, err
 	if err != nil {
 		p.backoff.Next(w.image, now)
-		p.failures[w.image] = pullFailure{at: now, err: err, definite: definitePullError(err)}
+		p.failures[w.image] = pullFailure{at: now, err: err, definite: definitePullError(err), told: map[string]bool{}}
 	} else {
 		p.backoff.Reset(w.image)
 		delete(p.failures, w.image)

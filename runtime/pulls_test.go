@@ -125,8 +125,11 @@ func TestPullerBacksOffPerImageSharedByPods(t *testing.T) {
 		t.Fatalf("after the failure: %+v", r)
 	}
 	// Another pod with the same image shares the backoff.
-	if r := p.request("pod-b", pullKey(w), w); r.state != pullBackOff || r.wait != 10*time.Second {
+	if r := p.request("pod-b", pullKey(w), w); r.state != pullBackOff || r.wait != 10*time.Second || !r.announce {
 		t.Fatalf("second pod: %+v", r)
+	}
+	if r := p.request("pod-b", pullKey(w), w); r.state != pullBackOff || r.announce {
+		t.Fatalf("second pod asked again: %+v (announced twice)", r)
 	}
 	var waits []time.Duration
 	for range 6 {

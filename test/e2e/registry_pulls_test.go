@@ -173,6 +173,10 @@ func TestRegistryUnreachableBacksOff(t *testing.T) {
 	if n, last := len(failed), failed[len(failed)-1].Count; n > len(pulls)+1 || last > int32(len(pulls)+1) {
 		t.Fatalf("%d Failed events (last count %d) for %d attempts", n, last, len(pulls))
 	}
+	backoffs := e.eventsFor(mark, "flaky", "BackOff")
+	if len(backoffs) == 0 || len(backoffs) > len(pulls)+1 {
+		t.Fatalf("%d BackOff events for %d attempts", len(backoffs), len(pulls))
+	}
 	if rs := e.mq.Replies(e.node, id); len(rs) > 0 && rs[len(rs)-1].Final() {
 		t.Fatalf("a transient failure answered the apply: %+v", rs[len(rs)-1])
 	}
