@@ -14,6 +14,8 @@ type Manager struct {
 	conn        *connection
 	terminating terminations
 	puller      *imagePuller
+	imageUse    imageUses
+	statfs      func(path string) (capacity, used int64, err error)
 }
 
 // NewManager returns a Manager for cfg (zero fields take the defaults).
@@ -25,7 +27,7 @@ func NewManager(cfg Config, log zerolog.Logger) *Manager {
 func newManager(cfg Config, log zerolog.Logger, dial dialFunc) *Manager {
 	cfg = cfg.withDefaults()
 	log = log.With().Str("component", "runtime").Logger()
-	m := &Manager{cfg: cfg, log: log, conn: newConnection(cfg, log, dial)}
+	m := &Manager{cfg: cfg, log: log, conn: newConnection(cfg, log, dial), statfs: statfsUsage}
 	m.puller = newImagePuller(m.pullImage, cfg.PullParallelism, cfg.PullTimeout, cfg.PullBackoffBase, cfg.PullBackoffMax, nil)
 	return m
 }

@@ -199,6 +199,7 @@ func (m *Manager) startContainer(ctx context.Context, svc *services, r startRequ
 		}
 		return fail(reason, fmt.Errorf("%s: %w", what, err))
 	}
+	m.imageUse.record(imageRef, time.Now())
 	// The restart counts once the image is there: a pull in flight or in
 	// backoff does not use up a crash-loop step.
 	if prev := latestByName(r.status, r.init)[c.Name]; prev != nil && prev.State == ContainerExited && r.backoff != nil {
