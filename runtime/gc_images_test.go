@@ -8,8 +8,8 @@ import (
 	"time"
 
 	"github.com/rs/zerolog"
-	runtimeapi "k8s.io/cri-api/pkg/apis/runtime/v1"
 	internalapi "k8s.io/cri-api/pkg/apis"
+	runtimeapi "k8s.io/cri-api/pkg/apis/runtime/v1"
 )
 
 // gcImageFake is the part of CRI image GC uses: images of 100 bytes by name.
