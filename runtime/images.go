@@ -6,6 +6,7 @@ import (
 	"encoding/hex"
 	"errors"
 	"fmt"
+	"sort"
 	"strings"
 	"time"
 
@@ -198,4 +199,34 @@ func (m *Manager) nodeKeyring() credentialprovider.DockerKeyring {
 	}
 	kr.Add(nil, cfg)
 	return kr
+}
+
+// maxNodeImages is how many images the node status lists, as the kubelet's
+// default nodeStatusMaxImages.
+const maxNodeImages = 50
+
+// NodeImages lists the images present, largest first (at most 50), as the
+// kubelet puts them in the node's status.images.
+func (m *Manager) NodeImages(ctx context.Context) ([]v1.ContainerImage, error) {
+	svc, err := m.conn.get()
+	if err != nil {
+		return nil, err
+	}
+	images, err := svc.image.ListImages(quietContext(ctx), nil)
+	if err != nil {
+		return nil, fmt.Errorf("list images: %w", m.conn.classify(err))
+	}
+	out := make([]v1.ContainerImage, 0, len(images))
+	for _, img := range images {
+		names := append(append([]string{}, img.RepoTags...), img.RepoDigests...)
+		if len(names) == 0 {
+			continue
+		}
+		out = append(out, v1.ContainerImage{Names: names, SizeBytes: int64(img.Size)})
+	}
+	sort.SliceStable(out, func(i, j int) bool { return out[i].SizeBytes > out[j].SizeBytes })
+	if len(out) > maxNodeImages {
+		out = out[:maxNodeImages]
+	}
+	return out, nil
 }

@@ -7,6 +7,7 @@ import (
 	"testing"
 	"time"
 
+	v1 "k8s.io/api/core/v1"
 	runtimeapi "k8s.io/cri-api/pkg/apis/runtime/v1"
 
 	"github.com/mqlet/mqlet/internal/testutil/containerd"
@@ -47,7 +48,7 @@ func TestRegistryImageGCWithRealImages(t *testing.T) {
 		e.agent.Restart()
 		e.mq.WaitState(mark, e.node, "online", 30*time.Second)
 	}
-	restart("gc:\n  interval: 1s\n  imageGCHighPercent: 1\n")
+	restart("  nodeStatusInterval: 2s\ngc:\n  interval: 1s\n  imageGCHighPercent: 1\n") // the first line goes under telemetry
 	// Runs before the pods are deleted: without "keep" the busybox image
 	// would be unused and go too.
 	t.Cleanup(func() { restart("") })
@@ -56,6 +57,16 @@ func TestRegistryImageGCWithRealImages(t *testing.T) {
 	if !present(imgB) {
 		t.Fatal("image b not present while its pod runs")
 	}
+	// The node status lists the images present, as the kubelet's status.images.
+	e.waitNode(0, 90*time.Second, "status.images lists images a and b", func(n *v1.Node) bool {
+		names := map[string]bool{}
+		for _, img := range n.Status.Images {
+			for _, name := range img.Names {
+				names[name] = img.SizeBytes > 0
+			}
+		}
+		return names[imgA] && names[imgB]
+	})
 	e.deletePod("b")
 	Eventually(t, 60*time.Second, "unused images b and c removed", func() bool { return !present(imgB) && !present(imgC) })
 	for _, ref := range []string{imgA, containerd.BusyboxImage, containerd.PauseImage} {
