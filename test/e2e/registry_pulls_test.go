@@ -229,7 +229,7 @@ func TestRegistryAlwaysMovedTag(t *testing.T) {
 	Eventually(t, 60*time.Second, "the moved tag's digest running after a restart", func() bool { return digestOfRunning() == second })
 }
 
-func imageService(t *testing.T) interface {
+func imageService(t testing.TB) interface {
 	ImageStatus(ctx context.Context, image *runtimeapi.ImageSpec, verbose bool) (*runtimeapi.ImageStatusResponse, error)
 	RemoveImage(ctx context.Context, image *runtimeapi.ImageSpec) error
 } {
@@ -246,62 +246,115 @@ func imageService(t *testing.T) interface {
 // TestRegistryBigPullDoesNotDelayOthers pulls a ~200 MB image through mqlet
 // and, while it runs, starts a pod whose image is present: that pod starts
 // before the pull ends and about as fast as alone. It logs the pull time
-// through mqlet against `ctr images pull` of the same image.
+// through mqlet against `ctr images pull` of the same image
+// (BenchmarkRegistryBigPull reports the same as metrics).
 func TestRegistryBigPullDoesNotDelayOthers(t *testing.T) {
-	reg := StartRegistry(t, false)
+	_, image := bigImage(t)
+	e := newPodEnv(t, pullTestConfig)
+	r := bigPullRound(t, e, image, 1)
+	t.Logf("200 MB pull: ctr images pull %v, through mqlet (apply to running) %v, ratio %.2f; %s",
+		r.direct.Round(time.Millisecond), r.viaMqlet.Round(time.Millisecond), r.viaMqlet.Seconds()/r.direct.Seconds(), r.pulled)
+	t.Logf("present-image pod start: alone %v, during the big pull %v", r.alone.Round(time.Millisecond), r.during.Round(time.Millisecond))
+	if r.during > 3*r.alone+5*time.Second {
+		t.Fatalf("a present-image pod took %v to start during the pull, %v alone", r.during, r.alone)
+	}
+}
+
+// BenchmarkRegistryBigPull: per round, a 200 MB pull by `ctr images pull`
+// and through mqlet, and the start of a present-image pod alone and during
+// mqlet's pull. Run with -benchtime=3x (each round takes ~10 s).
+func BenchmarkRegistryBigPull(b *testing.B) {
+	_, image := bigImage(b)
+	e := newPodEnv(b, pullTestConfig)
+	var direct, via, alone, during time.Duration
+	b.ResetTimer()
+	for i := range b.N {
+		r := bigPullRound(b, e, image, i+1)
+		direct, via, alone, during = direct+r.direct, via+r.viaMqlet, alone+r.alone, during+r.during
+	}
+	n := float64(b.N)
+	b.ReportMetric(direct.Seconds()/n, "ctr-pull-s")
+	b.ReportMetric(via.Seconds()/n, "mqlet-pull-s")
+	b.ReportMetric(via.Seconds()/direct.Seconds(), "mqlet/ctr")
+	b.ReportMetric(float64(alone.Milliseconds())/n, "start-alone-ms")
+	b.ReportMetric(float64(during.Milliseconds())/n, "start-during-pull-ms")
+}
+
+// bigImage pushes busybox plus a 200 MiB random layer to a plain registry.
+func bigImage(tb testing.TB) (*Registry, string) {
+	reg := StartRegistry(tb, false)
 	reg.Push(containerd.BusyboxImage, "big/base:1")
 	reg.Derive("big/base:1", "big/app:1", "big", 200<<20)
-	image := reg.Host + "/big/app:1"
-	sock := strings.TrimPrefix(containerd.Endpoint(t), "unix://")
+	return reg, reg.Host + "/big/app:1"
+}
+
+type bigPullTimes struct {
+	direct, viaMqlet, alone, during time.Duration
+	pulled                          string // mqlet's Pulled event
+}
+
+// bigPullRound pulls image with ctr and removes it, then has mqlet run a
+// pod of it while a present-image pod starts; it leaves nothing behind.
+func bigPullRound(tb testing.TB, e *podEnv, image string, round int) bigPullTimes {
+	tb.Helper()
+	var r bigPullTimes
+	sock := strings.TrimPrefix(containerd.Endpoint(tb), "unix://")
 	hostsDir := filepath.Join(filepath.Dir(sock), "certs.d")
 	start := time.Now()
 	if out, err := exec.Command("ctr", "-n", "k8s.io", "-a", sock, "images", "pull", "--hosts-dir", hostsDir, image).CombinedOutput(); err != nil {
-		t.Fatalf("ctr images pull: %v: %s", err, tail(string(out), 5))
+		tb.Fatalf("ctr images pull: %v: %s", err, tail(string(out), 5))
 	}
-	direct := time.Since(start)
-	// Every name of it (CRI added its digest name), so its content goes and
-	// mqlet has to pull it all again; the busybox image has another id.
-	img := imageService(t)
+	r.direct = time.Since(start)
+	removeImage(tb, image)
+
+	alone, big, during := fmt.Sprintf("alone-%d", round), fmt.Sprintf("big-%d", round), fmt.Sprintf("during-%d", round)
+	t0 := time.Now()
+	e.apply(podYAML(alone, e.ns, "Always", "sleep 3600"), "succeeded", podReadyTimeout)
+	r.alone = time.Since(t0)
+	bigID := e.nextID("apply")
+	mark := e.mq.Mark()
+	t1 := time.Now()
+	e.mq.Command(e.node, "apply", bigID, []byte(regPod(big, e.ns, image, "IfNotPresent")))
+	Eventually(tb, 30*time.Second, "the big pull started", func() bool { return len(e.eventsFor(mark, big, "Pulling")) > 0 })
+	t2 := time.Now()
+	e.apply(podYAML(during, e.ns, "Always", "sleep 3600"), "succeeded", podReadyTimeout)
+	r.during = time.Since(t2)
+	if len(e.eventsFor(mark, big, "Pulled")) > 0 {
+		tb.Fatalf("the big pull ended (%v) before the other pod started; nothing is shown", time.Since(t1))
+	}
+	e.waitFinal(bigID, "succeeded", 5*time.Minute)
+	r.viaMqlet = time.Since(t1)
+	if pulled := e.eventsFor(mark, big, "Pulled"); len(pulled) > 0 {
+		r.pulled = pulled[len(pulled)-1].Message
+	}
+	for _, n := range []string{alone, big, during} {
+		e.deletePod(n)
+	}
+	Eventually(tb, podGoneTimeout, "the round's pods gone", func() bool {
+		return len(e.cri.Containers(e.ns, big)) == 0 && len(e.cri.Sandboxes(e.ns, big)) == 0
+	})
+	removeImage(tb, image)
+	return r
+}
+
+// removeImage removes every name of image (CRI added its digest name) and
+// waits until its 200 MiB layer is gone, so the next pull fetches it all.
+// The busybox image has another id and stays.
+func removeImage(tb testing.TB, image string) {
+	tb.Helper()
+	img := imageService(tb)
 	ctx, cancel := criCtx()
+	defer cancel()
 	st, err := img.ImageStatus(ctx, &runtimeapi.ImageSpec{Image: image}, false)
 	if err != nil || st.GetImage() == nil {
-		t.Fatalf("image pulled by ctr not seen by CRI: %v", err)
+		tb.Fatalf("image %s not seen by CRI: %v", image, err)
 	}
 	if err := img.RemoveImage(ctx, &runtimeapi.ImageSpec{Image: st.GetImage().Id}); err != nil {
-		t.Fatalf("removing the image ctr pulled: %v", err)
+		tb.Fatalf("removing image %s: %v", image, err)
 	}
-	cancel()
-	Eventually(t, 30*time.Second, "the 200 MB layer gone from containerd's content store", func() bool {
+	sock := strings.TrimPrefix(containerd.Endpoint(tb), "unix://")
+	Eventually(tb, 30*time.Second, "the 200 MB layer gone from containerd's content store", func() bool {
 		out, err := exec.Command("ctr", "-n", "k8s.io", "-a", sock, "content", "ls").Output()
 		return err == nil && !strings.Contains(string(out), "MiB")
 	})
-
-	e := newPodEnv(t, pullTestConfig)
-	e.cleanupPods("alone", "big", "during")
-	t0 := time.Now()
-	e.apply(podYAML("alone", e.ns, "Always", "sleep 3600"), "succeeded", podReadyTimeout)
-	alone := time.Since(t0)
-
-	bigID := e.nextID("apply")
-	t1 := time.Now()
-	e.mq.Command(e.node, "apply", bigID, []byte(regPod("big", e.ns, image, "IfNotPresent")))
-	mark := e.mq.Mark()
-	e.mq.WaitFor(0, 30*time.Second, "the big pull started", func(m Msg) bool {
-		return strings.Contains(string(m.Payload), `"Pulling"`) && strings.Contains(string(m.Payload), "big/app")
-	})
-	t2 := time.Now()
-	e.apply(podYAML("during", e.ns, "Always", "sleep 3600"), "succeeded", podReadyTimeout)
-	during := time.Since(t2)
-	if len(e.eventsFor(mark, "big", "Pulled")) > 0 {
-		t.Fatalf("the big pull ended (%v) before the other pod started; the test shows nothing", time.Since(t1))
-	}
-	e.waitFinal(bigID, "succeeded", 5*time.Minute)
-	viaMqlet := time.Since(t1)
-	pulled := e.eventsFor(0, "big", "Pulled")
-	t.Logf("200 MB pull: ctr images pull %v, through mqlet (apply to running) %v, ratio %.2f; Pulled event: %s",
-		direct.Round(time.Millisecond), viaMqlet.Round(time.Millisecond), viaMqlet.Seconds()/direct.Seconds(), pulled[len(pulled)-1].Message)
-	t.Logf("present-image pod start: alone %v, during the big pull %v", alone.Round(time.Millisecond), during.Round(time.Millisecond))
-	if during > 3*alone+5*time.Second {
-		t.Fatalf("a present-image pod took %v to start during the pull, %v alone", during, alone)
-	}
 }
