@@ -192,7 +192,8 @@ func TestRegistryUnreachableBacksOff(t *testing.T) {
 }
 
 // TestRegistryAlwaysMovedTag: with imagePullPolicy Always, a restart of the
-// pod's container after the tag moved runs the new digest.
+// pod's container after the tag moved runs the new digest; with the registry
+// gone the container is not started from the cached image (as the kubelet).
 func TestRegistryAlwaysMovedTag(t *testing.T) {
 	reg := StartRegistry(t, false)
 	reg.Push(containerd.BusyboxImage, "moving/base:1")
@@ -227,6 +228,17 @@ func TestRegistryAlwaysMovedTag(t *testing.T) {
 		t.Fatal("the new image has the old digest")
 	}
 	Eventually(t, 60*time.Second, "the moved tag's digest running after a restart", func() bool { return digestOfRunning() == second })
+
+	// Registry gone: as the kubelet, Always does not fall back to the
+	// cached image; the next start waits in ErrImagePull/ImagePullBackOff.
+	reg.Stop()
+	e.waitStatus("moving", 60*time.Second, "waiting on the unreachable registry", func(p *v1.Pod) bool {
+		reason, msg := waitingOf(p)
+		return (reason == "ImagePullBackOff" || reason == "ErrImagePull") && strings.Contains(msg, "connection refused")
+	})
+	if n := len(e.cri.Running(e.ns, "moving")); n != 0 {
+		t.Fatalf("%d containers running from the cached image with Always and no registry", n)
+	}
 }
 
 func imageService(t testing.TB) interface {
