@@ -103,6 +103,23 @@ func StartRegistry(t testing.TB, secure bool) *Registry {
 	return r
 }
 
+// UseMirrors rewrites this registry's hosts.toml so containerd tries the
+// mirrors in order before it (containerd's hosts.d, which mqlet leaves
+// registry mirrors to, as the kubelet does).
+func (r *Registry) UseMirrors(mirrors ...*Registry) {
+	r.t.Helper()
+	hosts := fmt.Sprintf("server = %q\n", r.URL())
+	for _, m := range mirrors {
+		hosts += fmt.Sprintf("\n[host.%q]\n  capabilities = [\"pull\", \"resolve\"]\n", m.URL())
+		if m.caFile != "" {
+			hosts += fmt.Sprintf("  ca = %q\n", m.caFile)
+		}
+	}
+	if err := os.WriteFile(filepath.Join(r.hostsDir, r.Host, "hosts.toml"), []byte(hosts), 0o644); err != nil {
+		r.t.Fatal(err)
+	}
+}
+
 // URL is the registry's base URL.
 func (r *Registry) URL() string { return r.scheme + "://" + r.Host }
 

@@ -191,6 +191,19 @@ func TestRegistryUnreachableBacksOff(t *testing.T) {
 	e.waitFinal(id, "succeeded", 30*time.Second)
 }
 
+// TestRegistryMirrorBeforeUpstream: a mirror configured in containerd's
+// hosts.d serves the image while the upstream registry is down.
+func TestRegistryMirrorBeforeUpstream(t *testing.T) {
+	upstream := StartRegistry(t, false)
+	mirror := StartRegistry(t, false)
+	mirror.Push(containerd.BusyboxImage, "mirrored/app:1")
+	upstream.Stop()
+	upstream.UseMirrors(mirror)
+	e := newPodEnv(t, pullTestConfig)
+	e.cleanupPods("mirrored")
+	e.apply([]byte(regPod("mirrored", e.ns, upstream.Host+"/mirrored/app:1", "Always")), "succeeded", podReadyTimeout)
+}
+
 // TestRegistryAlwaysMovedTag: with imagePullPolicy Always, a restart of the
 // pod's container after the tag moved runs the new digest; with the registry
 // gone the container is not started from the cached image (as the kubelet).
