@@ -82,7 +82,13 @@ func StartRegistry(t testing.TB, secure bool) *Registry {
 	if err := os.WriteFile(filepath.Join(r.dir, "config.yml"), []byte(cfg), 0o600); err != nil {
 		t.Fatal(err)
 	}
-	hosts := fmt.Sprintf("server = %q\n\n[host.%q]\n  capabilities = [\"pull\", \"resolve\", \"push\"]\n", r.URL(), r.URL())
+	// containerd 1.6 wants a [host] section, and after a failure there it
+	// tries the server again with the top-level settings: both carry the CA.
+	hosts := fmt.Sprintf("server = %q\ncapabilities = [\"pull\", \"resolve\", \"push\"]\n", r.URL())
+	if r.caFile != "" {
+		hosts += fmt.Sprintf("ca = %q\n", r.caFile)
+	}
+	hosts += fmt.Sprintf("\n[host.%q]\n  capabilities = [\"pull\", \"resolve\", \"push\"]\n", r.URL())
 	if r.caFile != "" {
 		hosts += fmt.Sprintf("  ca = %q\n", r.caFile)
 	}
@@ -108,7 +114,10 @@ func StartRegistry(t testing.TB, secure bool) *Registry {
 // registry mirrors to, as the kubelet does).
 func (r *Registry) UseMirrors(mirrors ...*Registry) {
 	r.t.Helper()
-	hosts := fmt.Sprintf("server = %q\n", r.URL())
+	hosts := fmt.Sprintf("server = %q\ncapabilities = [\"pull\", \"resolve\", \"push\"]\n", r.URL())
+	if r.caFile != "" {
+		hosts += fmt.Sprintf("ca = %q\n", r.caFile)
+	}
 	for _, m := range mirrors {
 		hosts += fmt.Sprintf("\n[host.%q]\n  capabilities = [\"pull\", \"resolve\"]\n", m.URL())
 		if m.caFile != "" {

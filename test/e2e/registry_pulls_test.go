@@ -121,7 +121,7 @@ func TestRegistryPullSecretAuth(t *testing.T) {
 }
 
 // TestRegistryNodeCredentials: the node's own docker config.json alone
-// makes the pod run.
+// makes the pod run; a missing tag fails the apply at once.
 func TestRegistryNodeCredentials(t *testing.T) {
 	reg := StartRegistry(t, true)
 	image := reg.Push(containerd.BusyboxImage, "nodeonly/app:1")
@@ -132,6 +132,12 @@ func TestRegistryNodeCredentials(t *testing.T) {
 	e := newPodEnv(t, pullTestConfig+"  credentialsFile: "+creds+"\n")
 	e.cleanupPods("node-creds")
 	e.apply([]byte(regPod("node-creds", e.ns, image, "Always")), "succeeded", podReadyTimeout)
+	// A tag the registry does not have is a definite failure too.
+	e.cleanupPods("no-such-tag")
+	r := e.apply([]byte(regPod("no-such-tag", e.ns, reg.Host+"/nodeonly/app:nope", "IfNotPresent")), "failed", 60*time.Second)
+	if !strings.Contains(r.Message, "not found") {
+		t.Fatalf("apply of a missing tag: want the registry's not found, got %q", r.Message)
+	}
 	if strings.Contains(e.agent.Logs(), reg.Pass) {
 		t.Fatal("the registry password is in mqlet's log")
 	}
