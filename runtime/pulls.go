@@ -147,6 +147,9 @@ func (p *imagePuller) request(uid, key string, w pullWork) pullResult {
 		}
 		return pullResult{state: pullBackOff, wait: max(wait, 0), err: f.err, definite: f.definite, announce: announce}
 	}
+	if p.ctx.Err() != nil {
+		return pullResult{state: pullWaiting} // stopping: no new pulls
+	}
 	pl := &imagePull{image: w.image, queued: now, done: make(chan struct{}), waiters: map[string]bool{uid: true}}
 	p.pulls[key] = pl
 	p.wg.Add(1)
