@@ -57,6 +57,7 @@ type Config struct {
 	Telemetry      Telemetry      `json:"telemetry"`
 	Requests       Requests       `json:"requests"`
 	Security       Security       `json:"security"`
+	Images         Images         `json:"images"`
 }
 
 // MQTT is the broker session.
@@ -214,6 +215,7 @@ func Default() Config {
 			AllowedHostPaths: []string{}, AllowedCapabilities: []string{}, AllowedHostPorts: []string{}},
 		Requests: Requests{MaxRecords: 1000, TTL: Duration{24 * time.Hour}, MaxRecordBytes: 8 << 20, MaxReplyBytes: 256 << 10, MaxBacklog: 5000, MaxBacklogBytes: 32 << 20},
 		Security: defaultSecurity(),
+		Images:   defaultImages(),
 	}
 }
 
@@ -345,6 +347,7 @@ func (c *Config) Validate() error {
 		bad("requests.maxBacklogBytes", "must be at least mqtt.maxPayloadBytes (%d)", c.MQTT.MaxPayloadBytes)
 	}
 	c.Security.validate(bad)
+	c.Images.validate(bad)
 	return errors.Join(errs...)
 }
 

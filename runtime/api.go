@@ -137,12 +137,18 @@ var ErrImageNeverPull = errors.New("ErrImageNeverPull")
 var ErrImagePull = errors.New("ErrImagePull")
 
 // ContainerError says which container could not be started and why, in the
-// kubelet's waiting-reason terms (ErrImageNeverPull, ErrImagePull,
+// kubelet's waiting-reason terms (ErrImageNeverPull, ErrImagePull, ImagePullBackOff,
 // CreateContainerConfigError, CreateContainerError, RunContainerError).
 type ContainerError struct {
 	Container string
 	Reason    string
 	Err       error
+	// RetryAfter, when set, is when the pod should be synced again (an
+	// image pull in flight or in backoff) instead of the sync retry backoff.
+	RetryAfter time.Duration
+	// Definite says no retry cures it without a change by the operator
+	// (the registry refused the credentials, or has no such image).
+	Definite bool
 }
 
 func (e *ContainerError) Error() string { return e.Err.Error() }

@@ -37,6 +37,17 @@ type Config struct {
 	// it from the admission policy, so the runtime re-checks at mount time
 	// what admission could only check as a string.
 	AllowedHostPaths []string
+	// PullParallelism bounds the image pulls running at once.
+	PullParallelism int
+	// PullTimeout bounds one image pull.
+	PullTimeout time.Duration
+	// PullBackoffBase and PullBackoffMax bound the per-image backoff after
+	// a failed pull (the kubelet's 10 s doubling to 300 s).
+	PullBackoffBase time.Duration
+	PullBackoffMax  time.Duration
+	// NodeCredentials is a docker config.json with the node's own registry
+	// credentials, tried after the pod's imagePullSecrets; empty: none.
+	NodeCredentials string
 	// Secrets lists the secrets the node knows; their values are scrubbed
 	// from every message and error the runtime hands out. Nil: none.
 	Secrets SecretLister
@@ -60,6 +71,10 @@ const (
 	DefaultRetryMax        = 30 * time.Second
 	DefaultHealthInterval  = 5 * time.Second
 	DefaultResolvConf      = "/etc/resolv.conf"
+	DefaultPullParallelism = 2
+	DefaultPullTimeout     = 10 * time.Minute
+	DefaultPullBackoffBase = 10 * time.Second
+	DefaultPullBackoffMax  = 300 * time.Second
 	defaultStopGracePeriod = 30
 )
 
@@ -96,6 +111,18 @@ func (c Config) withDefaults() Config {
 	}
 	if c.HealthInterval <= 0 {
 		c.HealthInterval = DefaultHealthInterval
+	}
+	if c.PullParallelism <= 0 {
+		c.PullParallelism = DefaultPullParallelism
+	}
+	if c.PullTimeout <= 0 {
+		c.PullTimeout = DefaultPullTimeout
+	}
+	if c.PullBackoffBase <= 0 {
+		c.PullBackoffBase = DefaultPullBackoffBase
+	}
+	if c.PullBackoffMax < c.PullBackoffBase {
+		c.PullBackoffMax = max(DefaultPullBackoffMax, c.PullBackoffBase)
 	}
 	if c.ResolvConf == "" {
 		c.ResolvConf = DefaultResolvConf

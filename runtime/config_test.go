@@ -209,31 +209,6 @@ func TestVolumes(t *testing.T) {
 	}
 }
 
-func TestPullAuths(t *testing.T) {
-	pod := testPod(v1.RestartPolicyAlways, nil, "a")
-	pod.Spec.ImagePullSecrets = []v1.LocalObjectReference{{Name: "reg"}}
-	objects := fakeObjects{secrets: map[string]*v1.Secret{"default/reg": {
-		Type: v1.SecretTypeDockerConfigJson,
-		Data: map[string][]byte{v1.DockerConfigJsonKey: []byte(`{"auths":{"https://index.docker.io/v1/":{"auth":"dXNlcjpwYXNz"},"reg.example:5000":{"username":"u2","password":"p2"}}}`)},
-	}}}
-	for image, wantUser := range map[string]string{"busybox": "user", "docker.io/library/nginx:1": "user", "reg.example:5000/app:1": "u2", "other.example/app": ""} {
-		auths, err := pullAuths(pod, image, objects)
-		if err != nil {
-			t.Fatal(err)
-		}
-		if auths[len(auths)-1] != nil {
-			t.Errorf("%s: anonymous pull is not the last resort", image)
-		}
-		got := ""
-		if auths[0] != nil {
-			got = auths[0].Username
-		}
-		if got != wantUser {
-			t.Errorf("%s: user %q, want %q", image, got, wantUser)
-		}
-	}
-}
-
 func TestDiffContainers(t *testing.T) {
 	old := map[string]plegRecord{"a": {"p1", ContainerRunning}, "b": {"p1", ContainerRunning}, "c": {"p2", ContainerExited}}
 	cur := map[string]plegRecord{"a": {"p1", ContainerRunning}, "b": {"p1", ContainerExited}, "d": {"p2", ContainerRunning}}

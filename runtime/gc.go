@@ -9,6 +9,7 @@ import (
 	"path/filepath"
 	"sort"
 	"strings"
+	"sync"
 	"syscall"
 	"time"
 
@@ -208,12 +209,10 @@ func (m *Manager) gcImages(ctx context.Context, svc *services, policy GCPolicy) 
 		return nil
 	}
 	mount := fs.GetImageFilesystems()[0].GetFsId().GetMountpoint()
-	var st syscall.Statfs_t
-	if err := syscall.Statfs(mount, &st); err != nil {
+	capacity, used, err := m.statfs(mount)
+	if err != nil {
 		return fmt.Errorf("gc: statfs %s: %w", mount, err)
 	}
-	capacity := int64(st.Blocks) * st.Bsize
-	used := capacity - int64(st.Bavail)*st.Bsize
 	if capacity <= 0 || used*100/capacity < int64(policy.ImageGCHighThresholdPercent) {
 		return nil
 	}
@@ -241,13 +240,23 @@ func (m *Manager) gcImages(ctx context.Context, svc *services, policy GCPolicy) 
 	if err != nil {
 		return fmt.Errorf("gc: list images: %w", m.conn.classify(err))
 	}
-	var errs []error
+	now := time.Now()
+	var candidates []*runtimeapi.Image
 	for _, img := range images {
+		if img.Pinned || used1[img.Id] || anyIn(img.RepoTags, used1) || anyIn(img.RepoTags, keep) || anyIn(img.RepoDigests, used1) {
+			m.imageUse.record(img.Id, now)
+			continue
+		}
+		candidates = append(candidates, img)
+	}
+	// As the kubelet: the least recently used first (an image never used
+	// since mqlet started counts from when it was first seen).
+	lastUsed := m.imageUse.lastUsed(candidates, now)
+	sort.SliceStable(candidates, func(i, j int) bool { return lastUsed[candidates[i].Id].Before(lastUsed[candidates[j].Id]) })
+	var errs []error
+	for _, img := range candidates {
 		if used <= target {
 			break
-		}
-		if img.Pinned || used1[img.Id] || anyIn(img.RepoTags, used1) || anyIn(img.RepoTags, keep) || anyIn(img.RepoDigests, used1) {
-			continue
 		}
 		m.log.Info().Strs("tags", img.RepoTags).Uint64("bytes", img.Size).Msg("removing unused image")
 		if err := svc.image.RemoveImage(ctx, &runtimeapi.ImageSpec{Image: img.Id}); err != nil && !isNotFound(err) {
@@ -304,4 +313,53 @@ func NormalizeImage(ref string) string {
 		name += ":latest"
 	}
 	return domain + "/" + name
+}
+
+// imageUses remembers when each image (by id) was last used to start a
+// container, and when images never used were first seen, for image GC.
+type imageUses struct {
+	mu    sync.Mutex
+	used  map[string]time.Time
+	first map[string]time.Time
+}
+
+func (u *imageUses) record(id string, at time.Time) {
+	u.mu.Lock()
+	defer u.mu.Unlock()
+	if u.used == nil {
+		u.used = map[string]time.Time{}
+	}
+	u.used[id] = at
+}
+
+// lastUsed returns, per image, its last use or else when it was first seen
+// (now for images seen for the first time), and forgets images gone.
+func (u *imageUses) lastUsed(images []*runtimeapi.Image, now time.Time) map[string]time.Time {
+	u.mu.Lock()
+	defer u.mu.Unlock()
+	if u.first == nil {
+		u.first = map[string]time.Time{}
+	}
+	out := make(map[string]time.Time, len(images))
+	for _, img := range images {
+		if t, ok := u.used[img.Id]; ok {
+			out[img.Id] = t
+			continue
+		}
+		if _, ok := u.first[img.Id]; !ok {
+			u.first[img.Id] = now
+		}
+		out[img.Id] = u.first[img.Id]
+	}
+	return out
+}
+
+// statfsUsage returns the size and the used bytes of the filesystem at path.
+func statfsUsage(path string) (capacity, used int64, err error) {
+	var st syscall.Statfs_t
+	if err := syscall.Statfs(path, &st); err != nil {
+		return 0, 0, err
+	}
+	capacity = int64(st.Blocks) * st.Bsize
+	return capacity, capacity - int64(st.Bavail)*st.Bsize, nil
 }

@@ -96,6 +96,7 @@ func (m *Manager) KillPodByRef(ctx context.Context, ref PodRef, gracePeriodOverr
 }
 
 func (m *Manager) killPod(ctx context.Context, pod *v1.Pod, uid, name, namespace string, override *int64) error {
+	m.puller.forget(uid)
 	svc, err := m.conn.get()
 	if err != nil {
 		return err

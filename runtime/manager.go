@@ -13,6 +13,9 @@ type Manager struct {
 	log         zerolog.Logger
 	conn        *connection
 	terminating terminations
+	puller      *imagePuller
+	imageUse    imageUses
+	statfs      func(path string) (capacity, used int64, err error)
 	// afterResolve, set only by tests, runs between resolving a hostPath's
 	// existing ancestor and creating beneath it (where a pod would race).
 	afterResolve func()
@@ -27,12 +30,18 @@ func NewManager(cfg Config, log zerolog.Logger) *Manager {
 func newManager(cfg Config, log zerolog.Logger, dial dialFunc) *Manager {
 	cfg = cfg.withDefaults()
 	log = log.With().Str("component", "runtime").Logger()
-	return &Manager{cfg: cfg, log: log, conn: newConnection(cfg, log, dial)}
+	m := &Manager{cfg: cfg, log: log, conn: newConnection(cfg, log, dial), statfs: statfsUsage}
+	m.puller = newImagePuller(m.pullImage, cfg.PullParallelism, cfg.PullTimeout, cfg.PullBackoffBase, cfg.PullBackoffMax, nil)
+	return m
 }
 
 // Run keeps the connection to the runtime until ctx ends: it handshakes,
 // re-checks periodically, and reconnects with exponential backoff.
-func (m *Manager) Run(ctx context.Context) { m.conn.run(ctx) }
+// Image pulls in flight are cancelled when it returns.
+func (m *Manager) Run(ctx context.Context) {
+	defer m.puller.stop()
+	m.conn.run(ctx)
+}
 
 // Ready reports whether the runtime answered the last handshake.
 func (m *Manager) Ready() bool { return m.conn.isReady() }

@@ -2,6 +2,7 @@ package runtime
 
 import (
 	"context"
+	"sync"
 	"time"
 
 	"google.golang.org/grpc/codes"
@@ -19,6 +20,23 @@ type plegRecord struct {
 // runtime's container event stream when available and otherwise relists
 // every period, comparing container and sandbox states.
 func (m *Manager) RunPLEG(ctx context.Context, period time.Duration, out chan<- PodLifecycleEvent) {
+	// Pods that waited on an image pull are woken when it ends (ImagePulled).
+	var wg sync.WaitGroup
+	defer wg.Wait()
+	wg.Add(1)
+	go func() {
+		defer wg.Done()
+		for {
+			select {
+			case <-ctx.Done():
+				return
+			case uid := <-m.puller.wake:
+				if !send(ctx, out, PodLifecycleEvent{PodUID: uid, Type: ImagePulled}) {
+					return
+				}
+			}
+		}
+	}()
 	relister := &relister{m: m, out: out}
 	evented := true
 	for {

@@ -86,12 +86,12 @@ func scrubError(s *redact.Scrubber, err error) error {
 		}
 		return errors.Join(out...)
 	case *ContainerError:
-		return &ContainerError{Container: e.Container, Reason: e.Reason, Err: s.Error(e.Err)}
+		return &ContainerError{Container: e.Container, Reason: e.Reason, Err: s.Error(e.Err), RetryAfter: e.RetryAfter, Definite: e.Definite}
 	}
 	if errors.As(err, &ce) {
 		// A wrapped ContainerError: keep it reachable (the agent reads its
 		// reason), with the outer context scrubbed into its message.
-		return &ContainerError{Container: ce.Container, Reason: ce.Reason, Err: s.Error(err)}
+		return &ContainerError{Container: ce.Container, Reason: ce.Reason, Err: s.Error(err), RetryAfter: ce.RetryAfter, Definite: ce.Definite}
 	}
 	return s.Error(err)
 }

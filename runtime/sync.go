@@ -184,7 +184,6 @@ func (m *Manager) startContainer(ctx context.Context, svc *services, r startRequ
 					fmt.Sprintf("Back-off restarting failed container %s in pod %s/%s", c.Name, pod.Namespace, pod.Name))
 				return be
 			}
-			r.backoff.Next(key, prev.FinishedAt)
 		}
 	}
 	what := fmt.Sprintf("container %s of pod %s/%s", c.Name, pod.Namespace, pod.Name)
@@ -193,6 +192,11 @@ func (m *Manager) startContainer(ctx context.Context, svc *services, r startRequ
 	}
 	imageRef, err := m.ensureImage(ctx, svc, pod, c, r.sandbox, r.objects, r.events)
 	if err != nil {
+		var ce *ContainerError
+		if errors.As(err, &ce) {
+			ce.Err = fmt.Errorf("%s: %w", what, ce.Err)
+			return ce
+		}
 		reason := "ErrImagePull"
 		switch {
 		case errors.Is(err, ErrImageNeverPull):
@@ -201,6 +205,12 @@ func (m *Manager) startContainer(ctx context.Context, svc *services, r startRequ
 			reason = "ContainerCreating"
 		}
 		return fail(reason, fmt.Errorf("%s: %w", what, err))
+	}
+	m.imageUse.record(imageRef, time.Now())
+	// The restart counts once the image is there: a pull in flight or in
+	// backoff does not use up a crash-loop step.
+	if prev := latestByName(r.status, r.init)[c.Name]; prev != nil && prev.State == ContainerExited && r.backoff != nil {
+		r.backoff.Next(BackoffKey(pod, c.Name), prev.FinishedAt)
 	}
 	configError := func(err error) error {
 		r.events.Event(pod, v1.EventTypeWarning, "Failed", fmt.Sprintf("Error: %v", err))

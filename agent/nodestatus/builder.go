@@ -121,6 +121,8 @@ type Inputs struct {
 	MemoryAvailableBytes *uint64
 	Disk                 *DiskUsage
 	PIDs                 *PIDUsage
+	// Images present on the node (status.images), largest first.
+	Images []v1.ContainerImage
 }
 
 // Builder turns Inputs into a v1.Node.
@@ -169,6 +171,7 @@ func (b *Builder) Build(in Inputs, prev *v1.Node, now time.Time) *v1.Node {
 	node.Status.Conditions = b.conditions(in, prev, stamp)
 	node.Status.NodeInfo = nodeInfo(in, b.opts.Version)
 	node.Status.Addresses = addresses(in.Host)
+	node.Status.Images = in.Images
 	return node
 }
 

@@ -280,3 +280,16 @@ func TestNewBuilderRejectsBadOptions(t *testing.T) {
 		t.Errorf("150%% disk threshold accepted")
 	}
 }
+
+func TestBuildListsImages(t *testing.T) {
+	b, err := NewBuilder(Options{NodeName: "gw1"})
+	if err != nil {
+		t.Fatal(err)
+	}
+	in := healthyInputs()
+	in.Images = []v1.ContainerImage{{Names: []string{"r/big:1", "r/big@sha256:aa"}, SizeBytes: 200 << 20}, {Names: []string{"r/small:1"}, SizeBytes: 1 << 20}}
+	n := b.Build(in, nil, time.Now())
+	if len(n.Status.Images) != 2 || n.Status.Images[0].Names[0] != "r/big:1" || n.Status.Images[1].SizeBytes != 1<<20 {
+		t.Fatalf("status.images %+v", n.Status.Images)
+	}
+}

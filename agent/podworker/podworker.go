@@ -364,7 +364,7 @@ func (p *Pool) syncKey(ctx context.Context, key string) (time.Duration, error) {
 
 	rs, err := p.rt.GetPodStatus(ctx, string(pod.UID), pod.Name, pod.Namespace)
 	if err != nil {
-		p.publish(pod, nil, podstatus.Hints{RuntimeUnreachable: true})
+		p.publish(pod, nil, podstatus.Hints{RuntimeUnreachable: true}, "")
 		return 0, fmt.Errorf("getting runtime status of pod %s: %w", key, err)
 	}
 	syncErr := p.rt.SyncPod(ctx, pod, rs, p.desired, p.backoff, p.events)
@@ -372,12 +372,15 @@ func (p *Pool) syncKey(ctx context.Context, key string) (time.Duration, error) {
 	if err != nil {
 		after = rs
 	}
-	p.publish(pod, after, podstatus.Hints{Waiting: waitingFrom(syncErr)})
+	p.publish(pod, after, podstatus.Hints{Waiting: waitingFrom(syncErr)}, definiteFrom(syncErr))
 
 	var be *runtime.BackoffError
-	switch {
+	switch wait, ok := retryFrom(syncErr); {
 	case syncErr == nil:
 		return 0, nil
+	case ok:
+		// Image pulls in flight or in backoff come back on their own time.
+		return wait, nil
 	case errors.As(syncErr, &be):
 		p.mu.Lock()
 		p.backoffs++
@@ -440,7 +443,10 @@ func safePathElement(uid string) bool {
 	return uid != "" && uid != "." && uid != ".." && !strings.ContainsAny(uid, "/\\\x00")
 }
 
-func (p *Pool) publish(pod *v1.Pod, rs *runtime.PodStatus, hints podstatus.Hints) {
+// publish sets the pod's status and tells the pending commands; definite,
+// when set, is why the pod will not start without a change (an image the
+// registry refused), which fails an apply at once.
+func (p *Pool) publish(pod *v1.Pod, rs *runtime.PodStatus, hints podstatus.Hints, definite string) {
 	name, _ := p.rt.RuntimeInfo()
 	hints.RuntimeName = name
 	hints.HostIPs = p.opts.HostIPs
@@ -452,6 +458,9 @@ func (p *Pool) publish(pod *v1.Pod, rs *runtime.PodStatus, hints podstatus.Hints
 		p.log.Warn().Err(err).Str("pod", pod.Namespace+"/"+pod.Name).Msg("publishing pod status")
 	}
 	done, ok, reason := podstatus.IsRunningOrDone(st, pod)
+	if definite != "" && !done {
+		done, ok, reason = true, false, definite
+	}
 	p.observe.Observe(pod.Namespace+"/"+pod.Name, pending.Outcome{Generation: pod.Generation, Done: done, OK: ok, Reason: reason})
 }
 
@@ -483,4 +492,78 @@ func waitingFrom(err error) map[string]podstatus.Waiting {
 	}
 	walk(err)
 	return out
+}
+
+// retryFrom returns the soonest RetryAfter of a sync error when every
+// failure in it carries one (pulls in flight or backing off) or is a
+// crash-loop wait; ok is false when some failure needs the sync retry.
+func retryFrom(err error) (wait time.Duration, ok bool) {
+	if err == nil {
+		return 0, false
+	}
+	found, all := false, true
+	var walk func(error)
+	walk = func(err error) {
+		switch e := err.(type) {
+		case *runtime.BackoffError:
+			if !found || e.Wait < wait {
+				wait = e.Wait + 10*time.Millisecond
+			}
+			found = true
+			return
+		case *runtime.ContainerError:
+			if e.RetryAfter <= 0 {
+				all = false
+				return
+			}
+			if !found || e.RetryAfter < wait {
+				wait = e.RetryAfter
+			}
+			found = true
+			return
+		case interface{ Unwrap() []error }:
+			for _, inner := range e.Unwrap() {
+				walk(inner)
+			}
+			return
+		}
+		if inner := errors.Unwrap(err); inner != nil {
+			walk(inner)
+			return
+		}
+		all = false
+	}
+	walk(err)
+	var ce *runtime.ContainerError
+	if !errors.As(err, &ce) {
+		return 0, false // crash-loop waits alone keep their own path
+	}
+	return wait, found && all
+}
+
+// definiteFrom returns the message of the first container error in err
+// that no retry cures, or "".
+func definiteFrom(err error) string {
+	var msg string
+	var walk func(error)
+	walk = func(err error) {
+		if msg != "" || err == nil {
+			return
+		}
+		switch e := err.(type) {
+		case *runtime.ContainerError:
+			if e.Definite {
+				msg = "container " + e.Container + ": " + e.Reason + ": " + e.Err.Error()
+			}
+			return
+		case interface{ Unwrap() []error }:
+			for _, inner := range e.Unwrap() {
+				walk(inner)
+			}
+			return
+		}
+		walk(errors.Unwrap(err))
+	}
+	walk(err)
+	return msg
 }

@@ -98,6 +98,13 @@ type NodeSources struct {
 	Host HostReader
 	// MemoryAvailable defaults to MemAvailable from /proc/meminfo.
 	MemoryAvailable MemoryAvailableReader
+	// Images lists the images present (status.images); nil: none listed.
+	Images ImageLister
+}
+
+// ImageLister lists the images on the node, as the node status shows them.
+type ImageLister interface {
+	NodeImages(ctx context.Context) ([]v1.ContainerImage, error)
 }
 
 // NodeReporter publishes the node (retained, QoS 1) when it changes and on
@@ -208,6 +215,15 @@ func (r *NodeReporter) inputs() nodestatus.Inputs {
 		r.hostErr = ""
 	}
 	in.Host, in.Disk, in.PIDs = host.Host, host.Disk, host.PIDs
+	if r.src.Images != nil && r.src.Runtime.Ready() {
+		ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+		if images, err := r.src.Images.NodeImages(ctx); err != nil {
+			r.log.Debug().Err(err).Msg("no image list for node status")
+		} else {
+			in.Images = images
+		}
+		cancel()
+	}
 	if avail, err := r.src.MemoryAvailable(); err != nil {
 		r.log.Warn().Err(err).Msg("no available memory for node status")
 	} else {

@@ -125,9 +125,17 @@ func New(ctx context.Context, cfg Config, deps Deps, log zerolog.Logger) (*Telem
 		}
 	}
 	t.node = NewNodeReporter(NodeOptions{Topics: cfg.Topics, Interval: cfg.NodeStatusInterval, MaxPods: cfg.MaxPods, RuntimeEndpoint: cfg.RuntimeEndpoint},
-		builder, NodeSources{Machine: machine, Runtime: deps.Runtime, Host: host, MemoryAvailable: deps.MemoryAvailable},
+		builder, nodeSources(machine, deps, host),
 		deps.Out, deps.Events, log.With().Str("component", "nodestatus").Logger())
 	return t, nil
+}
+
+func nodeSources(machine MachineSource, deps Deps, host HostReader) NodeSources {
+	src := NodeSources{Machine: machine, Runtime: deps.Runtime, Host: host, MemoryAvailable: deps.MemoryAvailable}
+	if images, ok := deps.Runtime.(ImageLister); ok {
+		src.Images = images
+	}
+	return src
 }
 
 // missingMachine stands in when MachineInfo cannot be read at all.

@@ -82,6 +82,11 @@ func runAgent(ctx context.Context, cfg *config.Config, log zerolog.Logger, secre
 		// secret values from what it reports.
 		AllowedHostPaths: cfg.Admission.AllowedHostPaths,
 		Secrets:          st,
+		PullParallelism:  cfg.Images.PullParallelism,
+		PullTimeout:      cfg.Images.PullTimeout.Duration,
+		PullBackoffBase:  cfg.Images.PullBackoffBase.Duration,
+		PullBackoffMax:   cfg.Images.PullBackoffMax.Duration,
+		NodeCredentials:  cfg.Images.CredentialsFile,
 	}, log)
 	if m := st.MigratedUIDs(); len(m) > 0 {
 		log.Warn().Strs("objects", m).Msg("stored uids that were not UUIDs were replaced; those pods are re-created")
@@ -160,6 +165,11 @@ func runAgent(ctx context.Context, cfg *config.Config, log zerolog.Logger, secre
 	spawn("outbox", func(ctx context.Context) error { return box.Run(ctx, sess) })
 	spawn("agent", a.Run)
 	spawn("telemetry", tel.Run)
+	if cfg.Images.PreloadDir != "" {
+		pre := runtime.NewPreloader(runtime.PreloadConfig{Dir: cfg.Images.PreloadDir, Interval: cfg.Images.PreloadInterval.Duration,
+			Ctr: cfg.Images.Ctr, Endpoint: cfg.Runtime.CRIEndpoint}, a.Events(), log)
+		spawn("preload", pre.Run)
+	}
 	log.Info().Str("bootId", birth.BootID()).Str("broker", redacted(brokerURL(cfg))).Str("cri", cfg.Runtime.CRIEndpoint).Msg("mqlet running")
 
 	<-ctx.Done()

@@ -33,7 +33,7 @@ var podEnvSeq atomic.Int64
 // podEnv is one mqlet on a real mosquitto and the test containerd, with a
 // node name and pod namespace of its own so tests never see each other's pods.
 type podEnv struct {
-	t        *testing.T
+	t        testing.TB
 	node, ns string
 	broker   *mosquitto.Broker
 	mq       *Client
@@ -61,14 +61,14 @@ var nonDNS = regexp.MustCompile(`[^a-z0-9-]+`)
 
 // newPodEnv starts mosquitto, a recording operator client and mqlet, and
 // waits until mqlet is online. extraConfig is appended to the test config.
-func newPodEnv(t *testing.T, extraConfig string) *podEnv {
+func newPodEnv(t testing.TB, extraConfig string) *podEnv {
 	t.Helper()
 	return startPodEnv(t, func(logDir string) string { return podTestConfig(logDir, extraConfig) })
 }
 
 // startPodEnv is newPodEnv with the mqlet config made by config (given a
 // fresh pod log dir) and extra mqlet flags.
-func startPodEnv(t *testing.T, config func(logDir string) string, args ...string) *podEnv {
+func startPodEnv(t testing.TB, config func(logDir string) string, args ...string) *podEnv {
 	t.Helper()
 	cri, endpoint := ConnectCRI(t)
 	ctx, cancel := criCtx()

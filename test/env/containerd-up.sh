@@ -7,6 +7,8 @@
 #   MQLET_TEST_DIR     scratch dir (default /run/mqlet-test)
 #   MQLET_TEST_BRIDGE  bridge name (default mqlet0)
 #   MQLET_TEST_SUBNET  pod subnet (default 10.88.77.0/24)
+# Registries: tests write $MQLET_TEST_DIR/certs.d/<host:port>/hosts.toml
+# (containerd's hosts.d), read by containerd at every pull.
 # Prints the CRI endpoint (unix://$MQLET_TEST_DIR/containerd.sock) on stdout.
 set -euo pipefail
 
@@ -47,7 +49,7 @@ answers() {
 }
 
 write_config() {
-	mkdir -p "$DIR/root" "$DIR/state" "$DIR/cni/net.d" "$DIR/cni/ipam" "$DIR/images"
+	mkdir -p "$DIR/root" "$DIR/state" "$DIR/cni/net.d" "$DIR/cni/ipam" "$DIR/images" "$DIR/certs.d"
 	cat >"$DIR/cni/net.d/10-mqlet-test.conflist" <<CONF
 {
   "cniVersion": "1.0.0",
@@ -94,6 +96,11 @@ state = "$DIR/state"
       runtime_type = "io.containerd.runc.v2"
       [plugins."io.containerd.grpc.v1.cri".containerd.runtimes.runc.options]
         SystemdCgroup = false
+  # Registry hosts (CA, plain HTTP, mirrors) are read from certs.d/<host>/hosts.toml
+  # at every pull, so tests add registries without restarting containerd; an
+  # empty directory changes nothing.
+  [plugins."io.containerd.grpc.v1.cri".registry]
+    config_path = "$DIR/certs.d"
   [plugins."io.containerd.grpc.v1.cri".cni]
     bin_dir = "/usr/lib/cni"
     conf_dir = "$DIR/cni/net.d"

@@ -3,13 +3,18 @@
 # benchmarks need, skipping those already present. Run as root.
 set -euo pipefail
 need=()
-for pkg in mosquitto mosquitto-clients containerd runc containernetworking-plugins busybox-static iptables jq; do
+for pkg in mosquitto mosquitto-clients containerd runc containernetworking-plugins busybox-static iptables jq docker-registry apache2-utils; do
 	dpkg -s "$pkg" >/dev/null 2>&1 || need+=("$pkg")
 done
 if [ ${#need[@]} -gt 0 ]; then
 	echo "installing: ${need[*]}" >&2
 	apt-get update -qq
 	DEBIAN_FRONTEND=noninteractive apt-get install -y -qq "${need[@]}" >/dev/null
+fi
+# docker-registry's package may start a system-wide registry on :5000; the
+# tests run their own on free loopback ports.
+if [ -x /etc/init.d/docker-registry ] && pidof docker-registry >/dev/null 2>&1; then
+	/etc/init.d/docker-registry stop >/dev/null 2>&1 || true
 fi
 # The Debian package may start a system-wide mosquitto; tests and the demo
 # run their own brokers.

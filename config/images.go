@@ -1,0 +1,71 @@
+package config
+
+import (
+	"path/filepath"
+	"time"
+)
+
+// Images is how images are pulled: how many pulls run at once, how long one
+// may take, how failed pulls back off (per image, shared by the pods using
+// it, as the kubelet's 10 s doubling to 300 s) and the node's own registry
+// credentials.
+type Images struct {
+	// PullParallelism bounds the pulls running at once; a pull never holds
+	// up the syncs of other pods.
+	PullParallelism int `json:"pullParallelism"`
+	// PullTimeout bounds one pull (all its layers).
+	PullTimeout     Duration `json:"pullTimeout"`
+	PullBackoffBase Duration `json:"pullBackoffBase"`
+	PullBackoffMax  Duration `json:"pullBackoffMax"`
+	// CredentialsFile is a docker config.json ({"auths": {...}}) with the
+	// node's registry credentials, tried after a pod's imagePullSecrets and
+	// matched by registry the same way. Read at every pull; never published
+	// or logged. Empty: none.
+	CredentialsFile string `json:"credentialsFile"`
+	// PreloadDir holds image tarballs (OCI or docker save; .tar, .tar.gz,
+	// .tgz) imported into containerd at start and whenever one appears or
+	// changes, with a node event per import. Empty: off.
+	PreloadDir string `json:"preloadDir"`
+	// PreloadInterval is how often PreloadDir is rescanned.
+	PreloadInterval Duration `json:"preloadInterval"`
+	// Ctr is containerd's ctr binary, which does the import (CRI has none).
+	Ctr string `json:"ctr"`
+}
+
+func defaultImages() Images {
+	return Images{
+		PullParallelism: 2,
+		PullTimeout:     Duration{10 * time.Minute},
+		PullBackoffBase: Duration{10 * time.Second},
+		PullBackoffMax:  Duration{300 * time.Second},
+		PreloadInterval: Duration{10 * time.Second},
+		Ctr:             "ctr",
+	}
+}
+
+func (im *Images) validate(bad func(field, format string, args ...any)) {
+	if im.PullParallelism < 1 || im.PullParallelism > 16 {
+		bad("images.pullParallelism", "must be between 1 and 16, got %d", im.PullParallelism)
+	}
+	if im.PullTimeout.Duration <= 0 {
+		bad("images.pullTimeout", "must be positive")
+	}
+	if im.PullBackoffBase.Duration <= 0 {
+		bad("images.pullBackoffBase", "must be positive")
+	}
+	if im.PullBackoffMax.Duration < im.PullBackoffBase.Duration {
+		bad("images.pullBackoffMax", "must be at least images.pullBackoffBase")
+	}
+	if im.CredentialsFile != "" && !filepath.IsAbs(im.CredentialsFile) {
+		bad("images.credentialsFile", "must be an absolute path")
+	}
+	if im.PreloadDir != "" && !filepath.IsAbs(im.PreloadDir) {
+		bad("images.preloadDir", "must be an absolute path")
+	}
+	if im.PreloadInterval.Duration <= 0 {
+		bad("images.preloadInterval", "must be positive")
+	}
+	if im.Ctr == "" {
+		bad("images.ctr", "must name the ctr binary")
+	}
+}
