@@ -343,3 +343,40 @@ func TestAttackBinarySecretQuotedByExec(t *testing.T) {
 		t.Errorf("binary secret in mqlet's log:\n%s", grepLines(logs, marker))
 	}
 }
+
+// A pod that ignores SIGTERM and has a long grace period held a pod worker
+// for all of it once deleted: with as many such pods as workers (here
+// pods.workers 1, one pod), no other pod was started, restarted or deleted
+// on the node until the grace period ran out (300 s here). Now the
+// termination runs beside the workers.
+func TestAttackStubbornTerminationHoldsNoWorker(t *testing.T) {
+	e := startPodEnv(t, func(logDir string) string {
+		return strings.Replace(podTestConfig(logDir, ""), "pods:\n", "pods:\n  workers: 1\n", 1)
+	})
+	e.cleanupPods("other")
+	stubborn := fmt.Sprintf(`apiVersion: v1
+kind: Pod
+metadata: {name: stubborn, namespace: %s}
+spec:
+  terminationGracePeriodSeconds: 300
+  containers:
+  - name: main
+    image: %s
+    imagePullPolicy: Never
+    command: ["sh", "-c", "trap '' TERM; while true; do sleep 1; done"]
+`, e.ns, busybox)
+	e.apply([]byte(stubborn), reply.Succeeded, podReadyTimeout)
+	id := e.nextID("delete")
+	e.mq.Command(e.node, "delete", id, []byte(`{"kind":"Pod","namespace":"`+e.ns+`","name":"stubborn"}`))
+	e.mq.WaitReply(e.node, id, reply.Accepted, 30*time.Second)
+	// The delete is under way (the stubborn pod still runs) when the next
+	// pod comes; it must not wait for the 300 s grace period.
+	Eventually(t, 30*time.Second, "the stubborn pod's termination under way", func() bool {
+		_, ok := e.status("stubborn")
+		return ok
+	})
+	e.apply(e.pod("other", "Always", "sleep 3600"), reply.Succeeded, 90*time.Second)
+	if len(e.cri.Running(e.ns, "stubborn")) == 0 {
+		t.Fatal("the stubborn pod was gone already, within its 300 s grace period")
+	}
+}
