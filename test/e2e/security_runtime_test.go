@@ -312,8 +312,9 @@ spec:
     command: ["sleep", "3600"]
     volumeMounts: [{name: h, mountPath: /host}]
 `, e.ns, filepath.Join(allowed, "pivot", strings.TrimPrefix(host.dir, "/"), "made-by-pod"), busybox)
-	e.cleanupPods("creator")
-	// Admission may refuse it first (it resolves too); either way it fails.
+	// Admission may refuse it first (it resolves too); either way it fails
+	// (and, refused at admission, there is nothing to delete: the final
+	// sweep removes what the runtime might hold).
 	r := e.apply([]byte(creator), reply.Failed, podReadyTimeout)
 	t.Logf("DirectoryOrCreate through the symlink: %s", r.Message)
 	if _, err := os.Stat(filepath.Join(host.dir, "made-by-pod")); err == nil {
@@ -423,13 +424,15 @@ func TestSecurityRuntimeProcAndSeccompDefaults(t *testing.T) {
 // 5. A hostPort a host service listens on is refused; the host service
 // keeps answering.
 func TestSecurityRuntimeHostPortHijack(t *testing.T) {
-	e := newPodEnv(t, "")
-	e.cleanupPods("hijack")
 	l, err := net.Listen("tcp", "0.0.0.0:0")
 	if err != nil {
 		t.Fatal(err)
 	}
 	defer l.Close()
+	// The port is allowed (admission would deny any hostPort under
+	// baseline): the runtime's check against host listeners is the test.
+	e := newPodEnv(t, fmt.Sprintf("admission:\n  allowedHostPorts: [\"%d\"]\n", l.Addr().(*net.TCPAddr).Port))
+	e.cleanupPods("hijack")
 	go func() {
 		for {
 			c, err := l.Accept()
