@@ -380,3 +380,43 @@ spec:
 		t.Fatal("the stubborn pod was gone already, within its 300 s grace period")
 	}
 }
+
+// Deleting (or rotating) a secret made its old value publishable: the
+// runtime still holds the containers that ran with it, whose messages
+// quote it, and the next pod status carried it unscrubbed, since the
+// scrubber only knew the secrets stored now.
+func TestAttackDeletedSecretValueStaysScrubbed(t *testing.T) {
+	e := newPodEnv(t, "")
+	e.cleanupPods("oldleak")
+	value := "Rotated-" + randomToken(t)
+	list := fmt.Sprintf(`{"apiVersion":"v1","kind":"List","items":[
+	  {"apiVersion":"v1","kind":"Secret","metadata":{"name":"pw","namespace":%q},"stringData":{"PW":%q}},
+	  {"apiVersion":"v1","kind":"Pod","metadata":{"name":"oldleak","namespace":%q},"spec":{
+	    "restartPolicy":"Always","terminationGracePeriodSeconds":1,
+	    "containers":[{"name":"main","image":%q,"imagePullPolicy":"Never","command":["$(PW)"],
+	      "env":[{"name":"PW","valueFrom":{"secretKeyRef":{"name":"pw","key":"PW"}}}]}]}}]}`,
+		e.ns, value, e.ns, busybox)
+	id := e.nextID("apply")
+	e.mq.Command(e.node, "apply", id, []byte(list))
+	e.mq.WaitReply(e.node, id, reply.Accepted, 30*time.Second)
+	e.waitStatus("oldleak", podReadyTimeout, "a failed start with the value redacted", func(p *v1.Pod) bool {
+		cs, ok := containerStatus(p, "main", false)
+		return ok && cs.LastTerminationState.Terminated != nil && strings.Contains(cs.LastTerminationState.Terminated.Message, "redacted")
+	})
+	del := e.nextID("delete")
+	e.mq.Command(e.node, "delete", del, []byte(`{"kind":"Secret","namespace":"`+e.ns+`","name":"pw"}`))
+	e.mq.WaitReply(e.node, del, reply.Accepted, 30*time.Second)
+	mark := e.mq.Mark()
+	e.waitStatus("oldleak", podReadyTimeout, "the status after the secret is gone", func(p *v1.Pod) bool {
+		cs, ok := containerStatus(p, "main", false)
+		return ok && cs.State.Waiting != nil && strings.Contains(cs.State.Waiting.Message, "pw")
+	})
+	for _, m := range e.mq.Messages()[mark:] {
+		if bytes.Contains(m.Payload, []byte(value)) {
+			t.Errorf("the deleted secret's value published on %s: %s", m.Topic, m.Payload)
+		}
+	}
+	if logs := e.agent.Logs(); strings.Contains(logs, value) {
+		t.Errorf("the deleted secret's value in mqlet's log:\n%s", grepLines(logs, value))
+	}
+}
