@@ -276,9 +276,11 @@ func agentOptions(cfg *config.Config, topics topic.Scheme) agent.Options {
 			ImageGCHighThresholdPercent: cfg.GC.ImageGCHighPercent,
 			ImageGCLowThresholdPercent:  max(cfg.GC.ImageGCHighPercent-5, 0),
 		},
-		PodStatusResync: cfg.Telemetry.PodStatusResync.Duration,
-		HostIPs:         hostIPs(),
-		MaxPods:         cfg.Pods.MaxPods,
+		PodStatusResync:   cfg.Telemetry.PodStatusResync.Duration,
+		HostIPs:           hostIPs(),
+		MaxPods:           cfg.Pods.MaxPods,
+		LogRotation:       runtime.LogRotation{MaxBytes: cfg.Runtime.ContainerLogMaxBytes, MaxFiles: cfg.Runtime.ContainerLogMaxFiles},
+		LogRotationPeriod: cfg.Runtime.LogRotationPeriod.Duration,
 	}
 }
 

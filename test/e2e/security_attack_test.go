@@ -420,3 +420,51 @@ func TestAttackDeletedSecretValueStaysScrubbed(t *testing.T) {
 		t.Errorf("the deleted secret's value in mqlet's log:\n%s", grepLines(logs, value))
 	}
 }
+
+// A container's log file grew without bound: `yes` wrote 542 MB in 10 s
+// here, enough to fill a gateway's flash in minutes and mqlet's state with
+// it. Log files are rotated beyond runtime.containerLogMaxBytes and only
+// containerLogMaxFiles are kept.
+func TestAttackLogFloodIsRotated(t *testing.T) {
+	logDir := t.TempDir()
+	e := startPodEnv(t, func(string) string {
+		return strings.Replace(podTestConfig(logDir, ""), "runtime:\n",
+			"runtime:\n  containerLogMaxBytes: 1048576\n  containerLogMaxFiles: 2\n  logRotationPeriod: 1s\n", 1)
+	})
+	e.cleanupPods("flood")
+	e.apply(e.pod("flood", "Always", "timeout 15 yes AAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAA; echo flood-over; sleep 3600"),
+		reply.Succeeded, podReadyTimeout)
+	files := func() ([]string, int64) {
+		list, _ := filepath.Glob(filepath.Join(logDir, e.ns+"_flood_*", "main", "0.log*"))
+		var total int64
+		for _, f := range list {
+			if st, err := os.Stat(f); err == nil {
+				total += st.Size()
+			}
+		}
+		return list, total
+	}
+	Eventually(t, 60*time.Second, "the flood over", func() bool {
+		list, _ := files()
+		for _, f := range list {
+			if b, err := os.ReadFile(f); err == nil && bytes.Contains(b, []byte("flood-over")) {
+				return true
+			}
+		}
+		return false
+	})
+	list, total := files()
+	rotated := 0
+	for _, f := range list {
+		if strings.HasPrefix(filepath.Base(f), "0.log.") {
+			rotated++
+		}
+	}
+	t.Logf("after 15 s of yes: %d files, %d bytes", len(list), total)
+	if rotated == 0 || len(list) > 2 {
+		t.Fatalf("log files %v: want the live one and at most one rotated", list)
+	}
+	if total > 300<<20 {
+		t.Fatalf("%d bytes of logs kept for one container with containerLogMaxBytes 1 MiB", total)
+	}
+}
