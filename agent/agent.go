@@ -42,6 +42,7 @@ type Runtime interface {
 	Changes() <-chan struct{}
 	RunPLEG(ctx context.Context, period time.Duration, out chan<- runtime.PodLifecycleEvent)
 	GarbageCollect(ctx context.Context, policy runtime.GCPolicy, isDesired func(uid string) bool) error
+	RotateLogs(ctx context.Context, r runtime.LogRotation) error
 }
 
 // Store is the persisted desired state.
@@ -82,6 +83,10 @@ type Options struct {
 	// allowed a pod security profile (nil: always the node's policy).
 	ProfilePolicy func(node validate.Policy, namespace, profile string) validate.Policy
 	MaxPods       int // pods.maxPods; 0: no limit
+	// LogRotation bounds container log files, checked every
+	// LogRotationPeriod (0: never).
+	LogRotation       runtime.LogRotation
+	LogRotationPeriod time.Duration
 	// CommandMarks (one slot) and SyncMarks (Workers slots) are the
 	// in-flight mark files (agent/inflight); nil turns the poison guard off.
 	CommandMarks, SyncMarks *inflight.File
@@ -212,6 +217,9 @@ func (a *Agent) Run(ctx context.Context) error {
 	spawn("pleg", a.runPLEG)
 	spawn("runtime-watch", a.watchRuntime)
 	spawn("housekeeping", a.housekeeping)
+	if a.opts.LogRotationPeriod > 0 && a.opts.LogRotation.MaxBytes > 0 {
+		spawn("log-rotation", a.rotateLogs)
+	}
 	wg.Wait()
 	return nil
 }
@@ -299,6 +307,26 @@ func (a *Agent) watchRuntime(ctx context.Context) {
 		case <-ctx.Done():
 			return
 		case <-changed:
+		}
+	}
+}
+
+// rotateLogs keeps container log files within their bound: a pod printing
+// as fast as it can would otherwise fill the node's disk in minutes.
+func (a *Agent) rotateLogs(ctx context.Context) {
+	t := time.NewTicker(a.opts.LogRotationPeriod)
+	defer t.Stop()
+	for {
+		select {
+		case <-ctx.Done():
+			return
+		case <-t.C:
+		}
+		if !a.rt.Ready() {
+			continue
+		}
+		if err := a.rt.RotateLogs(ctx, a.opts.LogRotation); err != nil {
+			a.log.Warn().Err(err).Msg("rotating container logs")
 		}
 	}
 }

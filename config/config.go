@@ -97,6 +97,12 @@ type Runtime struct {
 	CgroupRoot     string   `json:"cgroupRoot"`
 	RequestTimeout Duration `json:"requestTimeout"`
 	PLEGPeriod     Duration `json:"plegPeriod"`
+	// ContainerLogMaxBytes rotates a container's log file beyond it (0:
+	// never); ContainerLogMaxFiles are kept per container, the live one
+	// included; checked every LogRotationPeriod.
+	ContainerLogMaxBytes int64    `json:"containerLogMaxBytes"`
+	ContainerLogMaxFiles int      `json:"containerLogMaxFiles"`
+	LogRotationPeriod    Duration `json:"logRotationPeriod"`
 }
 
 // Pods is how pods are worked on.
@@ -187,6 +193,10 @@ func Default() Config {
 			CgroupRoot:     "/mqlet",
 			RequestTimeout: Duration{2 * time.Minute},
 			PLEGPeriod:     Duration{time.Second},
+			// The kubelet's defaults.
+			ContainerLogMaxBytes: 10 << 20,
+			ContainerLogMaxFiles: 5,
+			LogRotationPeriod:    Duration{10 * time.Second},
 		},
 		Pods: Pods{
 			Workers:           4,
@@ -311,6 +321,15 @@ func (c *Config) Validate() error {
 	}
 	positive("pods.backoffResetAfter", c.Pods.BackoffResetAfter)
 	positive("pods.applyDeadline", c.Pods.ApplyDeadline)
+	if c.Runtime.ContainerLogMaxBytes < 0 {
+		bad("runtime.containerLogMaxBytes", "must not be negative (0: never rotate), got %d", c.Runtime.ContainerLogMaxBytes)
+	}
+	if c.Runtime.ContainerLogMaxFiles < 2 {
+		bad("runtime.containerLogMaxFiles", "must be at least 2 (the live file and one rotated), got %d", c.Runtime.ContainerLogMaxFiles)
+	}
+	if c.Runtime.LogRotationPeriod.Duration <= 0 {
+		bad("runtime.logRotationPeriod", "must be positive, got %s", c.Runtime.LogRotationPeriod.Duration)
+	}
 	if c.Pods.PidsLimit < 0 {
 		bad("pods.pidsLimit", "must not be negative (0: no limit), got %d", c.Pods.PidsLimit)
 	}

@@ -67,6 +67,11 @@ func (m *Manager) SyncPod(ctx context.Context, pod *v1.Pod, status *PodStatus, o
 	if err != nil {
 		return fmt.Errorf("build sandbox config of pod %s/%s: %w", pod.Namespace, pod.Name, err)
 	}
+	// Before a new sandbox, and again for a live one (made before the
+	// limit was set, or with another) whenever containers are started.
+	if err := m.limitPodPids(string(pod.UID)); err != nil {
+		return fmt.Errorf("limit processes of pod %s/%s: %w", pod.Namespace, pod.Name, err)
+	}
 	sandboxID := act.SandboxID
 	if act.CreateSandbox {
 		if err := checkHostPorts(pod, hostProcNet); err != nil {
@@ -75,9 +80,6 @@ func (m *Manager) SyncPod(ctx context.Context, pod *v1.Pod, status *PodStatus, o
 		}
 		if err := m.createPodDirs(pod); err != nil {
 			return err
-		}
-		if err := m.limitPodPids(string(pod.UID)); err != nil {
-			return fmt.Errorf("limit processes of pod %s/%s: %w", pod.Namespace, pod.Name, err)
 		}
 		log.Info().Str("reason", act.Reason).Uint32("attempt", act.SandboxAttempt).Msg("creating sandbox")
 		sandboxID, err = svc.runtime.RunPodSandbox(ctx, sandboxCfg, "")

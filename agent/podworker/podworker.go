@@ -107,11 +107,14 @@ type Pool struct {
 	log     zerolog.Logger
 	queue   workqueue.TypedRateLimitingInterface[string]
 
+	killing sync.WaitGroup // the killAsync goroutines
+
 	mu       sync.Mutex
 	graceFor map[string]*int64 // grace period asked by a delete command
 	ownGrace map[string]*int64 // the pod's own terminationGracePeriodSeconds, last synced
 	uids     map[string]string // key → uid last synced, to find a pod gone from the store
 	told     map[string]int64  // key → generation whose quarantine was announced by this process
+	kills    map[string]*kill  // runtime pod uid → its termination, running or finished
 	syncs    uint64
 	failures uint64
 	backoffs uint64
@@ -127,7 +130,49 @@ func New(opts Options, rt Runtime, desired Desired, status StatusSink, observe O
 		opts: opts, rt: rt, desired: desired, status: status, observe: observe, backoff: backoff, events: events, log: log,
 		queue:    workqueue.NewTypedRateLimitingQueueWithConfig(limiter, workqueue.TypedRateLimitingQueueConfig[string]{Name: "pods"}),
 		graceFor: map[string]*int64{}, ownGrace: map[string]*int64{}, uids: map[string]string{}, told: map[string]int64{},
+		kills: map[string]*kill{},
 	}
+}
+
+// kill is one runtime pod being terminated outside the workers: a pod that
+// ignores SIGTERM holds its termination for its whole grace period, and
+// with the worker waiting, as many such pods as workers stopped every other
+// pod's sync on the node (starts, restarts, deletes) for that long.
+type kill struct {
+	key  string
+	done bool
+	err  error
+}
+
+// errTerminating says a pod's old runtime pod is still terminating; the
+// key is queued again when it is gone.
+var errTerminating = errors.New("still terminating")
+
+// killAsync starts terminating the runtime pod ref (once) and reports
+// whether that has finished, with its error. The key is queued again when
+// it finishes.
+func (p *Pool) killAsync(ctx context.Context, key string, ref runtime.PodRef, grace *int64) (bool, error) {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	k, ok := p.kills[ref.UID]
+	if !ok {
+		k = &kill{key: key}
+		p.kills[ref.UID] = k
+		p.killing.Add(1)
+		go func() {
+			defer p.killing.Done()
+			err := p.rt.KillPodByRef(ctx, ref, grace)
+			p.mu.Lock()
+			k.done, k.err = true, err
+			p.mu.Unlock()
+			p.queue.Add(key)
+		}()
+	}
+	if !k.done {
+		return false, nil
+	}
+	delete(p.kills, ref.UID)
+	return true, k.err
 }
 
 // Recover quarantines the pods whose keys were marked in flight when the
@@ -219,6 +264,7 @@ func (p *Pool) Run(ctx context.Context) {
 	<-ctx.Done()
 	p.queue.ShutDown()
 	wg.Wait()
+	p.killing.Wait() // their runtime calls end with ctx
 }
 
 func (p *Pool) processNext(ctx context.Context, slot int) bool {
@@ -350,10 +396,15 @@ func (p *Pool) syncKey(ctx context.Context, key string) (time.Duration, error) {
 		return 0, nil
 	}
 	if pod == nil {
-		return 0, p.removePod(ctx, key, namespace, name, "")
+		if err := p.removePod(ctx, key, namespace, name, ""); !errors.Is(err, errTerminating) {
+			return 0, err
+		}
+		return 0, nil
 	}
 	// A pod re-created under the same name has a new UID: the old one goes first.
-	if err := p.removePod(ctx, key, namespace, name, string(pod.UID)); err != nil {
+	if err := p.removePod(ctx, key, namespace, name, string(pod.UID)); errors.Is(err, errTerminating) {
+		return 0, nil
+	} else if err != nil {
 		return 0, err
 	}
 	p.mu.Lock()
@@ -406,6 +457,20 @@ func (p *Pool) removePod(ctx context.Context, key, namespace, name, keepUID stri
 		grace = p.ownGrace[key]
 	}
 	p.mu.Unlock()
+	terminating := false
+	listed := map[string]bool{}
+	for _, ref := range refs {
+		if ref.Namespace == namespace && ref.Name == name {
+			listed[ref.UID] = true
+		}
+	}
+	p.mu.Lock()
+	for uid, k := range p.kills {
+		if k.key == key && k.done && !listed[uid] {
+			delete(p.kills, uid) // finished and gone from the runtime
+		}
+	}
+	p.mu.Unlock()
 	for _, ref := range refs {
 		if ref.Namespace != namespace || ref.Name != name || ref.UID == keepUID {
 			continue
@@ -416,11 +481,19 @@ func (p *Pool) removePod(ctx context.Context, key, namespace, name, keepUID stri
 			p.log.Error().Str("pod", key).Str("uid", ref.UID).Msg("a runtime pod has a uid that is not a single path element; not removing it: remove its sandbox by hand")
 			continue
 		}
-		if err := p.rt.KillPodByRef(ctx, ref, grace); err != nil {
+		done, err := p.killAsync(ctx, key, ref, grace)
+		if err != nil {
 			return fmt.Errorf("removing pod %s (uid %s): %w", key, ref.UID, err)
+		}
+		if !done {
+			terminating = true
+			continue
 		}
 		uid := ref.UID
 		p.backoff.Forget(func(k string) bool { return strings.HasPrefix(k, uid) })
+	}
+	if terminating {
+		return errTerminating
 	}
 	if keepUID != "" {
 		return nil

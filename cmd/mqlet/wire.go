@@ -289,12 +289,14 @@ func agentOptions(cfg *config.Config, topics topic.Scheme) agent.Options {
 			ImageGCHighThresholdPercent: cfg.GC.ImageGCHighPercent,
 			ImageGCLowThresholdPercent:  max(cfg.GC.ImageGCHighPercent-5, 0),
 		},
-		PodStatusResync: cfg.Telemetry.PodStatusResync.Duration,
-		HostIPs:         hostIPs(),
-		MaxPods:         cfg.Pods.MaxPods,
-		MaxReplyBytes:   cfg.Requests.MaxReplyBytes,
-		MaxBacklog:      cfg.Requests.MaxBacklog,
-		MaxBacklogBytes: cfg.Requests.MaxBacklogBytes,
+		PodStatusResync:   cfg.Telemetry.PodStatusResync.Duration,
+		HostIPs:           hostIPs(),
+		MaxPods:           cfg.Pods.MaxPods,
+		LogRotation:       runtime.LogRotation{MaxBytes: cfg.Runtime.ContainerLogMaxBytes, MaxFiles: cfg.Runtime.ContainerLogMaxFiles},
+		LogRotationPeriod: cfg.Runtime.LogRotationPeriod.Duration,
+		MaxReplyBytes:     cfg.Requests.MaxReplyBytes,
+		MaxBacklog:        cfg.Requests.MaxBacklog,
+		MaxBacklogBytes:   cfg.Requests.MaxBacklogBytes,
 	}
 }
 

@@ -26,7 +26,18 @@ type Live struct {
 	src  atomic.Pointer[liveSource]
 	seen atomic.Uint64
 	cur  atomic.Pointer[Scrubber]
+	// last are the secrets of the last build; retired those deleted or
+	// changed since (newest last, at most MaxRetired): a deleted or
+	// rotated value still sits in the runtime's records of containers
+	// that ran with it (a last state's message) and would be published
+	// again unscrubbed.
+	last    map[string]*v1.Secret
+	retired []*v1.Secret
 }
+
+// MaxRetired bounds how many deleted or changed secrets a Live keeps
+// scrubbing.
+const MaxRetired = 1024
 
 type liveSource struct{ SecretSource }
 
@@ -62,9 +73,41 @@ func (l *Live) Current() *Scrubber {
 	if err != nil {
 		return l.cur.Load()
 	}
-	l.cur.Store(FromSecrets(secrets))
+	now := make(map[string]*v1.Secret, len(secrets))
+	for _, s := range secrets {
+		if s != nil {
+			now[s.Namespace+"/"+s.Name] = s
+		}
+	}
+	for key, old := range l.last {
+		if s, ok := now[key]; !ok || !sameData(s, old) {
+			l.retired = append(l.retired, old)
+		}
+	}
+	if n := len(l.retired); n > MaxRetired {
+		l.retired = append([]*v1.Secret(nil), l.retired[n-MaxRetired:]...)
+	}
+	l.last = now
+	l.cur.Store(FromSecrets(append(secrets, l.retired...)))
 	l.seen.Store(v)
 	return l.cur.Load()
+}
+
+func sameData(a, b *v1.Secret) bool {
+	if len(a.Data) != len(b.Data) || len(a.StringData) != len(b.StringData) {
+		return false
+	}
+	for k, v := range a.Data {
+		if w, ok := b.Data[k]; !ok || !bytes.Equal(v, w) {
+			return false
+		}
+	}
+	for k, v := range a.StringData {
+		if w, ok := b.StringData[k]; !ok || v != w {
+			return false
+		}
+	}
+	return true
 }
 
 // JSON returns doc with every known value removed from its string values,

@@ -8,6 +8,7 @@ import (
 	"testing"
 
 	v1 "k8s.io/api/core/v1"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 )
 
 type fakeSource struct {
@@ -115,5 +116,23 @@ func BenchmarkScrubJSONLine(b *testing.B) {
 				_ = s.JSON(line)
 			}
 		})
+	}
+}
+
+// A deleted or rotated secret's old value stays in the runtime's records of
+// containers that ran with it; it is still scrubbed.
+func TestLiveKeepsScrubbingDeletedAndRotatedValues(t *testing.T) {
+	src := &fakeSource{version: 1, secrets: []*v1.Secret{
+		{ObjectMeta: metav1.ObjectMeta{Namespace: "ns", Name: "a"}, StringData: map[string]string{"pw": "old-password"}},
+		{ObjectMeta: metav1.ObjectMeta{Namespace: "ns", Name: "b"}, StringData: map[string]string{"tok": "deleted-token"}},
+	}}
+	var l Live
+	l.Bind(src)
+	_ = l.Current()
+	src.secrets = []*v1.Secret{{ObjectMeta: metav1.ObjectMeta{Namespace: "ns", Name: "a"}, StringData: map[string]string{"pw": "new-password"}}}
+	src.version = 2
+	got := l.Current().String("old-password deleted-token new-password")
+	if got != strings.Repeat(Placeholder+" ", 2)+Placeholder {
+		t.Fatalf("got %q", got)
 	}
 }

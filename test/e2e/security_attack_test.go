@@ -343,3 +343,128 @@ func TestAttackBinarySecretQuotedByExec(t *testing.T) {
 		t.Errorf("binary secret in mqlet's log:\n%s", grepLines(logs, marker))
 	}
 }
+
+// A pod that ignores SIGTERM and has a long grace period held a pod worker
+// for all of it once deleted: with as many such pods as workers (here
+// pods.workers 1, one pod), no other pod was started, restarted or deleted
+// on the node until the grace period ran out (300 s here). Now the
+// termination runs beside the workers.
+func TestAttackStubbornTerminationHoldsNoWorker(t *testing.T) {
+	e := startPodEnv(t, func(logDir string) string {
+		return strings.Replace(podTestConfig(logDir, ""), "pods:\n", "pods:\n  workers: 1\n", 1)
+	})
+	e.cleanupPods("other")
+	stubborn := fmt.Sprintf(`apiVersion: v1
+kind: Pod
+metadata: {name: stubborn, namespace: %s}
+spec:
+  terminationGracePeriodSeconds: 300
+  containers:
+  - name: main
+    image: %s
+    imagePullPolicy: Never
+    command: ["sh", "-c", "trap '' TERM; while true; do sleep 1; done"]
+`, e.ns, busybox)
+	e.apply([]byte(stubborn), reply.Succeeded, podReadyTimeout)
+	id := e.nextID("delete")
+	e.mq.Command(e.node, "delete", id, []byte(`{"kind":"Pod","namespace":"`+e.ns+`","name":"stubborn"}`))
+	e.mq.WaitReply(e.node, id, reply.Accepted, 30*time.Second)
+	// The delete is under way (the stubborn pod still runs) when the next
+	// pod comes; it must not wait for the 300 s grace period.
+	Eventually(t, 30*time.Second, "the stubborn pod's termination under way", func() bool {
+		_, ok := e.status("stubborn")
+		return ok
+	})
+	e.apply(e.pod("other", "Always", "sleep 3600"), reply.Succeeded, 90*time.Second)
+	if len(e.cri.Running(e.ns, "stubborn")) == 0 {
+		t.Fatal("the stubborn pod was gone already, within its 300 s grace period")
+	}
+}
+
+// Deleting (or rotating) a secret made its old value publishable: the
+// runtime still holds the containers that ran with it, whose messages
+// quote it, and the next pod status carried it unscrubbed, since the
+// scrubber only knew the secrets stored now.
+func TestAttackDeletedSecretValueStaysScrubbed(t *testing.T) {
+	e := newPodEnv(t, "")
+	e.cleanupPods("oldleak")
+	value := "Rotated-" + randomToken(t)
+	list := fmt.Sprintf(`{"apiVersion":"v1","kind":"List","items":[
+	  {"apiVersion":"v1","kind":"Secret","metadata":{"name":"pw","namespace":%q},"stringData":{"PW":%q}},
+	  {"apiVersion":"v1","kind":"Pod","metadata":{"name":"oldleak","namespace":%q},"spec":{
+	    "restartPolicy":"Always","terminationGracePeriodSeconds":1,
+	    "containers":[{"name":"main","image":%q,"imagePullPolicy":"Never","command":["$(PW)"],
+	      "env":[{"name":"PW","valueFrom":{"secretKeyRef":{"name":"pw","key":"PW"}}}]}]}}]}`,
+		e.ns, value, e.ns, busybox)
+	id := e.nextID("apply")
+	e.mq.Command(e.node, "apply", id, []byte(list))
+	e.mq.WaitReply(e.node, id, reply.Accepted, 30*time.Second)
+	e.waitStatus("oldleak", podReadyTimeout, "a failed start with the value redacted", func(p *v1.Pod) bool {
+		cs, ok := containerStatus(p, "main", false)
+		return ok && cs.LastTerminationState.Terminated != nil && strings.Contains(cs.LastTerminationState.Terminated.Message, "redacted")
+	})
+	del := e.nextID("delete")
+	e.mq.Command(e.node, "delete", del, []byte(`{"kind":"Secret","namespace":"`+e.ns+`","name":"pw"}`))
+	e.mq.WaitReply(e.node, del, reply.Accepted, 30*time.Second)
+	mark := e.mq.Mark()
+	e.waitStatus("oldleak", podReadyTimeout, "the status after the secret is gone", func(p *v1.Pod) bool {
+		cs, ok := containerStatus(p, "main", false)
+		return ok && cs.State.Waiting != nil && strings.Contains(cs.State.Waiting.Message, "pw")
+	})
+	for _, m := range e.mq.Messages()[mark:] {
+		if bytes.Contains(m.Payload, []byte(value)) {
+			t.Errorf("the deleted secret's value published on %s: %s", m.Topic, m.Payload)
+		}
+	}
+	if logs := e.agent.Logs(); strings.Contains(logs, value) {
+		t.Errorf("the deleted secret's value in mqlet's log:\n%s", grepLines(logs, value))
+	}
+}
+
+// A container's log file grew without bound: `yes` wrote 542 MB in 10 s
+// here, enough to fill a gateway's flash in minutes and mqlet's state with
+// it. Log files are rotated beyond runtime.containerLogMaxBytes and only
+// containerLogMaxFiles are kept.
+func TestAttackLogFloodIsRotated(t *testing.T) {
+	logDir := t.TempDir()
+	e := startPodEnv(t, func(string) string {
+		return strings.Replace(podTestConfig(logDir, ""), "runtime:\n",
+			"runtime:\n  containerLogMaxBytes: 1048576\n  containerLogMaxFiles: 2\n  logRotationPeriod: 1s\n", 1)
+	})
+	e.cleanupPods("flood")
+	e.apply(e.pod("flood", "Always", "timeout 15 yes AAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAA; echo flood-over; sleep 3600"),
+		reply.Succeeded, podReadyTimeout)
+	files := func() ([]string, int64) {
+		list, _ := filepath.Glob(filepath.Join(logDir, e.ns+"_flood_*", "main", "0.log*"))
+		var total int64
+		for _, f := range list {
+			if st, err := os.Stat(f); err == nil {
+				total += st.Size()
+			}
+		}
+		return list, total
+	}
+	Eventually(t, 60*time.Second, "the flood over", func() bool {
+		list, _ := files()
+		for _, f := range list {
+			if b, err := os.ReadFile(f); err == nil && bytes.Contains(b, []byte("flood-over")) {
+				return true
+			}
+		}
+		return false
+	})
+	list, total := files()
+	rotated := 0
+	for _, f := range list {
+		if strings.HasPrefix(filepath.Base(f), "0.log.") {
+			rotated++
+		}
+	}
+	t.Logf("after 15 s of yes: %d files, %d bytes", len(list), total)
+	if rotated == 0 || len(list) > 2 {
+		t.Fatalf("log files %v: want the live one and at most one rotated", list)
+	}
+	if total > 300<<20 {
+		t.Fatalf("%d bytes of logs kept for one container with containerLogMaxBytes 1 MiB", total)
+	}
+}
