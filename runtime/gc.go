@@ -187,8 +187,8 @@ func (m *Manager) gcImages(ctx context.Context, svc *services, policy GCPolicy) 
 	if err := syscall.Statfs(mount, &st); err != nil {
 		return fmt.Errorf("gc: statfs %s: %w", mount, err)
 	}
-	capacity := int64(st.Blocks) * st.Bsize
-	used := capacity - int64(st.Bavail)*st.Bsize
+	capacity := int64(st.Blocks) * int64(st.Bsize) // Bsize is int32 on 32-bit arm
+	used := capacity - int64(st.Bavail)*int64(st.Bsize)
 	if capacity <= 0 || used*100/capacity < int64(policy.ImageGCHighThresholdPercent) {
 		return nil
 	}
