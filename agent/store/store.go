@@ -118,6 +118,7 @@ type Store struct {
 	path     string
 	opts     Options
 	migrated []string
+	schema   SchemaMigration
 }
 
 // Open opens (or creates) the store at path with default options.
@@ -140,6 +141,10 @@ func OpenWith(path string, opts Options) (st *Store, err error) {
 	if err := checkConsistency(db); err != nil {
 		return nil, fmt.Errorf("open state store %s: file is corrupt: %w", path, err)
 	}
+	schema, err := prepareSchema(db, path)
+	if err != nil {
+		return nil, fmt.Errorf("open state store %s: %w", path, err)
+	}
 	var migrated []string
 	err = db.Update(func(tx *bolt.Tx) error {
 		for _, name := range allBuckets {
@@ -147,13 +152,15 @@ func OpenWith(path string, opts Options) (st *Store, err error) {
 				return fmt.Errorf("create bucket %s: %w", name, err)
 			}
 		}
-		migrated, err = migrateUIDs(tx)
-		return err
+		if migrated, err = migrateUIDs(tx); err != nil {
+			return err
+		}
+		return writeSchema(tx)
 	})
 	if err != nil {
 		return nil, fmt.Errorf("open state store %s: %w", path, err)
 	}
-	return &Store{db: db, path: path, opts: opts, migrated: migrated}, nil
+	return &Store{db: db, path: path, opts: opts, migrated: migrated, schema: schema}, nil
 }
 
 // migrateUIDs gives a fresh UUID to every stored object whose uid is not

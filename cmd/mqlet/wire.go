@@ -73,6 +73,9 @@ func runAgent(ctx context.Context, cfg *config.Config, log zerolog.Logger) error
 		CgroupRoot:     cfg.Runtime.CgroupRoot,
 		RequestTimeout: cfg.Runtime.RequestTimeout.Duration,
 	}, log)
+	if m := st.Schema(); m.Migrated() {
+		log.Warn().Int("from", m.From).Int("to", m.To).Str("backup", m.Backup).Msg("state store migrated to a new schema; the old store was copied first")
+	}
 	if m := st.MigratedUIDs(); len(m) > 0 {
 		log.Warn().Strs("objects", m).Msg("stored uids that were not UUIDs were replaced; those pods are re-created")
 	}
