@@ -23,8 +23,8 @@ func main() {
 // run returns the process exit code: 0 on a clean stop, 1 when mqlet
 // failed while running, 2 for bad flags or configuration.
 func run(args []string) int {
-	if len(args) > 0 && args[0] == "init" {
-		return runInit(args[1:], os.Stdout, os.Stderr)
+	if code, ok := runSubcommand(args); ok {
+		return code
 	}
 	check, args := splitCheckFlags(args)
 	flags, err := config.ParseFlags("mqlet", args, os.Stderr)
