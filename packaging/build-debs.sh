@@ -19,6 +19,7 @@ if [ -z "${DEB_VERSION:-}" ]; then
 	esac
 fi
 DEB_VERSION=${DEB_VERSION//-/.} # no Debian revision part
+DIST=${DIST:-dist} # where the binaries are and the packages go
 WORK=$(mktemp -d)
 trap 'rm -rf "$WORK"' EXIT
 NFPM="$WORK/nfpm"
@@ -32,7 +33,7 @@ for deb in "${ARCHES[@]}"; do
 	*) echo "unknown architecture $deb" >&2; exit 1 ;;
 	esac
 	for b in mqlet mqletctl; do
-		[ -x "dist/$b-linux-$deb" ] || { echo "dist/$b-linux-$deb missing: run make release" >&2; exit 1; }
+		[ -x "$DIST/$b-linux-$deb" ] || { echo "$DIST/$b-linux-$deb missing: run make release" >&2; exit 1; }
 	done
 	mkdir -p "$WORK/$deb"
 	GOARCH=$goarch GOARM=$goarm MQLET_IMAGES=pause MQLET_PAUSE_IMAGE=localhost/mqlet/pause:1 \
@@ -59,8 +60,8 @@ depends:
   - containernetworking-plugins
   - iptables
 contents:
-  - {src: dist/mqlet-linux-$deb, dst: /usr/bin/mqlet, file_info: {mode: 0755}}
-  - {src: dist/mqletctl-linux-$deb, dst: /usr/bin/mqletctl, file_info: {mode: 0755}}
+  - {src: $DIST/mqlet-linux-$deb, dst: /usr/bin/mqlet, file_info: {mode: 0755}}
+  - {src: $DIST/mqletctl-linux-$deb, dst: /usr/bin/mqletctl, file_info: {mode: 0755}}
   - {src: packaging/files/mqlet.yaml, dst: /etc/mqlet/mqlet.yaml, type: config|noreplace, file_info: {mode: 0600}}
   - {src: deploy/containerd-config.toml, dst: /etc/mqlet/containerd.toml, type: config|noreplace, file_info: {mode: 0644}}
   - {src: deploy/mqlet.service, dst: /lib/systemd/system/mqlet.service, file_info: {mode: 0644}}
@@ -77,7 +78,7 @@ scripts:
   preremove: packaging/scripts/prerm
   postremove: packaging/scripts/postrm
 YAML
-	"$NFPM" package --config "$WORK/$deb/nfpm.yaml" --packager deb --target "dist/mqlet_${DEB_VERSION}_${deb}.deb" >/dev/null
-	echo "dist/mqlet_${DEB_VERSION}_${deb}.deb $(stat -c %s "dist/mqlet_${DEB_VERSION}_${deb}.deb") bytes"
+	"$NFPM" package --config "$WORK/$deb/nfpm.yaml" --packager deb --target "$DIST/mqlet_${DEB_VERSION}_${deb}.deb" >/dev/null
+	echo "$DIST/mqlet_${DEB_VERSION}_${deb}.deb $(stat -c %s "$DIST/mqlet_${DEB_VERSION}_${deb}.deb") bytes"
 done
-(cd dist && sha256sum mqlet* >SHA256SUMS)
+(cd "$DIST" && sha256sum mqlet* >SHA256SUMS)
