@@ -276,6 +276,15 @@ log "dpkg -r (services stopped by hand first, as prerm's systemctl stop would)"
 stop_pid "$mpid"
 stop_pid "$cpid"
 [ "$("$WORK/oldstore" -print /var/lib/mqlet/state.db)" = 2 ] || fail "store not at schema 2 after B"
+# A store from a newer mqlet is refused, clearly, and left as it was.
+mkdir -p "$WORK/future"
+cp /var/lib/mqlet/state.db "$WORK/future/state.db"
+"$WORK/oldstore" -set 99 "$WORK/future/state.db"
+sum=$(sha256sum <"$WORK/future/state.db")
+rc=0; mqlet --state-dir "$WORK/future" --node future --broker tcp://127.0.0.1:1 --cri-endpoint "unix://$WORK/future/none.sock" >"$WORK/future.log" 2>&1 || rc=$?
+[ $rc -eq 1 ] && grep -q 'written by a newer mqlet: schema version 99' "$WORK/future.log" || fail "a schema-99 store was not refused clearly (exit $rc): $(tail -2 "$WORK/future.log")"
+[ "$(sha256sum <"$WORK/future/state.db")" = "$sum" ] || fail "the refused newer store was changed"
+log "  a store of schema 99 is refused (exit 1, \"written by a newer mqlet\") and left unchanged"
 task_pids=$(awk '{print $2}' <<<"$tasks_after")
 dpkg -r mqlet >"$WORK/dpkg-r.log" 2>&1 || fail "dpkg -r"
 for p in $task_pids; do kill -0 "$p" 2>/dev/null || fail "dpkg -r stopped pod process $p"; done

@@ -1,7 +1,8 @@
 // Command oldstore turns mqlet's state store into a synthetic store of
 // schema 1 (as mqlets before schema versioning left it: no version key, no
 // quarantine bucket), for the upgrade test; with -print it prints the
-// store's recorded schema version ("none" when absent).
+// store's recorded schema version ("none" when absent); with -set N it
+// records version N (e.g. one from the future, to see it refused).
 package main
 
 import (
@@ -16,18 +17,19 @@ import (
 
 func main() {
 	print := flag.Bool("print", false, "print the schema version instead of changing the store")
+	set := flag.String("set", "", "record this schema version instead of making the store schema 1")
 	flag.Parse()
 	if flag.NArg() != 1 {
 		fmt.Fprintln(os.Stderr, "usage: oldstore [-print] STATE.db")
 		os.Exit(2)
 	}
-	if err := run(flag.Arg(0), *print); err != nil {
+	if err := run(flag.Arg(0), *print, *set); err != nil {
 		fmt.Fprintln(os.Stderr, "oldstore:", err)
 		os.Exit(1)
 	}
 }
 
-func run(path string, print bool) error {
+func run(path string, print bool, set string) error {
 	if _, err := os.Stat(path); err != nil {
 		return err
 	}
@@ -51,6 +53,9 @@ func run(path string, print bool) error {
 		m := tx.Bucket([]byte("meta"))
 		if m == nil {
 			return errors.New("no meta bucket: not an mqlet state store")
+		}
+		if set != "" {
+			return m.Put([]byte("store.schemaVersion"), []byte(set))
 		}
 		if err := m.Delete([]byte("store.schemaVersion")); err != nil {
 			return err
