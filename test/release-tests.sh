@@ -139,9 +139,18 @@ for spec in arm64:qemu-aarch64-static armhf:qemu-arm-static; do
 		sleep 0.2
 	done
 	[ -n "$ok" ] || fail "$arch under $qemu did not publish online within 10 s"
-	log "  $arch under $qemu: online in $(echo "$(date +%s.%N) - $start" | bc | xargs printf '%.2f') s (embedded broker, no CRI)"
+	online_after=$(echo "$(date +%s.%N) - $start" | bc | xargs printf '%.2f')
+	# It keeps running for the rest of the 10 s, then stops cleanly on SIGTERM
+	# and says offline itself.
+	while [ "$(echo "$(date +%s.%N) - $start < 10" | bc)" = 1 ]; do
+		kill -0 "$pid" 2>/dev/null || fail "$arch under $qemu exited within 10 s"
+		sleep 0.5
+	done
+	msub 2 -p "$port" -t "$PREFIX/q$arch/state" -C 1 | grep -q '"state":"online"' || fail "$arch not online at 10 s"
 	stop_pid "$pid"
 	wait "$pid" 2>/dev/null || fail "$arch exited non-zero after SIGTERM"
+	grep -q '"message":"mqlet stopped"' "$WORK/qemu-$arch.log" || fail "$arch did not stop cleanly"
+	log "  $arch under $qemu: online after $online_after s, still online at 10 s, clean stop on SIGTERM (embedded broker, no CRI)"
 done
 
 # ---------------------------------------------------------------- 3. packages
