@@ -27,6 +27,7 @@ import (
 	"github.com/mqlet/mqlet/agent/statusmgr"
 	"github.com/mqlet/mqlet/agent/store"
 	"github.com/mqlet/mqlet/agent/validate"
+	"github.com/mqlet/mqlet/internal/redact"
 	"github.com/mqlet/mqlet/mqtt/outbox"
 	"github.com/mqlet/mqlet/mqtt/session"
 	"github.com/mqlet/mqlet/mqtt/topic"
@@ -53,11 +54,13 @@ type Store interface {
 	Meta(key string) ([]byte, bool, error)
 	SetMeta(key string, value []byte) error
 	PruneReplies(now time.Time) (int, error)
+	intake.BatchStore
 }
 
 // Publisher queues messages for the broker (the outbox).
 type Publisher interface {
 	Put(m outbox.Message) error
+	intake.BatchOutbox
 }
 
 // Options are the agent's settings, taken from the configuration.
@@ -82,6 +85,12 @@ type Options struct {
 	// CommandMarks (one slot) and SyncMarks (Workers slots) are the
 	// in-flight mark files (agent/inflight); nil turns the poison guard off.
 	CommandMarks, SyncMarks *inflight.File
+	// MaxReplyBytes bounds each reply message (0: reply.DefaultMaxReplyBytes).
+	MaxReplyBytes int
+	// MaxBacklog and MaxBacklogBytes bound the commands waiting to be
+	// persisted (0: the intake's defaults).
+	MaxBacklog      int
+	MaxBacklogBytes int
 }
 
 // Agent is the running core.
@@ -96,17 +105,23 @@ type Agent struct {
 	tracker *pending.Tracker
 	pool    *podworker.Pool
 	intake  *intake.Intake
+	cmds    *intake.Pipeline // the only caller of intake.Handle
+	group   *intake.Group
 	backoff *restart.Tracker
-
-	mu sync.Mutex // serialises command handling
 }
 
 // New builds the agent; Run starts it.
 func New(opts Options, st Store, out Publisher, rt Runtime, log zerolog.Logger) *Agent {
 	a := &Agent{opts: opts, store: st, out: out, rt: rt, log: log}
-	a.events = events.New(eventSink{topics: opts.Topics, out: out, log: log}, events.Options{Node: opts.Topics.Node}, log.With().Str("component", "events").Logger())
+	// Replies and events are persisted in groups (see intake.Group).
+	a.group = intake.NewGroup(st, out, log.With().Str("component", "intake").Logger())
+	a.events = events.New(eventSink{topics: opts.Topics, out: a.group.Publisher(), log: log}, events.Options{Node: opts.Topics.Node}, log.With().Str("component", "events").Logger())
 	a.status = statusmgr.New(opts.Topics, out, st, log.With().Str("component", "status").Logger())
-	sender := reply.NewSender(opts.Topics, out, st, nil, log.With().Str("component", "reply").Logger())
+	var replyOpts []reply.Option
+	if opts.MaxReplyBytes > 0 {
+		replyOpts = append(replyOpts, reply.WithMaxReplyBytes(opts.MaxReplyBytes))
+	}
+	sender := reply.NewSender(opts.Topics, a.group.Publisher(), a.group.Recorder(), nil, log.With().Str("component", "reply").Logger(), replyOpts...)
 	a.tracker = pending.New(sender, nil)
 	a.backoff = restart.New(opts.Restart, nil)
 	poolOpts := podworker.Options{Workers: opts.Workers, BackoffBase: opts.Restart.Base, BackoffMax: opts.Restart.Max, HostIPs: opts.HostIPs, Quarantines: st}
@@ -121,6 +136,7 @@ func New(opts Options, st Store, out Publisher, rt Runtime, log zerolog.Logger) 
 	}
 	a.pool = podworker.New(poolOpts, rt, desired{st}, a.status, a.tracker, a.backoff, a.events, log.With().Str("component", "podworker").Logger())
 	a.intake = intake.New(intakeOpts, st, sender, a.tracker, a.pool, a.events, a.status, log.With().Str("component", "intake").Logger())
+	a.cmds = intake.NewPipeline(a.intake, st, out, sender, intake.PipelineOptions{MaxBacklog: opts.MaxBacklog, MaxBacklogBytes: opts.MaxBacklogBytes, Group: a.group}, log.With().Str("component", "intake").Logger())
 	a.recoverInFlight()
 	return a
 }
@@ -144,12 +160,11 @@ func (a *Agent) recoverInFlight() {
 	}
 }
 
-// HandleCommand processes one message from the command topics. It returns
-// once the command's effect on the desired state is persisted.
+// HandleCommand queues one message from the command topics for the intake
+// and returns at once; the message is acknowledged (m.Ack, the session's
+// ManualAck) once the command's effect on the desired state is persisted.
 func (a *Agent) HandleCommand(m session.Inbound) {
-	a.mu.Lock()
-	defer a.mu.Unlock()
-	a.intake.Handle(intake.Command{Topic: m.Topic, Payload: m.Payload, Retained: m.Retained})
+	a.cmds.Submit(intake.Command{Topic: m.Topic, Payload: m.Payload, Retained: m.Retained, Duplicate: m.Duplicate, Ack: m.Ack})
 }
 
 // Events is the event recorder, for components wired outside the agent.
@@ -173,6 +188,7 @@ func (a *Agent) Counters() map[string]uint64 {
 		"events_emitted":       es.Emitted,
 		"events_dropped":       es.Dropped,
 		"pending_commands":     uint64(a.tracker.Len()),
+		"commands_waiting":     uint64(a.cmds.Waiting()),
 	}
 }
 
@@ -187,6 +203,8 @@ func (a *Agent) Run(ctx context.Context) error {
 			a.log.Debug().Str("loop", name).Msg("stopped")
 		}()
 	}
+	spawn("intake", a.cmds.Run)
+	spawn("reply-group", a.group.Run)
 	spawn("runtime", a.rt.Run)
 	spawn("workers", a.pool.Run)
 	spawn("pending", a.tracker.Run)
@@ -334,7 +352,7 @@ func (d desired) DesiredPod(namespace, name string) (*v1.Pod, error) {
 // eventSink publishes events on the events topic.
 type eventSink struct {
 	topics topic.Scheme
-	out    Publisher
+	out    reply.Publisher
 	log    zerolog.Logger
 }
 
@@ -347,4 +365,34 @@ func (s eventSink) Emit(ev *v1.Event) {
 	if err := s.out.Put(outbox.Message{Topic: s.topics.Events(), Payload: payload, QoS: 1}); err != nil {
 		s.log.Warn().Err(err).Str("reason", ev.Reason).Msg("queueing event")
 	}
+}
+
+// Scrubbed returns a Publisher that removes the node's secret values (as
+// scrub knows them at each message) from every payload before next queues
+// it: events, pod statuses, replies, node status and metrics alike, so no
+// route by which a value reaches a message (a runtime error quoting an
+// expanded command, a validation error quoting a field) publishes it.
+func Scrubbed(next Publisher, scrub func() *redact.Scrubber) Publisher {
+	return scrubbingPublisher{next: next, scrub: scrub}
+}
+
+type scrubbingPublisher struct {
+	next  Publisher
+	scrub func() *redact.Scrubber
+}
+
+func (p scrubbingPublisher) Put(m outbox.Message) error {
+	m.Payload = p.scrub().JSON(m.Payload)
+	return p.next.Put(m)
+}
+
+// PutBatch scrubs each message as Put does and queues them together.
+func (p scrubbingPublisher) PutBatch(msgs []outbox.Message) error {
+	s := p.scrub()
+	scrubbed := make([]outbox.Message, len(msgs))
+	for i, m := range msgs {
+		m.Payload = s.JSON(m.Payload)
+		scrubbed[i] = m
+	}
+	return p.next.PutBatch(scrubbed)
 }

@@ -106,6 +106,8 @@ type Pods struct {
 	BackoffResetAfter Duration `json:"backoffResetAfter"`
 	ApplyDeadline     Duration `json:"applyDeadline"`
 	MaxPods           int      `json:"maxPods"`
+	// PidsLimit caps the processes of each pod (pids.max of its cgroup); 0: none.
+	PidsLimit int64 `json:"pidsLimit"`
 }
 
 // GC is garbage collection of dead containers, images and pod directories.
@@ -143,10 +145,19 @@ type Telemetry struct {
 	PIDAvailablePct    int      `json:"pidAvailablePercent"`
 }
 
-// Requests bounds the record of handled request ids.
+// Requests bounds the record of handled request ids, replies and the
+// commands waiting to be persisted.
 type Requests struct {
 	MaxRecords int      `json:"maxRecords"`
 	TTL        Duration `json:"ttl"`
+	// MaxRecordBytes bounds the bytes the records take.
+	MaxRecordBytes int64 `json:"maxRecordBytes"`
+	// MaxReplyBytes bounds one reply message; larger results go in parts.
+	MaxReplyBytes int `json:"maxReplyBytes"`
+	// MaxBacklog and MaxBacklogBytes bound the commands waiting to be
+	// persisted; beyond them a command is answered "overloaded" at once.
+	MaxBacklog      int `json:"maxBacklog"`
+	MaxBacklogBytes int `json:"maxBacklogBytes"`
 }
 
 // Default returns the configuration used when nothing overrides it.
@@ -183,6 +194,7 @@ func Default() Config {
 			BackoffResetAfter: Duration{10 * time.Minute},
 			ApplyDeadline:     Duration{5 * time.Minute},
 			MaxPods:           110,
+			PidsLimit:         4096,
 		},
 		GC: GC{
 			Interval:            Duration{time.Minute},
@@ -200,7 +212,7 @@ func Default() Config {
 		},
 		Admission: Admission{Profile: "baseline", Namespaces: map[string]string{},
 			AllowedHostPaths: []string{}, AllowedCapabilities: []string{}, AllowedHostPorts: []string{}},
-		Requests: Requests{MaxRecords: 1000, TTL: Duration{24 * time.Hour}},
+		Requests: Requests{MaxRecords: 1000, TTL: Duration{24 * time.Hour}, MaxRecordBytes: 8 << 20, MaxReplyBytes: 256 << 10, MaxBacklog: 5000, MaxBacklogBytes: 32 << 20},
 		Security: defaultSecurity(),
 	}
 }
@@ -297,6 +309,9 @@ func (c *Config) Validate() error {
 	}
 	positive("pods.backoffResetAfter", c.Pods.BackoffResetAfter)
 	positive("pods.applyDeadline", c.Pods.ApplyDeadline)
+	if c.Pods.PidsLimit < 0 {
+		bad("pods.pidsLimit", "must not be negative (0: no limit), got %d", c.Pods.PidsLimit)
+	}
 	if c.Pods.MaxPods < 1 {
 		bad("pods.maxPods", "must be at least 1")
 	}
@@ -317,6 +332,18 @@ func (c *Config) Validate() error {
 		bad("requests.maxRecords", "must be at least 1")
 	}
 	positive("requests.ttl", c.Requests.TTL)
+	if c.Requests.MaxRecordBytes < 64<<10 {
+		bad("requests.maxRecordBytes", "must be at least 65536")
+	}
+	if c.Requests.MaxReplyBytes < 4096 || int64(c.Requests.MaxReplyBytes) > c.MQTT.OutboxMaxBytes {
+		bad("requests.maxReplyBytes", "must be between 4096 and mqtt.outboxMaxBytes (%d)", c.MQTT.OutboxMaxBytes)
+	}
+	if c.Requests.MaxBacklog < 1 {
+		bad("requests.maxBacklog", "must be at least 1")
+	}
+	if c.Requests.MaxBacklogBytes < c.MQTT.MaxPayloadBytes {
+		bad("requests.maxBacklogBytes", "must be at least mqtt.maxPayloadBytes (%d)", c.MQTT.MaxPayloadBytes)
+	}
 	c.Security.validate(bad)
 	return errors.Join(errs...)
 }

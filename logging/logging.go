@@ -12,20 +12,33 @@ import (
 	"github.com/rs/zerolog"
 	"golang.org/x/term"
 	"k8s.io/klog/v2"
+
+	"github.com/mqlet/mqlet/internal/redact"
 )
 
 // New returns a logger writing to out: JSON, or human-readable console output
-// when format is "console" or "auto" and out is a terminal.
-func New(out *os.File, level, format string) (zerolog.Logger, error) {
+// when format is "console" or "auto" and out is a terminal. Every line goes
+// through scrub's current Scrubber (nil: none), so no secret value the node
+// holds reaches the log, whatever part of mqlet or of a library wrote it.
+func New(out io.Writer, level, format string, scrub func() *redact.Scrubber) (zerolog.Logger, error) {
 	lvl, err := zerolog.ParseLevel(level)
 	if err != nil {
 		return zerolog.Nop(), fmt.Errorf("parsing log level %q: %w", level, err)
 	}
-	var w io.Writer = out
-	if format == "console" || (format == "auto" && term.IsTerminal(int(out.Fd()))) {
-		w = zerolog.ConsoleWriter{Out: out, TimeFormat: time.TimeOnly}
+	if scrub == nil {
+		scrub = func() *redact.Scrubber { return nil }
+	}
+	// Scrubbed as written: the console form quotes values unescaped.
+	var w io.Writer = redact.NewWriter(out, scrub)
+	if format == "console" || (format == "auto" && isTerminal(out)) {
+		w = zerolog.ConsoleWriter{Out: w, TimeFormat: time.TimeOnly}
 	}
 	return zerolog.New(w).Level(lvl).With().Timestamp().Logger(), nil
+}
+
+func isTerminal(out io.Writer) bool {
+	f, ok := out.(*os.File)
+	return ok && term.IsTerminal(int(f.Fd()))
 }
 
 // RouteKlog sends everything Kubernetes libraries log through klog to log.

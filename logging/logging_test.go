@@ -4,10 +4,14 @@ import (
 	"bytes"
 	"encoding/json"
 	"errors"
+	"strings"
 	"testing"
 
 	"github.com/go-logr/logr"
 	"github.com/rs/zerolog"
+	v1 "k8s.io/api/core/v1"
+
+	"github.com/mqlet/mqlet/internal/redact"
 )
 
 func TestKlogSinkWritesStructuredJSON(t *testing.T) {
@@ -36,7 +40,49 @@ func TestKlogSinkWritesStructuredJSON(t *testing.T) {
 }
 
 func TestNewRejectsBadLevel(t *testing.T) {
-	if _, err := New(nil, "loud", "json"); err == nil {
+	if _, err := New(nil, "loud", "json", nil); err == nil {
 		t.Fatal("bad level accepted")
+	}
+}
+
+type secretList struct {
+	version uint64
+	secrets []*v1.Secret
+}
+
+func (s *secretList) SecretsVersion() uint64             { return s.version }
+func (s *secretList) ListSecrets() ([]*v1.Secret, error) { return s.secrets, nil }
+
+// A secret value never reaches the log, in JSON or console form, through
+// mqlet's own lines or klog's, and a secret stored later counts at once.
+func TestLogLinesAreScrubbedOfSecretValues(t *testing.T) {
+	for _, format := range []string{"json", "console"} {
+		var buf bytes.Buffer
+		src := &secretList{version: 1, secrets: []*v1.Secret{{StringData: map[string]string{"pw": "hunter2-first"}}}}
+		var live redact.Live
+		live.Bind(src)
+		log, err := New(&buf, "info", format, live.Current)
+		if err != nil {
+			t.Fatal(err)
+		}
+		log.Info().Str("command", `exec: "hunter2-first": executable file not found`).Msg("start failed hunter2-first")
+		src.secrets = append(src.secrets, &v1.Secret{Data: map[string][]byte{"tok": []byte(`tok"en-second`)}})
+		src.version++
+		log.Warn().Err(errors.New(`bad tok"en-second`)).Msg("pull")
+		logr.New(&klogSink{log: log}).Info("klog says hunter2-first")
+		out := buf.String()
+		if strings.Contains(out, "hunter2-first") || strings.Contains(out, `tok"en-second`) || strings.Contains(out, `tok\"en-second`) {
+			t.Fatalf("%s log holds a secret value:\n%s", format, out)
+		}
+		if strings.Count(out, redact.Placeholder) != 4 {
+			t.Fatalf("%s log: want 4 placeholders, got:\n%s", format, out)
+		}
+		if format == "json" {
+			for _, line := range bytes.Split(bytes.TrimSpace(buf.Bytes()), []byte("\n")) {
+				if !json.Valid(line) {
+					t.Fatalf("scrubbed line is not JSON: %s", line)
+				}
+			}
+		}
 	}
 }

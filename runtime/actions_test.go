@@ -9,7 +9,7 @@ import (
 
 func testPod(policy v1.RestartPolicy, inits []string, apps ...string) *v1.Pod {
 	pod := &v1.Pod{}
-	pod.Name, pod.Namespace, pod.UID = "web", "default", "uid-1"
+	pod.Name, pod.Namespace, pod.UID = "web", "default", testUID
 	pod.Spec.RestartPolicy = policy
 	for _, n := range inits {
 		pod.Spec.InitContainers = append(pod.Spec.InitContainers, v1.Container{Name: n, Image: "busybox"})

@@ -5,13 +5,18 @@ import (
 	"io/fs"
 	"os"
 	"path/filepath"
+	"slices"
+	"strconv"
 	"strings"
 )
 
 // podCgroupDirs lists the directories of the pod's cgroup under every
 // mounted hierarchy (each cgroup v1 controller, and the v2 tree).
 func (m *Manager) podCgroupDirs(uid string) []string {
-	parent := m.podCgroupParent(uid)
+	parent, err := m.podCgroupParent(uid)
+	if err != nil {
+		return nil
+	}
 	dirs, _ := filepath.Glob(filepath.Join(m.cfg.CgroupFS, "*", parent))
 	if st, err := os.Stat(filepath.Join(m.cfg.CgroupFS, parent)); err == nil && st.IsDir() {
 		dirs = append(dirs, filepath.Join(m.cfg.CgroupFS, parent))
@@ -25,6 +30,9 @@ func (m *Manager) podCgroupDirs(uid string) []string {
 // A cgroup still in use cannot be removed (rmdir fails), so this never
 // disturbs a running pod.
 func (m *Manager) removePodCgroup(uid string) error {
+	if err := checkUID(uid); err != nil {
+		return err
+	}
 	var errs []error
 	for _, dir := range m.podCgroupDirs(uid) {
 		if err := removeCgroupTree(dir); err != nil {
@@ -71,8 +79,8 @@ func (m *Manager) podCgroupUIDs() []string {
 			continue
 		}
 		for _, e := range entries {
-			if e.IsDir() && strings.HasPrefix(e.Name(), "pod") {
-				uids = append(uids, strings.TrimPrefix(e.Name(), "pod"))
+			if uid, ok := strings.CutPrefix(e.Name(), "pod"); ok && e.IsDir() && IsUID(uid) {
+				uids = append(uids, uid)
 			}
 		}
 		if len(uids) > 0 {
@@ -80,4 +88,48 @@ func (m *Manager) podCgroupUIDs() []string {
 		}
 	}
 	return uids
+}
+
+// limitPodPids makes the pod's cgroup in the pids hierarchy before its
+// sandbox exists and caps the processes all its containers hold together
+// (the runtime creates theirs beneath it). Without a cap one container's
+// fork bomb takes every pid of the node; mqlet, unable to start a thread,
+// dies, and dies again after each restart, since the processes outlive it.
+func (m *Manager) limitPodPids(uid string) error {
+	if m.cfg.PodPidsLimit <= 0 {
+		return nil
+	}
+	parent, err := m.podCgroupParent(uid)
+	if err != nil {
+		return err
+	}
+	limit := []byte(strconv.FormatInt(m.cfg.PodPidsLimit, 10))
+	// cgroup v1: a pids hierarchy of its own.
+	if v1 := filepath.Join(m.cfg.CgroupFS, "pids"); isCgroup(v1) {
+		dir := filepath.Join(v1, parent)
+		if err := os.MkdirAll(dir, 0o755); err != nil {
+			return err
+		}
+		return os.WriteFile(filepath.Join(dir, "pids.max"), limit, 0o644)
+	}
+	// cgroup v2: the controller must be enabled down to the pod's parent.
+	if controllers, err := os.ReadFile(filepath.Join(m.cfg.CgroupFS, "cgroup.controllers")); err == nil && slices.Contains(strings.Fields(string(controllers)), "pids") {
+		dir := m.cfg.CgroupFS
+		for _, part := range strings.Split(strings.Trim(parent, "/"), "/") {
+			if err := os.WriteFile(filepath.Join(dir, "cgroup.subtree_control"), []byte("+pids"), 0o644); err != nil {
+				return err
+			}
+			dir = filepath.Join(dir, part)
+			if err := os.MkdirAll(dir, 0o755); err != nil {
+				return err
+			}
+		}
+		return os.WriteFile(filepath.Join(dir, "pids.max"), limit, 0o644)
+	}
+	return errors.New("no pids cgroup controller: cannot limit the pod's processes (set pods.pidsLimit: 0 to run without a limit)")
+}
+
+func isCgroup(dir string) bool {
+	_, err := os.Stat(filepath.Join(dir, "cgroup.procs"))
+	return err == nil
 }

@@ -1,6 +1,10 @@
 package runtime
 
-import "time"
+import (
+	"time"
+
+	v1 "k8s.io/api/core/v1"
+)
 
 // Config says where the CRI runtime is and where pod state lives on the node.
 type Config struct {
@@ -14,6 +18,9 @@ type Config struct {
 	CgroupRoot string
 	// CgroupFS is where the cgroup hierarchies are mounted.
 	CgroupFS string
+	// PodPidsLimit is pids.max of every pod's cgroup (all its containers
+	// together); 0: no limit.
+	PodPidsLimit int64
 	// ConnectTimeout bounds one connection attempt (dial and version handshake).
 	ConnectTimeout time.Duration
 	// RequestTimeout bounds one ordinary CRI call (pulls and stops get more).
@@ -25,6 +32,19 @@ type Config struct {
 	HealthInterval time.Duration
 	// ResolvConf is the node's resolver configuration pods inherit.
 	ResolvConf string
+	// AllowedHostPaths are the directories hostPath volumes may resolve
+	// into (after symlinks); empty refuses every hostPath. The agent fills
+	// it from the admission policy, so the runtime re-checks at mount time
+	// what admission could only check as a string.
+	AllowedHostPaths []string
+	// Secrets lists the secrets the node knows; their values are scrubbed
+	// from every message and error the runtime hands out. Nil: none.
+	Secrets SecretLister
+}
+
+// SecretLister lists the node's secrets (the agent's store is one).
+type SecretLister interface {
+	ListSecrets() ([]*v1.Secret, error)
 }
 
 // Defaults used for zero Config fields.

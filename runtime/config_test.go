@@ -32,6 +32,9 @@ func (f fakeObjects) Secret(ns, name string) (*v1.Secret, error) {
 	return nil, fmt.Errorf("secret %s/%s not found", ns, name)
 }
 
+// testUID is a pod uid of the only form the runtime builds paths from.
+const testUID = "0b6c1a52-7d1e-4c55-9a3e-2f1d8e4b7a01"
+
 func testManager(t *testing.T) *Manager {
 	dir := t.TempDir()
 	resolv := filepath.Join(dir, "resolv.conf")
@@ -52,10 +55,10 @@ func TestBuildSandboxConfig(t *testing.T) {
 			if c.Hostname != "web" || c.Linux.SecurityContext.NamespaceOptions.Network != runtimeapi.NamespaceMode_POD {
 				t.Errorf("hostname %q network %v", c.Hostname, c.Linux.SecurityContext.NamespaceOptions.Network)
 			}
-			if c.Linux.CgroupParent != "/mqlet/poduid-1" || c.LogDirectory != filepath.Join(m.cfg.PodLogDir, "default_web_uid-1") {
+			if c.Linux.CgroupParent != "/mqlet/pod"+testUID || c.LogDirectory != filepath.Join(m.cfg.PodLogDir, "default_web_"+testUID) {
 				t.Errorf("cgroup %q logdir %q", c.Linux.CgroupParent, c.LogDirectory)
 			}
-			if c.Labels[LabelManaged] != "true" || c.Labels[LabelPodUID] != "uid-1" || c.Metadata.Attempt != 2 {
+			if c.Labels[LabelManaged] != "true" || c.Labels[LabelPodUID] != testUID || c.Metadata.Attempt != 2 {
 				t.Errorf("labels %v metadata %v", c.Labels, c.Metadata)
 			}
 			if !slices.Equal(c.DnsConfig.Servers, []string{"10.0.0.53"}) || !slices.Equal(c.DnsConfig.Searches, []string{"lan", "example"}) {
@@ -197,7 +200,7 @@ func TestVolumes(t *testing.T) {
 	if data, _ := os.ReadFile(filepath.Join(paths["cfg"], "b.conf")); string(data) != "two" {
 		t.Fatalf("updated key %q", data)
 	}
-	mounts, err := containerMounts(pod, &pod.Spec.Containers[0], paths)
+	mounts, err := m.containerMounts(pod, &pod.Spec.Containers[0], paths, nil)
 	if err != nil {
 		t.Fatal(err)
 	}

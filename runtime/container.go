@@ -8,6 +8,7 @@ import (
 
 	v1 "k8s.io/api/core/v1"
 	runtimeapi "k8s.io/cri-api/pkg/apis/runtime/v1"
+	"k8s.io/kubernetes/pkg/securitycontext"
 	"k8s.io/kubernetes/third_party/forked/golang/expansion"
 )
 
@@ -18,6 +19,58 @@ type containerParams struct {
 	podIP        string
 	imageRef     string // resolved image to run
 	mounts       []*runtimeapi.Mount
+	env          []v1.EnvVar // resolved by resolveEnv; nil resolves here
+}
+
+// Bounds on $(VAR) expansion: a pod whose env doubles through references
+// ($(A)$(A) forty times) would otherwise need terabytes. A stored pod is as
+// hostile as the command that sent it, so the runtime enforces these even
+// though admission rejects such pods earlier.
+const (
+	// maxEnvValueBytes bounds what expansion adds to one env value, command
+	// or args element, or subPathExpr (literal text is bounded by the pod's
+	// size).
+	maxEnvValueBytes = 32 << 10
+	// maxEnvTotalBytes bounds the container's whole environment (names and
+	// values) plus what expansion adds to its command and args.
+	maxEnvTotalBytes = 1 << 20
+)
+
+// boundedMapping resolves $(VAR) like expansion.MappingFuncFor but stops
+// substituting once budget bytes were added, recording that it did.
+type boundedMapping struct {
+	vars   map[string]string
+	budget int
+	used   int
+	over   bool
+}
+
+func newBoundedMapping(vars map[string]string, budget int) *boundedMapping {
+	return &boundedMapping{vars: vars, budget: budget}
+}
+
+func (b *boundedMapping) mapping(name string) string {
+	v, ok := b.vars[name]
+	if !ok {
+		return "$(" + name + ")"
+	}
+	if b.used+len(v) > b.budget {
+		b.over = true
+		return ""
+	}
+	b.used += len(v)
+	return v
+}
+
+// expandBounded expands s, failing when substitutions exceed the per-value
+// bound.
+func expandBounded(s string, vars map[string]string) (string, int, error) {
+	b := newBoundedMapping(vars, maxEnvValueBytes)
+	out := expansion.Expand(s, b.mapping)
+	if b.over {
+		return "", 0, fmt.Errorf("expansion of $(VAR) references adds more than %d bytes", maxEnvValueBytes)
+	}
+	return out, b.used, nil
 }
 
 const (
@@ -30,13 +83,30 @@ const (
 
 // buildContainerConfig turns one container of pod into its CRI config.
 func (m *Manager) buildContainerConfig(pod *v1.Pod, c *v1.Container, p containerParams, objects ObjectSource) (*runtimeapi.ContainerConfig, error) {
-	env, err := resolveEnv(pod, c, p.podIP, objects)
-	if err != nil {
-		return nil, fmt.Errorf("resolve environment of container %s: %w", c.Name, err)
+	if err := checkLabelName("container", c.Name); err != nil {
+		return nil, err
 	}
-	mapping := expansion.MappingFuncFor(envMap(env))
-	command := expandAll(c.Command, mapping)
-	args := expandAll(c.Args, mapping)
+	env := p.env
+	if env == nil {
+		var err error
+		if env, err = resolveEnv(pod, c, p.podIP, objects); err != nil {
+			return nil, fmt.Errorf("resolve environment of container %s: %w", c.Name, err)
+		}
+	}
+	total := envBytes(env)
+	vars := envMap(env)
+	command, err := expandAll(c.Command, vars, &total)
+	if err != nil {
+		return nil, fmt.Errorf("command of container %s: %w", c.Name, err)
+	}
+	args, err := expandAll(c.Args, vars, &total)
+	if err != nil {
+		return nil, fmt.Errorf("args of container %s: %w", c.Name, err)
+	}
+	sc, err := containerSecurityContext(pod, c)
+	if err != nil {
+		return nil, fmt.Errorf("security context of container %s: %w", c.Name, err)
+	}
 
 	cfg := &runtimeapi.ContainerConfig{
 		Metadata:   &runtimeapi.ContainerMetadata{Name: c.Name, Attempt: uint32(p.restartCount)},
@@ -57,7 +127,7 @@ func (m *Manager) buildContainerConfig(pod *v1.Pod, c *v1.Container, p container
 		Tty:       c.TTY,
 		Linux: &runtimeapi.LinuxContainerConfig{
 			Resources:       linuxResources(c),
-			SecurityContext: containerSecurityContext(pod, c),
+			SecurityContext: sc,
 		},
 	}
 	if c.TerminationMessagePath != "" {
@@ -69,15 +139,32 @@ func (m *Manager) buildContainerConfig(pod *v1.Pod, c *v1.Container, p container
 	return cfg, nil
 }
 
-func expandAll(in []string, mapping func(string) string) []string {
+// expandAll expands each element, adding what substitution added to
+// *total and failing beyond the bounds.
+func expandAll(in []string, vars map[string]string, total *int) ([]string, error) {
 	if in == nil {
-		return nil
+		return nil, nil
 	}
 	out := make([]string, len(in))
 	for i, s := range in {
-		out[i] = expansion.Expand(s, mapping)
+		v, added, err := expandBounded(s, vars)
+		if err != nil {
+			return nil, fmt.Errorf("element %d: %w", i, err)
+		}
+		if *total += added; *total > maxEnvTotalBytes {
+			return nil, fmt.Errorf("environment and expanded command exceed %d bytes", maxEnvTotalBytes)
+		}
+		out[i] = v
 	}
-	return out
+	return out, nil
+}
+
+func envBytes(env []v1.EnvVar) int {
+	n := 0
+	for _, e := range env {
+		n += len(e.Name) + len(e.Value)
+	}
+	return n
 }
 
 func envMap(env []v1.EnvVar) map[string]string {
@@ -93,13 +180,20 @@ func envMap(env []v1.EnvVar) map[string]string {
 func resolveEnv(pod *v1.Pod, c *v1.Container, podIP string, objects ObjectSource) ([]v1.EnvVar, error) {
 	var env []v1.EnvVar
 	index := map[string]int{}
-	set := func(name, value string) {
+	total := 0
+	set := func(name, value string) error {
 		if i, ok := index[name]; ok {
+			total += len(value) - len(env[i].Value)
 			env[i].Value = value
-			return
+		} else {
+			index[name] = len(env)
+			env = append(env, v1.EnvVar{Name: name, Value: value})
+			total += len(name) + len(value)
 		}
-		index[name] = len(env)
-		env = append(env, v1.EnvVar{Name: name, Value: value})
+		if total > maxEnvTotalBytes {
+			return fmt.Errorf("environment exceeds %d bytes at %s", maxEnvTotalBytes, name)
+		}
+		return nil
 	}
 	for _, from := range c.EnvFrom {
 		switch {
@@ -113,7 +207,9 @@ func resolveEnv(pod *v1.Pod, c *v1.Container, podIP string, objects ObjectSource
 				return nil, fmt.Errorf("configmap %s/%s for envFrom: %w", pod.Namespace, from.ConfigMapRef.Name, errOrMissing(err))
 			}
 			for _, k := range sortedKeys(cm.Data) {
-				set(from.Prefix+k, cm.Data[k])
+				if err := set(from.Prefix+k, cm.Data[k]); err != nil {
+					return nil, err
+				}
 			}
 		case from.SecretRef != nil:
 			optional := from.SecretRef.Optional != nil && *from.SecretRef.Optional
@@ -125,16 +221,26 @@ func resolveEnv(pod *v1.Pod, c *v1.Container, podIP string, objects ObjectSource
 				return nil, fmt.Errorf("secret %s/%s for envFrom: %w", pod.Namespace, from.SecretRef.Name, errOrMissing(err))
 			}
 			for _, k := range sortedKeys(s.Data) {
-				set(from.Prefix+k, string(s.Data[k]))
+				if err := set(from.Prefix+k, string(s.Data[k])); err != nil {
+					return nil, err
+				}
 			}
 			for _, k := range sortedKeys(s.StringData) {
-				set(from.Prefix+k, s.StringData[k])
+				if err := set(from.Prefix+k, s.StringData[k]); err != nil {
+					return nil, err
+				}
 			}
 		}
 	}
 	for _, e := range c.Env {
 		if e.ValueFrom == nil {
-			set(e.Name, expansion.Expand(e.Value, expansion.MappingFuncFor(envMap(env))))
+			v, _, err := expandBounded(e.Value, envMap(env))
+			if err != nil {
+				return nil, fmt.Errorf("env %s: %w", e.Name, err)
+			}
+			if err := set(e.Name, v); err != nil {
+				return nil, err
+			}
 			continue
 		}
 		value, ok, err := envValueFrom(pod, e.ValueFrom, podIP, objects)
@@ -142,7 +248,9 @@ func resolveEnv(pod *v1.Pod, c *v1.Container, podIP string, objects ObjectSource
 			return nil, fmt.Errorf("env %s: %w", e.Name, err)
 		}
 		if ok {
-			set(e.Name, value)
+			if err := set(e.Name, value); err != nil {
+				return nil, err
+			}
 		}
 	}
 	return env, nil
@@ -272,8 +380,21 @@ func oomScoreAdj(c *v1.Container) int64 {
 	return 999
 }
 
-func containerSecurityContext(pod *v1.Pod, c *v1.Container) *runtimeapi.LinuxContainerSecurityContext {
+func containerSecurityContext(pod *v1.Pod, c *v1.Container) (*runtimeapi.LinuxContainerSecurityContext, error) {
 	sc := &runtimeapi.LinuxContainerSecurityContext{NamespaceOptions: namespaceOptions(pod)}
+	seccomp, err := seccompProfile(pod, c)
+	if err != nil {
+		return nil, err
+	}
+	sc.Seccomp = seccomp
+	var procMount *v1.ProcMountType
+	if c.SecurityContext != nil {
+		procMount = c.SecurityContext.ProcMount
+	}
+	// The kubelet's masked and read-only /proc paths unless the pod asked
+	// for (and admission allowed) an unmasked /proc.
+	sc.MaskedPaths = securitycontext.ConvertToRuntimeMaskedPaths(procMount)
+	sc.ReadonlyPaths = securitycontext.ConvertToRuntimeReadonlyPaths(procMount)
 	if psc := pod.Spec.SecurityContext; psc != nil {
 		if psc.RunAsUser != nil {
 			sc.RunAsUser = &runtimeapi.Int64Value{Value: *psc.RunAsUser}
@@ -288,7 +409,7 @@ func containerSecurityContext(pod *v1.Pod, c *v1.Container) *runtimeapi.LinuxCon
 	}
 	csc := c.SecurityContext
 	if csc == nil {
-		return sc
+		return sc, nil
 	}
 	if csc.RunAsUser != nil {
 		sc.RunAsUser = &runtimeapi.Int64Value{Value: *csc.RunAsUser}
@@ -314,7 +435,58 @@ func containerSecurityContext(pod *v1.Pod, c *v1.Container) *runtimeapi.LinuxCon
 			sc.Capabilities.DropCapabilities = append(sc.Capabilities.DropCapabilities, capName(c))
 		}
 	}
-	return sc
+	return sc, nil
+}
+
+// seccompProfile is the container's seccomp profile, else the pod's, else
+// RuntimeDefault (unlike the kubelet, whose default is Unconfined).
+// Unconfined is honoured when asked: admission decides whether a pod may.
+// Localhost profiles are refused: mqlet keeps no profile directory.
+func seccompProfile(pod *v1.Pod, c *v1.Container) (*runtimeapi.SecurityProfile, error) {
+	var p *v1.SeccompProfile
+	if c.SecurityContext != nil && c.SecurityContext.SeccompProfile != nil {
+		p = c.SecurityContext.SeccompProfile
+	} else if pod.Spec.SecurityContext != nil {
+		p = pod.Spec.SecurityContext.SeccompProfile
+	}
+	if p == nil {
+		return &runtimeapi.SecurityProfile{ProfileType: runtimeapi.SecurityProfile_RuntimeDefault}, nil
+	}
+	switch p.Type {
+	case v1.SeccompProfileTypeRuntimeDefault:
+		return &runtimeapi.SecurityProfile{ProfileType: runtimeapi.SecurityProfile_RuntimeDefault}, nil
+	case v1.SeccompProfileTypeUnconfined:
+		return &runtimeapi.SecurityProfile{ProfileType: runtimeapi.SecurityProfile_Unconfined}, nil
+	case v1.SeccompProfileTypeLocalhost:
+		return nil, fmt.Errorf("seccompProfile type Localhost is not supported on this node (no local profile directory); use RuntimeDefault")
+	default:
+		return nil, fmt.Errorf("seccompProfile type %q is not supported", p.Type)
+	}
+}
+
+// checkRunAsNonRoot enforces runAsNonRoot against the effective user: the
+// runAsUser, else the image's user (uid, or a name that cannot be
+// verified), where an image naming no user runs as root. The messages are
+// the kubelet's.
+func checkRunAsNonRoot(pod *v1.Pod, c *v1.Container, imageUID *int64, imageUser string) error {
+	esc := securitycontext.DetermineEffectiveSecurityContext(pod, c)
+	if esc == nil || esc.RunAsNonRoot == nil || !*esc.RunAsNonRoot {
+		return nil
+	}
+	podName := pod.Namespace + "/" + pod.Name
+	if esc.RunAsUser != nil {
+		if *esc.RunAsUser == 0 {
+			return fmt.Errorf("container's runAsUser breaks non-root policy (pod: %q, container: %s)", podName, c.Name)
+		}
+		return nil
+	}
+	switch {
+	case imageUID == nil && imageUser != "":
+		return fmt.Errorf("container has runAsNonRoot and image has non-numeric user (%s), cannot verify user is non-root (pod: %q, container: %s)", imageUser, podName, c.Name)
+	case imageUID == nil || *imageUID == 0:
+		return fmt.Errorf("container has runAsNonRoot and image will run as root (pod: %q, container: %s)", podName, c.Name)
+	}
+	return nil
 }
 
 // capName accepts both NET_ADMIN and CAP_NET_ADMIN and returns the form the

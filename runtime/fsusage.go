@@ -40,12 +40,17 @@ func (m *Manager) ContainerFilesystems(ctx context.Context) (map[string]Containe
 	}
 	out := make(map[string]ContainerFs, len(containers))
 	for _, c := range containers {
-		usage := ContainerFs{LogsDir: filepath.Join(m.podLogDir(c.Labels[LabelPodNamespace], c.Labels[LabelPodName], c.Labels[LabelPodUID]), c.Labels[LabelContainerName])}
+		var usage ContainerFs
+		if dir, err := m.podLogDir(c.Labels[LabelPodNamespace], c.Labels[LabelPodName], c.Labels[LabelPodUID]); err == nil && checkLabelName("container", c.Labels[LabelContainerName]) == nil {
+			usage.LogsDir = filepath.Join(dir, c.Labels[LabelContainerName])
+		}
 		if s := byID[c.Id]; s != nil && s.GetWritableLayer() != nil {
 			usage.RootfsUsedBytes = s.GetWritableLayer().GetUsedBytes().GetValue()
 			usage.RootfsMount = s.GetWritableLayer().GetFsId().GetMountpoint()
 		}
-		usage.LogsUsedBytes = dirBytes(usage.LogsDir)
+		if usage.LogsDir != "" {
+			usage.LogsUsedBytes = dirBytes(usage.LogsDir)
+		}
 		out[c.Id] = usage
 	}
 	return out, nil

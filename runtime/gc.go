@@ -76,6 +76,9 @@ func (m *Manager) gcContainers(ctx context.Context, svc *services, policy GCPoli
 	for key, list := range groups {
 		sort.Slice(list, func(i, j int) bool { return list[i].CreatedAt > list[j].CreatedAt })
 		uid, _, _ := strings.Cut(key, "/")
+		if m.terminating.active(uid) {
+			continue // its kill removes them, after the grace period
+		}
 		keep := policy.MaxPerPodContainer
 		if !isDesired(uid) {
 			keep = 0
@@ -104,8 +107,12 @@ func (m *Manager) gcSandboxes(ctx context.Context, svc *services, isDesired func
 		return fmt.Errorf("gc: list containers: %w", m.conn.classify(err))
 	}
 	inUse := map[string]bool{}
+	alive := map[string]bool{} // sandboxes with a container not yet exited
 	for _, c := range containers {
 		inUse[c.PodSandboxId] = true
+		if c.State != runtimeapi.ContainerState_CONTAINER_EXITED {
+			alive[c.PodSandboxId] = true
+		}
 	}
 	newest := map[string]*runtimeapi.PodSandbox{}
 	for _, sb := range sandboxes {
@@ -118,6 +125,14 @@ func (m *Manager) gcSandboxes(ctx context.Context, svc *services, isDesired func
 	for _, sb := range sandboxes {
 		uid := sb.Labels[LabelPodUID]
 		switch {
+		case m.terminating.active(uid):
+			// A kill is giving the pod its grace period; removing the
+			// sandbox now would kill the containers at once.
+			continue
+		case !isDesired(uid) && alive[sb.Id]:
+			// Stopping running containers is the pod worker's job, with
+			// the pod's grace period; GC only removes what has ended.
+			continue
 		case !isDesired(uid):
 			m.log.Info().Str("pod", sb.Labels[LabelPodNamespace]+"/"+sb.Labels[LabelPodName]).Str("uid", uid).Msg("removing sandbox of a pod that is not desired")
 		case sb.State != runtimeapi.PodSandboxState_SANDBOX_READY && newest[uid] != sb && !inUse[sb.Id]:
@@ -142,20 +157,30 @@ func (m *Manager) gcPodDirs(ctx context.Context, svc *services, isDesired func(s
 	for _, sb := range sandboxes {
 		present[sb.Labels[LabelPodUID]] = true
 	}
-	orphan := func(uid string) bool { return uid != "" && !present[uid] && !isDesired(uid) }
+	// Only a direct child of the pods (or logs) directory named by a UUID
+	// (ns_name_uuid) is ever removed, never while its pod terminates.
+	orphan := func(uid string) bool {
+		return IsUID(uid) && !present[uid] && !isDesired(uid) && !m.terminating.active(uid)
+	}
 	var errs []error
 	if entries, err := os.ReadDir(m.cfg.PodDir); err == nil {
 		for _, e := range entries {
-			if e.IsDir() && orphan(e.Name()) {
-				errs = append(errs, os.RemoveAll(filepath.Join(m.cfg.PodDir, e.Name())))
+			if !e.IsDir() || !orphan(e.Name()) {
+				continue
+			}
+			if dir, err := m.podDir(e.Name()); err == nil {
+				errs = append(errs, removeAllUnmounted(dir))
 			}
 		}
 	}
 	if entries, err := os.ReadDir(m.cfg.PodLogDir); err == nil {
 		for _, e := range entries {
 			parts := strings.Split(e.Name(), "_")
-			if e.IsDir() && len(parts) == 3 && orphan(parts[2]) {
-				errs = append(errs, os.RemoveAll(filepath.Join(m.cfg.PodLogDir, e.Name())))
+			if !e.IsDir() || len(parts) != 3 || !orphan(parts[2]) {
+				continue
+			}
+			if dir, err := m.podLogDir(parts[0], parts[1], parts[2]); err == nil && dir == filepath.Join(m.cfg.PodLogDir, e.Name()) {
+				errs = append(errs, os.RemoveAll(dir))
 			}
 		}
 	}

@@ -16,7 +16,6 @@ import (
 
 	"github.com/rs/zerolog"
 	v1 "k8s.io/api/core/v1"
-	"k8s.io/apimachinery/pkg/types"
 	runtimeapi "k8s.io/cri-api/pkg/apis/runtime/v1"
 
 	"github.com/mqlet/mqlet/internal/testutil/containerd"
@@ -120,7 +119,7 @@ func (e *env) newPod(policy v1.RestartPolicy, containers ...v1.Container) *v1.Po
 	}
 	pod.Name = strings.TrimRight(pod.Name, "-") + "-" + id
 	pod.Namespace = "rt-test"
-	pod.UID = types.UID("uid-" + id)
+	pod.UID = newTestUID()
 	grace := int64(1)
 	pod.Spec.TerminationGracePeriodSeconds = &grace
 	pod.Spec.RestartPolicy = policy
@@ -206,7 +205,10 @@ func TestPodLifecycle(t *testing.T) {
 	if first.SpecHash != HashContainer(&pod.Spec.Containers[0]) || first.RestartCount != 0 {
 		t.Fatalf("container %+v", first)
 	}
-	logDir := e.m.podLogDir(pod.Namespace, pod.Name, string(pod.UID))
+	logDir, err := e.m.podLogDir(pod.Namespace, pod.Name, string(pod.UID))
+	if err != nil {
+		t.Fatal(err)
+	}
 	if _, err := os.Stat(filepath.Join(logDir, "main", "0.log")); err != nil {
 		t.Fatalf("log file of attempt 0: %v", err)
 	}
@@ -349,7 +351,11 @@ func TestInitContainers(t *testing.T) {
 				VolumeMounts: []v1.VolumeMount{{Name: "work", MountPath: "/work"}}})
 		}
 		e.syncUntil(pod, 30*time.Second, "app running", isRunning("app"))
-		data, err := os.ReadFile(filepath.Join(e.m.podVolumeDir(string(pod.UID), "kubernetes.io~empty-dir", "work"), "order"))
+		dir, err := e.m.podVolumeDir(string(pod.UID), "kubernetes.io~empty-dir", "work")
+		if err != nil {
+			t.Fatal(err)
+		}
+		data, err := os.ReadFile(filepath.Join(dir, "order"))
 		if err != nil || string(data) != "one\ntwo\n" {
 			t.Fatalf("init order file %q (%v), want one then two", data, err)
 		}
@@ -439,9 +445,23 @@ func TestGarbageCollect(t *testing.T) {
 		c := latest(st, "job")
 		return c != nil && c.RestartCount >= 2 && c.State == ContainerExited
 	})
-	gone := e.newPod(v1.RestartPolicyAlways, sleeper("main"))
-	e.syncUntil(gone, 30*time.Second, "running", isRunning("main"))
+	gone := e.newPod(v1.RestartPolicyNever, v1.Container{Name: "main", Command: []string{"true"}})
+	e.syncUntil(gone, 30*time.Second, "exited", func(st *PodStatus) bool {
+		c := latest(st, "main")
+		return c != nil && c.State == ContainerExited
+	})
+	// An undesired pod still running is the pod worker's to stop with its
+	// grace period: GC leaves it alone.
+	running := e.newPod(v1.RestartPolicyAlways, sleeper("main"))
+	e.syncUntil(running, 30*time.Second, "running", isRunning("main"))
 	desired := func(uid string) bool { return uid == string(kept.UID) }
+	// Only UUID-named children of the pods and logs directories are GC's.
+	foreign := []string{filepath.Join(e.m.cfg.PodDir, "not-a-uuid"), filepath.Join(e.m.cfg.PodLogDir, "ns_name_not-a-uuid")}
+	for _, dir := range foreign {
+		if err := os.MkdirAll(dir, 0o755); err != nil {
+			t.Fatal(err)
+		}
+	}
 	if err := e.m.GarbageCollect(e.ctx, GCPolicy{MaxPerPodContainer: 1}, desired); err != nil {
 		t.Fatal(err)
 	}
@@ -454,6 +474,14 @@ func TestGarbageCollect(t *testing.T) {
 	if _, err := os.Stat(filepath.Join(e.m.cfg.PodDir, string(gone.UID))); !os.IsNotExist(err) {
 		t.Fatalf("pod dir of undesired pod survived GC: %v", err)
 	}
+	for _, dir := range foreign {
+		if _, err := os.Stat(dir); err != nil {
+			t.Fatalf("GC removed %s, which is not named by a pod uid: %v", dir, err)
+		}
+	}
+	if st := e.status(running); !isRunning("main")(st) || len(st.Sandboxes) != 1 {
+		t.Fatalf("GC stopped a running undesired pod: %+v", st)
+	}
 	// Image GC never takes the sandbox image, which an offline node could
 	// not pull again.
 	svc, err := e.m.conn.get()
@@ -462,6 +490,52 @@ func TestGarbageCollect(t *testing.T) {
 	}
 	if got := e.m.sandboxImage(e.ctx, svc); NormalizeImage(got) != containerd.PauseImage {
 		t.Fatalf("sandbox image reported as %q, want %s", got, containerd.PauseImage)
+	}
+}
+
+// A pod being killed with a long grace period is not GC's to finish: the
+// garbage collector must not remove its sandbox (which kills at once) nor
+// its directories while the kill waits.
+func TestGarbageCollectNeverCutsATerminationShort(t *testing.T) {
+	e := newEnv(t)
+	// The container ignores SIGTERM, so only the grace period ends it.
+	pod := e.newPod(v1.RestartPolicyAlways, v1.Container{Name: "main", Command: []string{"sh", "-c", "trap '' TERM; while true; do sleep 1; done"}})
+	grace := int64(120)
+	pod.Spec.TerminationGracePeriodSeconds = &grace
+	e.syncUntil(pod, 30*time.Second, "running", isRunning("main"))
+	killCtx, cancelKill := context.WithCancel(e.ctx)
+	killed := make(chan error, 1)
+	go func() { killed <- e.m.KillPod(killCtx, pod, nil) }()
+	defer func() {
+		cancelKill()
+		<-killed
+		zero := int64(0)
+		_ = e.m.KillPod(context.Background(), pod, &zero)
+	}()
+	deadline := time.Now().Add(10 * time.Second)
+	for !e.m.terminating.active(string(pod.UID)) {
+		if time.Now().After(deadline) {
+			t.Fatal("the kill never registered as terminating")
+		}
+		time.Sleep(10 * time.Millisecond)
+	}
+	notDesired := func(string) bool { return false }
+	for range 3 {
+		if err := e.m.GarbageCollect(e.ctx, GCPolicy{MaxPerPodContainer: 0}, notDesired); err != nil {
+			t.Fatal(err)
+		}
+	}
+	st := e.status(pod)
+	if !isRunning("main")(st) || len(st.Sandboxes) != 1 || !st.Sandboxes[0].Ready {
+		t.Fatalf("GC cut the termination short: %+v", st)
+	}
+	if _, err := os.Stat(filepath.Join(e.m.cfg.PodDir, string(pod.UID))); err != nil {
+		t.Fatalf("GC removed the pod directory of a terminating pod: %v", err)
+	}
+	select {
+	case err := <-killed:
+		t.Fatalf("the kill ended within its grace period: %v", err)
+	default:
 	}
 }
 

@@ -13,10 +13,15 @@ import (
 )
 
 func (m *Manager) createPodDirs(pod *v1.Pod) error {
-	for _, dir := range []string{
-		filepath.Join(m.cfg.PodDir, string(pod.UID), "volumes"),
-		m.podLogDir(pod.Namespace, pod.Name, string(pod.UID)),
-	} {
+	podDir, err := m.podDir(string(pod.UID))
+	if err != nil {
+		return err
+	}
+	logDir, err := m.podLogDir(pod.Namespace, pod.Name, string(pod.UID))
+	if err != nil {
+		return err
+	}
+	for _, dir := range []string{filepath.Join(podDir, "volumes"), logDir} {
 		if err := os.MkdirAll(dir, 0o755); err != nil {
 			return fmt.Errorf("create pod directory %s: %w", dir, err)
 		}
@@ -95,6 +100,10 @@ func (m *Manager) killPod(ctx context.Context, pod *v1.Pod, uid, name, namespace
 	if err != nil {
 		return err
 	}
+	// While the pod terminates (possibly for a long grace period) the
+	// garbage collector keeps its hands off it.
+	done := m.terminating.begin(uid)
+	defer done()
 	ctx = quietContext(ctx)
 	status, err := m.GetPodStatus(ctx, uid, name, namespace)
 	if err != nil {
@@ -114,7 +123,7 @@ func (m *Manager) killPod(ctx context.Context, pod *v1.Pod, uid, name, namespace
 	if err := m.removePodDirs(uid, name, namespace); err != nil {
 		return fmt.Errorf("kill pod %s/%s: %w", namespace, name, err)
 	}
-	if uid != "" {
+	if IsUID(uid) {
 		if err := m.removePodCgroup(uid); err != nil {
 			m.log.Warn().Err(err).Str("pod", namespace+"/"+name).Msg("removing the pod's cgroup")
 		}
@@ -147,14 +156,58 @@ func (m *Manager) removeSandbox(ctx context.Context, svc *services, id string) e
 	return nil
 }
 
+// removePodDirs unmounts the pod's subpath mounts and removes its pod and
+// log directories. A pod whose identity is not safe to build paths from
+// (a runtime object with hostile labels) has no directories of ours: none
+// are touched.
 func (m *Manager) removePodDirs(uid, name, namespace string) error {
 	if uid == "" {
 		return nil
 	}
-	for _, dir := range []string{filepath.Join(m.cfg.PodDir, uid), m.podLogDir(namespace, name, uid)} {
-		if err := os.RemoveAll(dir); err != nil {
-			return fmt.Errorf("remove %s: %w", dir, err)
-		}
+	podDir, err := m.podDir(uid)
+	if err != nil {
+		m.log.Warn().Str("pod", namespace+"/"+name).Err(err).Msg("not removing pod directories")
+		return nil
+	}
+	if err := removeAllUnmounted(podDir); err != nil {
+		return fmt.Errorf("remove %s: %w", podDir, err)
+	}
+	logDir, err := m.podLogDir(namespace, name, uid)
+	if err != nil {
+		m.log.Warn().Str("pod", namespace+"/"+name).Err(err).Msg("not removing pod log directory")
+		return nil
+	}
+	if err := os.RemoveAll(logDir); err != nil {
+		return fmt.Errorf("remove %s: %w", logDir, err)
 	}
 	return nil
+}
+
+// terminations tracks pods being killed, by uid, so the garbage collector
+// never cuts a running termination short.
+type terminations struct {
+	mu   sync.Mutex
+	uids map[string]int
+}
+
+func (t *terminations) begin(uid string) (end func()) {
+	t.mu.Lock()
+	defer t.mu.Unlock()
+	if t.uids == nil {
+		t.uids = map[string]int{}
+	}
+	t.uids[uid]++
+	return func() {
+		t.mu.Lock()
+		defer t.mu.Unlock()
+		if t.uids[uid]--; t.uids[uid] <= 0 {
+			delete(t.uids, uid)
+		}
+	}
+}
+
+func (t *terminations) active(uid string) bool {
+	t.mu.Lock()
+	defer t.mu.Unlock()
+	return t.uids[uid] > 0
 }

@@ -9,9 +9,13 @@ import (
 // Manager runs pods through a CRI runtime. It only ever touches sandboxes and
 // containers carrying mqlet's labels.
 type Manager struct {
-	cfg  Config
-	log  zerolog.Logger
-	conn *connection
+	cfg         Config
+	log         zerolog.Logger
+	conn        *connection
+	terminating terminations
+	// afterResolve, set only by tests, runs between resolving a hostPath's
+	// existing ancestor and creating beneath it (where a pod would race).
+	afterResolve func()
 }
 
 // NewManager returns a Manager for cfg (zero fields take the defaults).

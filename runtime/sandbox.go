@@ -5,7 +5,6 @@ import (
 	"fmt"
 	"os"
 	"path"
-	"path/filepath"
 	"strings"
 
 	v1 "k8s.io/api/core/v1"
@@ -13,18 +12,40 @@ import (
 )
 
 // podLogDir is where the runtime writes the pod's container logs.
-func (m *Manager) podLogDir(namespace, name, uid string) string {
-	return filepath.Join(m.cfg.PodLogDir, namespace+"_"+name+"_"+uid)
+func (m *Manager) podLogDir(namespace, name, uid string) (string, error) {
+	if err := checkPodIdentity(uid, name, namespace); err != nil {
+		return "", err
+	}
+	return childOf(m.cfg.PodLogDir, namespace+"_"+name+"_"+uid)
+}
+
+// podDir holds the pod's volumes and subpath mounts.
+func (m *Manager) podDir(uid string) (string, error) {
+	if err := checkUID(uid); err != nil {
+		return "", err
+	}
+	return childOf(m.cfg.PodDir, uid)
 }
 
 // podCgroupParent is the pod's cgroupfs parent.
-func (m *Manager) podCgroupParent(uid string) string {
-	return path.Join(m.cfg.CgroupRoot, "pod"+uid)
+func (m *Manager) podCgroupParent(uid string) (string, error) {
+	if err := checkUID(uid); err != nil {
+		return "", err
+	}
+	return path.Join(m.cfg.CgroupRoot, "pod"+uid), nil
 }
 
 // buildSandboxConfig turns a pod into the CRI sandbox config for attempt.
 func (m *Manager) buildSandboxConfig(pod *v1.Pod, attempt uint32) (*runtimeapi.PodSandboxConfig, error) {
 	uid := string(pod.UID)
+	logDir, err := m.podLogDir(pod.Namespace, pod.Name, uid)
+	if err != nil {
+		return nil, err
+	}
+	cgroupParent, err := m.podCgroupParent(uid)
+	if err != nil {
+		return nil, err
+	}
 	annotations := make(map[string]string, len(pod.Annotations)+1)
 	for k, v := range pod.Annotations {
 		annotations[k] = v
@@ -40,15 +61,21 @@ func (m *Manager) buildSandboxConfig(pod *v1.Pod, attempt uint32) (*runtimeapi.P
 		},
 		Labels:       podLabels(pod),
 		Annotations:  annotations,
-		LogDirectory: m.podLogDir(pod.Namespace, pod.Name, uid),
+		LogDirectory: logDir,
 		Linux: &runtimeapi.LinuxPodSandboxConfig{
-			CgroupParent: m.podCgroupParent(uid),
+			CgroupParent: cgroupParent,
 			SecurityContext: &runtimeapi.LinuxSandboxSecurityContext{
 				NamespaceOptions: namespaceOptions(pod),
 				Privileged:       podHasPrivileged(pod),
 			},
 		},
 	}
+	// The pause container too runs under the pod's seccomp profile.
+	seccomp, err := seccompProfile(pod, &v1.Container{})
+	if err != nil {
+		return nil, err
+	}
+	cfg.Linux.SecurityContext.Seccomp = seccomp
 	// runc cannot set a hostname without a private UTS namespace.
 	if !pod.Spec.HostNetwork {
 		cfg.Hostname = podHostname(pod)

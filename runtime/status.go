@@ -8,6 +8,8 @@ import (
 	"time"
 
 	runtimeapi "k8s.io/cri-api/pkg/apis/runtime/v1"
+
+	"github.com/mqlet/mqlet/internal/redact"
 )
 
 // GetPodStatus reads the sandboxes and containers of pod uid from the
@@ -62,10 +64,19 @@ func (m *Manager) GetPodStatus(ctx context.Context, uid, name, namespace string)
 		}
 		return a.CreatedAt.After(b.CreatedAt)
 	})
+	var scrub *redact.Scrubber
 	for _, c := range containers {
 		cs, err := m.containerStatus(qctx, svc, c)
 		if err != nil {
 			return nil, fmt.Errorf("status of container %s of pod %s/%s: %w", c.GetMetadata().GetName(), namespace, name, err)
+		}
+		if cs != nil && (cs.Message != "" || cs.Reason != "") {
+			// The runtime's messages can quote a secret value (a command
+			// expanded from one); they leave the node in the pod status.
+			if scrub == nil {
+				scrub = m.scrubber(nil, nil)
+			}
+			cs.Message, cs.Reason = scrub.String(cs.Message), scrub.String(cs.Reason)
 		}
 		if cs != nil {
 			st.Containers = append(st.Containers, *cs)

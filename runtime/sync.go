@@ -18,9 +18,16 @@ func (noEvents) Event(*v1.Pod, string, string, string) {}
 // GetPodStatus): it (re)creates the sandbox, kills changed containers, runs
 // init containers in order and starts app containers per restart policy,
 // gated by backoff. A container waiting in backoff yields a *BackoffError.
-func (m *Manager) SyncPod(ctx context.Context, pod *v1.Pod, status *PodStatus, objects ObjectSource, backoff RestartBackoff, events EventRecorder) error {
+func (m *Manager) SyncPod(ctx context.Context, pod *v1.Pod, status *PodStatus, objects ObjectSource, backoff RestartBackoff, events EventRecorder) (err error) {
 	if events == nil {
 		events = noEvents{}
+	}
+	scrub := m.scrubber(pod, objects)
+	events = scrubbingRecorder{next: events, s: scrub}
+	defer func() { err = scrubError(scrub, err) }()
+	if err := checkPodIdentity(string(pod.UID), pod.Name, pod.Namespace); err != nil {
+		events.Event(pod, v1.EventTypeWarning, "FailedCreatePodSandBox", "Failed to create pod sandbox: "+err.Error())
+		return podConfigErrors(pod, fmt.Errorf("sync pod %s/%s: %w", pod.Namespace, pod.Name, err))
 	}
 	svc, err := m.conn.get()
 	if err != nil {
@@ -52,14 +59,25 @@ func (m *Manager) SyncPod(ctx context.Context, pod *v1.Pod, status *PodStatus, o
 		return nil
 	}
 
+	if err := checkHostUsers(pod); err != nil {
+		events.Event(pod, v1.EventTypeWarning, "FailedCreatePodSandBox", "Failed to create pod sandbox: "+err.Error())
+		return podConfigErrors(pod, fmt.Errorf("sync pod %s/%s: %w", pod.Namespace, pod.Name, err))
+	}
 	sandboxCfg, err := m.buildSandboxConfig(pod, act.SandboxAttempt)
 	if err != nil {
 		return fmt.Errorf("build sandbox config of pod %s/%s: %w", pod.Namespace, pod.Name, err)
 	}
 	sandboxID := act.SandboxID
 	if act.CreateSandbox {
+		if err := checkHostPorts(pod, hostProcNet); err != nil {
+			events.Event(pod, v1.EventTypeWarning, "FailedCreatePodSandBox", "Failed to create pod sandbox: "+err.Error())
+			return hostPortErrors(pod, err)
+		}
 		if err := m.createPodDirs(pod); err != nil {
 			return err
+		}
+		if err := m.limitPodPids(string(pod.UID)); err != nil {
+			return fmt.Errorf("limit processes of pod %s/%s: %w", pod.Namespace, pod.Name, err)
 		}
 		log.Info().Str("reason", act.Reason).Uint32("attempt", act.SandboxAttempt).Msg("creating sandbox")
 		sandboxID, err = svc.runtime.RunPodSandbox(ctx, sandboxCfg, "")
@@ -76,10 +94,17 @@ func (m *Manager) SyncPod(ctx context.Context, pod *v1.Pod, status *PodStatus, o
 	if err != nil {
 		return fmt.Errorf("read sandbox of pod %s/%s: %w", pod.Namespace, pod.Name, err)
 	}
+	if err := m.pruneMounts(pod); err != nil {
+		log.Warn().Err(err).Msg("removing mounts the spec no longer uses")
+	}
 	volumes, err := m.prepareVolumes(pod, objects)
 	if err != nil {
 		events.Event(pod, v1.EventTypeWarning, "FailedMount", err.Error())
-		return fmt.Errorf("set up volumes of pod %s/%s: %w", pod.Namespace, pod.Name, err)
+		err = fmt.Errorf("set up volumes of pod %s/%s: %w", pod.Namespace, pod.Name, err)
+		if errors.Is(err, errRefused) {
+			return podConfigErrors(pod, err)
+		}
+		return err
 	}
 
 	start := func(c *v1.Container, init bool) error {
@@ -177,12 +202,27 @@ func (m *Manager) startContainer(ctx context.Context, svc *services, r startRequ
 		}
 		return fail(reason, fmt.Errorf("%s: %w", what, err))
 	}
-	mounts, err := containerMounts(pod, c, r.volumes)
+	configError := func(err error) error {
+		r.events.Event(pod, v1.EventTypeWarning, "Failed", fmt.Sprintf("Error: %v", err))
+		return fail("CreateContainerConfigError", fmt.Errorf("%s: %w", what, err))
+	}
+	env, err := resolveEnv(pod, c, r.podIP, r.objects)
+	if err != nil {
+		return configError(fmt.Errorf("resolve environment: %w", err))
+	}
+	imageUID, imageUser, err := m.imageUser(ctx, svc, imageRef)
 	if err != nil {
 		return fail("CreateContainerConfigError", fmt.Errorf("%s: %w", what, err))
 	}
+	if err := checkRunAsNonRoot(pod, c, imageUID, imageUser); err != nil {
+		return configError(err)
+	}
+	mounts, err := m.containerMounts(pod, c, r.volumes, env)
+	if err != nil {
+		return configError(err)
+	}
 	cfg, err := m.buildContainerConfig(pod, c, containerParams{
-		restartCount: restartCount, init: r.init, podIP: r.podIP, imageRef: imageRef, mounts: mounts,
+		restartCount: restartCount, init: r.init, podIP: r.podIP, imageRef: imageRef, mounts: mounts, env: env,
 	}, r.objects)
 	if err != nil {
 		r.events.Event(pod, v1.EventTypeWarning, "Failed", fmt.Sprintf("Error: %v", err))
@@ -205,12 +245,76 @@ func (m *Manager) startContainer(ctx context.Context, svc *services, r startRequ
 	return nil
 }
 
+// imageUser is the user the image runs as: a uid, or a name the image
+// does not map to one; neither set means root.
+func (m *Manager) imageUser(ctx context.Context, svc *services, imageRef string) (*int64, string, error) {
+	resp, err := svc.image.ImageStatus(ctx, &runtimeapi.ImageSpec{Image: imageRef}, false)
+	if err != nil {
+		return nil, "", fmt.Errorf("read the user of image %s: %w", imageRef, m.conn.classify(err))
+	}
+	img := resp.GetImage()
+	if img == nil {
+		return nil, "", fmt.Errorf("read the user of image %s: image not found", imageRef)
+	}
+	if uid := img.GetUid(); uid != nil {
+		v := uid.GetValue()
+		return &v, "", nil
+	}
+	return nil, img.GetUsername(), nil
+}
+
+// hostPortErrors reports a refused hostPort on each container declaring
+// it, so each container's waiting state names the port.
+func hostPortErrors(pod *v1.Pod, err error) error {
+	var inUse *HostPortInUseError
+	if !errors.As(err, &inUse) {
+		return fmt.Errorf("check hostPorts of pod %s/%s: %w", pod.Namespace, pod.Name, err)
+	}
+	var errs []error
+	for _, c := range pod.Spec.Containers {
+		for _, p := range c.Ports {
+			proto := string(p.Protocol)
+			if proto == "" {
+				proto = string(v1.ProtocolTCP)
+			}
+			if p.HostPort == inUse.Port && proto == inUse.Protocol {
+				errs = append(errs, &ContainerError{Container: c.Name, Reason: "CreateContainerConfigError",
+					Err: fmt.Errorf("container %s of pod %s/%s: %w", c.Name, pod.Namespace, pod.Name, err)})
+			}
+		}
+	}
+	return joinSyncErrors(errs)
+}
+
+// podConfigErrors reports err on every container of the pod (the next to
+// run), so each waiting state says why none can start.
+func podConfigErrors(pod *v1.Pod, err error) error {
+	var errs []error
+	for _, list := range [][]v1.Container{pod.Spec.InitContainers, pod.Spec.Containers} {
+		for _, c := range list {
+			errs = append(errs, &ContainerError{Container: c.Name, Reason: "CreateContainerConfigError", Err: err})
+		}
+	}
+	return joinSyncErrors(errs)
+}
+
 // stopContainer stops one container, giving it grace seconds after SIGTERM.
 func (m *Manager) stopContainer(ctx context.Context, svc *services, id string, grace int64) error {
 	ctx, cancel := context.WithTimeout(ctx, time.Duration(grace)*time.Second+m.cfg.RequestTimeout)
 	defer cancel()
 	if err := svc.runtime.StopContainer(ctx, id, grace); err != nil && !isNotFound(err) {
 		return m.conn.classify(err)
+	}
+	return nil
+}
+
+// checkHostUsers refuses a pod that asks for a user namespace: the CRI
+// config mqlet sends has none, so its containers would run with the
+// host's uids while admission (the Pod Security Standards) relaxed
+// runAsNonRoot, runAsUser and procMount for it.
+func checkHostUsers(pod *v1.Pod) error {
+	if pod.Spec.HostUsers != nil && !*pod.Spec.HostUsers {
+		return fmt.Errorf("hostUsers: false is not supported: this node runs no pod in a user namespace: %w", errRefused)
 	}
 	return nil
 }

@@ -2,15 +2,20 @@ package runtime
 
 import (
 	"cmp"
+	"errors"
 	"fmt"
 	"os"
 	"path/filepath"
 	"slices"
+	"strconv"
 	"strings"
 	"time"
 
+	"golang.org/x/sys/unix"
 	v1 "k8s.io/api/core/v1"
+	"k8s.io/apimachinery/pkg/util/validation"
 	runtimeapi "k8s.io/cri-api/pkg/apis/runtime/v1"
+	"k8s.io/kubernetes/third_party/forked/golang/expansion"
 )
 
 const (
@@ -29,8 +34,15 @@ func sortedKeys[V any](m map[string]V) []string {
 }
 
 // podVolumeDir is where a pod's volume of the given plugin kind lives.
-func (m *Manager) podVolumeDir(uid, kind, name string) string {
-	return filepath.Join(m.cfg.PodDir, uid, "volumes", kind, name)
+func (m *Manager) podVolumeDir(uid, kind, name string) (string, error) {
+	dir, err := m.podDir(uid)
+	if err != nil {
+		return "", err
+	}
+	if err := checkLabelName("volume", name); err != nil {
+		return "", err
+	}
+	return filepath.Join(dir, "volumes", kind, name), nil
 }
 
 // prepareVolumes creates or refreshes every volume of pod on the node and
@@ -45,18 +57,22 @@ func (m *Manager) prepareVolumes(pod *v1.Pod, objects ObjectSource) (map[string]
 		)
 		switch {
 		case vol.EmptyDir != nil:
-			dir = m.podVolumeDir(uid, "kubernetes.io~empty-dir", vol.Name)
+			if dir, err = m.podVolumeDir(uid, "kubernetes.io~empty-dir", vol.Name); err != nil {
+				break
+			}
 			if err = os.MkdirAll(dir, 0o755); err == nil {
 				err = os.Chmod(dir, 0o777) // any container user may write, as in the kubelet
 			}
 		case vol.HostPath != nil:
-			dir, err = vol.HostPath.Path, prepareHostPath(vol.HostPath)
+			dir, err = m.prepareHostPath(uid, vol.Name, vol.HostPath)
 		case vol.ConfigMap != nil:
-			dir = m.podVolumeDir(uid, "kubernetes.io~configmap", vol.Name)
-			err = m.writeConfigMapVolume(pod, vol.ConfigMap, dir, objects)
+			if dir, err = m.podVolumeDir(uid, "kubernetes.io~configmap", vol.Name); err == nil {
+				err = m.writeConfigMapVolume(pod, vol.ConfigMap, dir, objects)
+			}
 		case vol.Secret != nil:
-			dir = m.podVolumeDir(uid, "kubernetes.io~secret", vol.Name)
-			err = m.writeSecretVolume(pod, vol.Secret, dir, objects)
+			if dir, err = m.podVolumeDir(uid, "kubernetes.io~secret", vol.Name); err == nil {
+				err = m.writeSecretVolume(pod, vol.Secret, dir, objects)
+			}
 		default:
 			err = fmt.Errorf("volume type is not supported")
 		}
@@ -66,41 +82,6 @@ func (m *Manager) prepareVolumes(pod *v1.Pod, objects ObjectSource) (map[string]
 		paths[vol.Name] = dir
 	}
 	return paths, nil
-}
-
-func prepareHostPath(hp *v1.HostPathVolumeSource) error {
-	t := v1.HostPathUnset
-	if hp.Type != nil {
-		t = *hp.Type
-	}
-	switch t {
-	case v1.HostPathDirectoryOrCreate:
-		return os.MkdirAll(hp.Path, 0o755)
-	case v1.HostPathFileOrCreate:
-		if err := os.MkdirAll(filepath.Dir(hp.Path), 0o755); err != nil {
-			return err
-		}
-		f, err := os.OpenFile(hp.Path, os.O_CREATE|os.O_RDONLY, 0o644)
-		if err != nil {
-			return err
-		}
-		return f.Close()
-	case v1.HostPathUnset:
-		return nil
-	}
-	info, err := os.Stat(hp.Path)
-	if err != nil {
-		return fmt.Errorf("host path %s: %w", hp.Path, err)
-	}
-	switch {
-	case t == v1.HostPathDirectory && !info.IsDir():
-		return fmt.Errorf("host path %s is not a directory", hp.Path)
-	case t == v1.HostPathFile && !info.Mode().IsRegular():
-		return fmt.Errorf("host path %s is not a file", hp.Path)
-	case t == v1.HostPathSocket && info.Mode()&os.ModeSocket == 0:
-		return fmt.Errorf("host path %s is not a socket", hp.Path)
-	}
-	return nil
 }
 
 type volumeFile struct {
@@ -113,6 +94,11 @@ func projectItems(items []v1.KeyToPath, data map[string][]byte, defaultMode os.F
 	var files []volumeFile
 	if len(items) == 0 {
 		for _, k := range sortedKeys(data) {
+			// Keys become file names: a stored object is as hostile as the
+			// command that sent it.
+			if errs := validation.IsConfigMapKey(k); len(errs) > 0 || strings.HasPrefix(k, "..") {
+				return nil, fmt.Errorf("%s key %q is not a valid file name", what, k)
+			}
 			files = append(files, volumeFile{path: k, data: data[k], mode: defaultMode})
 		}
 		return files, nil
@@ -129,10 +115,15 @@ func projectItems(items []v1.KeyToPath, data map[string][]byte, defaultMode os.F
 		if it.Mode != nil {
 			mode = os.FileMode(*it.Mode)
 		}
-		if strings.Contains(it.Path, "..") || filepath.IsAbs(it.Path) {
+		// Cleaned, as the kubelet does: "./x" is x. Taken as written, its
+		// first component "." made the volume directory itself the
+		// "visible name" to replace with a symlink (the volume was removed
+		// and the pod never started).
+		p := filepath.Clean(it.Path)
+		if checkRelative(it.Path) != nil || p == "." || strings.HasPrefix(p, "..") {
 			return nil, fmt.Errorf("%s item path %q escapes the volume", what, it.Path)
 		}
-		files = append(files, volumeFile{path: it.Path, data: d, mode: mode})
+		files = append(files, volumeFile{path: p, data: d, mode: mode})
 	}
 	return files, nil
 }
@@ -249,7 +240,10 @@ func writeAtomic(dir string, files []volumeFile) error {
 	for _, f := range files {
 		top := strings.SplitN(f.path, "/", 2)[0]
 		wanted[top] = true
-		link := filepath.Join(dir, top)
+		link, err := childOf(dir, top)
+		if err != nil {
+			return err
+		}
 		if target, err := os.Readlink(link); err == nil && target == filepath.Join(dataLink, top) {
 			continue
 		}
@@ -305,27 +299,31 @@ func unchanged(dir string, files []volumeFile) (bool, error) {
 	return true, nil
 }
 
-// containerMounts maps the container's volumeMounts onto host paths.
-func containerMounts(pod *v1.Pod, c *v1.Container, paths map[string]string) ([]*runtimeapi.Mount, error) {
+// containerMounts maps the container's volumeMounts onto host paths. A
+// subPath (or an expanded subPathExpr) is resolved safely beneath its
+// volume and bind-mounted under the pod directory (see subpath.go).
+func (m *Manager) containerMounts(pod *v1.Pod, c *v1.Container, paths map[string]string, env []v1.EnvVar) ([]*runtimeapi.Mount, error) {
 	readOnlyKind := map[string]bool{}
 	for _, vol := range pod.Spec.Volumes {
 		readOnlyKind[vol.Name] = vol.ConfigMap != nil || vol.Secret != nil
 	}
-	var mounts []*runtimeapi.Mount
-	for _, vm := range c.VolumeMounts {
+	var (
+		mounts []*runtimeapi.Mount
+		opener beneathOpener
+	)
+	for i, vm := range c.VolumeMounts {
 		host, ok := paths[vm.Name]
 		if !ok {
 			return nil, fmt.Errorf("container %s mounts unknown volume %q", c.Name, vm.Name)
 		}
-		if vm.SubPath != "" {
-			if strings.Contains(vm.SubPath, "..") || filepath.IsAbs(vm.SubPath) {
-				return nil, fmt.Errorf("container %s: subPath %q escapes the volume", c.Name, vm.SubPath)
-			}
-			host = filepath.Join(host, vm.SubPath)
-			if _, err := os.Stat(host); os.IsNotExist(err) {
-				if err := os.MkdirAll(host, 0o755); err != nil {
-					return nil, fmt.Errorf("container %s: create subPath: %w", c.Name, err)
-				}
+		sub, err := mountSubPath(vm, env)
+		if err != nil {
+			return nil, fmt.Errorf("container %s, volumeMount %q: %w", c.Name, vm.Name, err)
+		}
+		if sub != "" {
+			host, err = m.mountSubpath(&opener, pod, c, i, vm.Name, host, sub)
+			if err != nil {
+				return nil, fmt.Errorf("container %s, volumeMount %q: subPath %q: %w", c.Name, vm.Name, sub, err)
 			}
 		}
 		mounts = append(mounts, &runtimeapi.Mount{
@@ -339,4 +337,102 @@ func containerMounts(pod *v1.Pod, c *v1.Container, paths map[string]string) ([]*
 		return cmp.Compare(strings.Count(a.ContainerPath, "/"), strings.Count(b.ContainerPath, "/"))
 	})
 	return mounts, nil
+}
+
+// mountSubPath is the volumeMount's subPath, or its subPathExpr expanded
+// from the container's environment the kubelet way (only $(VAR) of env
+// variables; the result must stay a relative path without '..').
+func mountSubPath(vm v1.VolumeMount, env []v1.EnvVar) (string, error) {
+	switch {
+	case vm.SubPath != "" && vm.SubPathExpr != "":
+		return "", fmt.Errorf("subPath and subPathExpr are mutually exclusive")
+	case vm.SubPath != "":
+		if err := checkRelative(vm.SubPath); err != nil {
+			return "", fmt.Errorf("subPath %w", err)
+		}
+		return vm.SubPath, nil
+	case vm.SubPathExpr != "":
+		b := newBoundedMapping(envMap(env), maxEnvValueBytes)
+		sub := expansion.Expand(vm.SubPathExpr, b.mapping)
+		if b.over || len(sub) > maxEnvValueBytes {
+			return "", fmt.Errorf("subPathExpr %q expands beyond %d bytes", vm.SubPathExpr, maxEnvValueBytes)
+		}
+		if err := checkRelative(sub); err != nil {
+			return "", fmt.Errorf("subPathExpr %q expands to %w", vm.SubPathExpr, err)
+		}
+		return sub, nil
+	}
+	return "", nil
+}
+
+// mountSubpath opens sub beneath the volume at host (creating missing
+// directories) and bind-mounts it onto
+// <podDir>/volume-subpaths/<volume>/<container>/<index>, which it returns.
+func (m *Manager) mountSubpath(opener *beneathOpener, pod *v1.Pod, c *v1.Container, index int, volume, host, sub string) (string, error) {
+	podDir, err := m.podDir(string(pod.UID))
+	if err != nil {
+		return "", err
+	}
+	if err := checkLabelName("volume", volume); err != nil {
+		return "", err
+	}
+	if err := checkLabelName("container", c.Name); err != nil {
+		return "", err
+	}
+	fd, err := opener.openSubpath(host, sub, true)
+	if err != nil {
+		return "", err
+	}
+	defer unix.Close(fd)
+	target := filepath.Join(podDir, subpathsDir, volume, c.Name, strconv.Itoa(index))
+	if err := bindFd(fd, target, false); err != nil {
+		return "", err
+	}
+	return target, nil
+}
+
+// subpathsDir holds the pod's subpath bind mounts, as in the kubelet;
+// hostPathsDir its hostPath bind mounts.
+const (
+	subpathsDir  = "volume-subpaths"
+	hostPathsDir = "volume-hostpaths"
+)
+
+// pruneMounts unmounts and removes the pod's subpath and hostPath bind
+// mounts that its spec no longer uses (a container or volume taken out of
+// it). Containers hold their own copies of these mounts, so a container
+// still running from an older spec keeps its files.
+func (m *Manager) pruneMounts(pod *v1.Pod) error {
+	podDir, err := m.podDir(string(pod.UID))
+	if err != nil {
+		return err
+	}
+	hostPaths, volumes, containers := map[string]bool{}, map[string]bool{}, map[string]bool{}
+	for _, v := range pod.Spec.Volumes {
+		volumes[v.Name] = true
+		hostPaths[v.Name] = v.HostPath != nil
+	}
+	for _, list := range [][]v1.Container{pod.Spec.InitContainers, pod.Spec.Containers} {
+		for _, c := range list {
+			containers[c.Name] = true
+		}
+	}
+	var errs []error
+	prune := func(dir string, keep func(name string) bool) {
+		entries, err := os.ReadDir(dir)
+		if err != nil {
+			return // none made yet
+		}
+		for _, e := range entries {
+			if !keep(e.Name()) {
+				errs = append(errs, removeAllUnmounted(filepath.Join(dir, e.Name())))
+			}
+		}
+	}
+	prune(filepath.Join(podDir, hostPathsDir), func(n string) bool { return hostPaths[n] })
+	prune(filepath.Join(podDir, subpathsDir), func(n string) bool { return volumes[n] })
+	for v := range volumes {
+		prune(filepath.Join(podDir, subpathsDir, v), func(n string) bool { return containers[n] })
+	}
+	return errors.Join(errs...)
 }

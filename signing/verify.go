@@ -146,6 +146,15 @@ func (v *Verifier) required(verb string) (bool, string) {
 	if slices.Contains(v.policy.SignedVerbs, verb) {
 		return true, fmt.Sprintf("verb %s must be signed on this node (security.signedVerbs)", verb)
 	}
+	// sync stores and deletes like apply and delete together: a node that
+	// wants either signed must not take the same change unsigned as a sync.
+	if verb == "sync" {
+		for _, implied := range []string{"apply", "delete"} {
+			if slices.Contains(v.policy.SignedVerbs, implied) {
+				return true, fmt.Sprintf("verb sync must be signed on this node: it applies and deletes, and %s must be signed (security.signedVerbs)", implied)
+			}
+		}
+	}
 	return false, ""
 }
 

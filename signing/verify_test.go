@@ -149,6 +149,14 @@ func TestUnsignedCommands(t *testing.T) {
 		t.Fatalf("unsigned manifest where signing is off: %+v, %v", got, err)
 	}
 	expectReject(t, off.verifier, "exec", "r2", []byte(`{"name":"x"}`), "verb exec must be signed on this node (security.signedVerbs)")
+	// sync applies and deletes: signing either of those makes sync signed too.
+	for _, v := range []string{"apply", "delete"} {
+		f := newFixture(t, signing.Policy{SignedVerbs: []string{v}}, nil)
+		expectReject(t, f.verifier, "sync", "r3", []byte(manifest), "verb sync must be signed on this node: it applies and deletes, and "+v+" must be signed")
+		if _, err := f.verifier.Open("get", "r4", []byte(`{}`)); err != nil {
+			t.Fatalf("get need not be signed when only %s is: %v", v, err)
+		}
+	}
 	on := newFixture(t, signing.Policy{Required: true}, nil)
 	expectReject(t, on.verifier, "apply", "r1", []byte(manifest), "signature required: this node accepts only signed commands")
 	expectReject(t, on.verifier, "get", "r1", []byte(`{}`), "signature required")

@@ -1,6 +1,7 @@
 package intake
 
 import (
+	"context"
 	"strings"
 	"testing"
 
@@ -37,6 +38,37 @@ func FuzzHandle(f *testing.F) {
 			if strings.ContainsAny(rep.RequestID, "/+#") {
 				t.Fatalf("reply id %q is not a single topic level", rep.RequestID)
 			}
+		}
+	})
+}
+
+// FuzzPipeline feeds the same commands through the pipeline, two at a time
+// in one batch: each is acknowledged exactly once and answered, whatever
+// the other one does to the batch.
+func FuzzPipeline(f *testing.F) {
+	f.Add("apply/r1", []byte(webPod), "apply/r2", []byte(`{"apiVersion":"v1","kind":"List","items":[{"apiVersion":"v1","kind":"ConfigMap","metadata":{"name":"a"}},{"apiVersion":"v1","kind":"ConfigMap","metadata":{"name":"a"}}]}`))
+	f.Add("delete/d1", []byte(`{"kind":"Pod","name":"web"}`), "get/g1", []byte(`{}`))
+	f.Add("sync/s1", []byte(`{"apiVersion":"v1","kind":"List","items":[]}`), "apply", []byte("---\n---\n"))
+	f.Fuzz(func(t *testing.T, suffix1 string, payload1 []byte, suffix2 string, payload2 []byte) {
+		r := newPipeRig(t, PipelineOptions{})
+		var acks [2]int
+		for i, c := range []struct {
+			suffix  string
+			payload []byte
+		}{{suffix1, payload1}, {suffix2, payload2}} {
+			r.pipe.Submit(Command{Topic: "mqlet/v1/n1/cmd/" + c.suffix, Payload: c.payload, Ack: func() { acks[i]++ }})
+		}
+		ctx, cancel := context.WithCancel(context.Background())
+		cancel()
+		r.pipe.Run(ctx) // handles both, in one batch, then returns
+		if acks != [2]int{1, 1} {
+			t.Fatalf("acknowledgements %v, want one each", acks)
+		}
+		r.box.mu.Lock()
+		n := len(r.box.msgs)
+		r.box.mu.Unlock()
+		if n < 2 {
+			t.Fatalf("%d replies to two commands", n)
 		}
 	})
 }

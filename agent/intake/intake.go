@@ -96,15 +96,6 @@ type Options struct {
 	Marks Marker
 }
 
-// Command is one message from a command topic.
-type Command struct {
-	Topic   string
-	Payload []byte
-	// Retained is the broker's retain flag: the message is a replay of a
-	// retained command, which every (re)subscription would run again.
-	Retained bool
-}
-
 // Reasons of the intake's events and failed replies.
 const (
 	ReasonOutOfPods           = "OutOfpods" // the kubelet's spelling
@@ -338,6 +329,10 @@ func (in *Intake) apply(id string, payload []byte, replaceAll bool) {
 		in.fail(id, verb, err)
 		return
 	}
+	if err := in.checkHostPorts(id, objs, replaceAll); err != nil {
+		in.fail(id, verb, err)
+		return
+	}
 	var changes []store.Change
 	if replaceAll {
 		changes, err = in.store.Replace(objs)
@@ -560,92 +555,6 @@ func (in *Intake) delete(id string, payload []byte) {
 	for _, key := range sortedKeys(want) {
 		in.pods.EnqueueDelete(key, grace)
 	}
-}
-
-// GetArgs selects what a get returns; empty fields match everything.
-type GetArgs struct {
-	Kind      string `json:"kind,omitempty"`
-	Namespace string `json:"namespace,omitempty"`
-	Name      string `json:"name,omitempty"`
-}
-
-// GetResult is the result of a get: desired objects, pods with their status.
-// Secrets carry their keys and sizes only.
-type GetResult struct {
-	Pods       []*v1.Pod       `json:"pods"`
-	ConfigMaps []*v1.ConfigMap `json:"configMaps"`
-	Secrets    []*v1.Secret    `json:"secrets"`
-}
-
-func (in *Intake) get(id string, payload []byte) {
-	var args GetArgs
-	if len(strings.TrimSpace(string(payload))) > 0 {
-		if err := manifest.DecodeArgs(payload, &args); err != nil {
-			in.fail(id, "get", fmt.Errorf("decoding get request: %w", err))
-			return
-		}
-	}
-	switch strings.ToLower(args.Kind) {
-	case "", "pod", "pods", "configmap", "configmaps", "secret", "secrets":
-	default:
-		in.fail(id, "get", fmt.Errorf("unknown kind %q (Pod, ConfigMap, Secret)", args.Kind))
-		return
-	}
-	kind := strings.TrimSuffix(strings.ToLower(args.Kind), "s")
-	match := func(ns, name string) bool {
-		return (args.Namespace == "" || args.Namespace == ns) && (args.Name == "" || args.Name == name)
-	}
-	res := GetResult{Pods: []*v1.Pod{}, ConfigMaps: []*v1.ConfigMap{}, Secrets: []*v1.Secret{}}
-	if kind == "" || kind == "pod" {
-		pods, err := in.store.ListPods()
-		if err != nil {
-			in.fail(id, "get", fmt.Errorf("reading pods: %w", err))
-			return
-		}
-		for _, p := range pods {
-			if !match(p.Namespace, p.Name) {
-				continue
-			}
-			if st, ok := in.status.Get(p.Namespace, p.Name); ok && st.UID == p.UID {
-				p.Status = st.Status
-			}
-			p.Kind, p.APIVersion = "Pod", "v1"
-			res.Pods = append(res.Pods, p)
-		}
-	}
-	if kind == "" || kind == "configmap" {
-		cms, err := in.store.ListConfigMaps()
-		if err != nil {
-			in.fail(id, "get", fmt.Errorf("reading configmaps: %w", err))
-			return
-		}
-		for _, c := range cms {
-			if match(c.Namespace, c.Name) {
-				c.Kind, c.APIVersion = "ConfigMap", "v1"
-				res.ConfigMaps = append(res.ConfigMaps, c)
-			}
-		}
-	}
-	if kind == "" || kind == "secret" {
-		secrets, err := in.store.ListSecrets()
-		if err != nil {
-			in.fail(id, "get", fmt.Errorf("reading secrets: %w", err))
-			return
-		}
-		for _, s := range secrets {
-			if match(s.Namespace, s.Name) {
-				r := validate.RedactSecret(s)
-				r.Kind, r.APIVersion = "Secret", "v1"
-				res.Secrets = append(res.Secrets, r)
-			}
-		}
-	}
-	if args.Name != "" && len(res.Pods)+len(res.ConfigMaps)+len(res.Secrets) == 0 {
-		in.fail(id, "get", fmt.Errorf("not found: %s %s/%s", args.Kind, args.Namespace, args.Name))
-		return
-	}
-	_ = in.replies.Send(reply.Reply{RequestID: id, Verb: "get", Phase: reply.Succeeded,
-		Message: fmt.Sprintf("%d pods, %d configmaps, %d secrets", len(res.Pods), len(res.ConfigMaps), len(res.Secrets)), Result: res})
 }
 
 func sortedKeys(m map[string]pending.Want) []string {

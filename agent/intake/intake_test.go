@@ -23,7 +23,10 @@ type fakeSender struct {
 	mu      sync.Mutex
 	replies []reply.Reply
 	resent  []string
-	st      *store.Store
+	// unrecorded are the replies published by Resend (recorded ones
+	// answered again, and refusals that keep their id free).
+	unrecorded []reply.Reply
+	st         *store.Store
 	// onResend, when set, sees every payload published unrecorded.
 	onResend func(payload []byte)
 }
@@ -40,6 +43,10 @@ func (f *fakeSender) Resend(id string, payload []byte) error {
 	f.mu.Lock()
 	defer f.mu.Unlock()
 	f.resent = append(f.resent, id)
+	var r reply.Reply
+	if json.Unmarshal(payload, &r) == nil && r.RequestID == id {
+		f.unrecorded = append(f.unrecorded, r)
+	}
 	if f.onResend != nil {
 		f.onResend(payload)
 	}
@@ -62,7 +69,7 @@ func (f *fakeSender) last(id string) reply.Reply {
 	f.mu.Lock()
 	defer f.mu.Unlock()
 	var last reply.Reply
-	for _, r := range f.replies {
+	for _, r := range append(f.replies[:len(f.replies):len(f.replies)], f.unrecorded...) {
 		if r.RequestID == id {
 			last = r
 		}

@@ -23,7 +23,11 @@ func (in *Intake) open(id, verb string, payload []byte) ([]byte, bool) {
 	}
 	opened, err := in.opts.Opener.Open(verb, id, payload)
 	if err != nil {
-		in.fail(id, verb, err)
+		// Unrecorded: anyone on the broker can publish an unsigned or
+		// forged command, and a recorded refusal would use up its request
+		// id, so the operator's signed command with that id would only get
+		// the refusal back and never run.
+		in.refuseUnrecorded(id, verb, err)
 		in.events.ObjectEvent(v1.ObjectReference{Kind: "Node", Name: in.opts.Topics.Node}, v1.EventTypeWarning, "FailedSignature", "request "+id+": "+err.Error())
 		return nil, false
 	}

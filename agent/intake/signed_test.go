@@ -89,7 +89,7 @@ func TestSignedOnlyIntake(t *testing.T) {
 	// The same request redelivered is answered from its record, not run
 	// and not refused as a replay.
 	r.in.Handle(Command{Topic: "mqlet/v1/n1/cmd/apply/s1", Payload: env})
-	if len(r.sender.resent) != 1 || r.sender.resent[0] != "s1" || len(r.sched.keys) != 1 {
+	if n := len(r.sender.resent); n != 2 || r.sender.resent[n-1] != "s1" || len(r.sched.keys) != 1 {
 		t.Fatalf("redelivery: resent=%v scheduled=%v", r.sender.resent, r.sched.keys)
 	}
 	// The same envelope on another request id fails the binding.
@@ -128,5 +128,29 @@ func TestSignedProfileReachesPodValidation(t *testing.T) {
 	r.in.Handle(Command{Topic: "mqlet/v1/n1/cmd/delete/p5", Payload: signedFor(t, dev, "delete", "p5", `{"kind":"Pod","name":"p"}`)})
 	if last := r.sender.last("p5"); last.Phase != reply.Failed || !strings.Contains(last.Message, "key dev may not sign verb delete") {
 		t.Fatalf("delete signed by dev: %+v", last)
+	}
+}
+
+// Anyone on the broker can publish a command without a valid signature; its
+// refusal must not use up the request id, or the operator's signed command
+// with that id (a dashboard's "r1") would only get the refusal back.
+func TestRefusedSignatureKeepsTheRequestIDFree(t *testing.T) {
+	r, ops, _ := signedRig(t, true)
+	r.in.Handle(Command{Topic: "mqlet/v1/n1/cmd/apply/r1", Payload: []byte(webPod)})
+	if last := r.sender.last("r1"); last.Phase != reply.Failed || !strings.Contains(last.Message, "signature required") {
+		t.Fatalf("unsigned command: %+v", last)
+	}
+	forged := signedFor(t, ops, "apply", "r1", webPod)
+	forged[len(forged)-2] ^= 1 // a bad signature
+	r.in.Handle(Command{Topic: "mqlet/v1/n1/cmd/apply/r1", Payload: forged})
+	if last := r.sender.last("r1"); last.Phase != reply.Failed || !strings.Contains(last.Message, "signature") {
+		t.Fatalf("forged command: %+v", last)
+	}
+	r.in.Handle(Command{Topic: "mqlet/v1/n1/cmd/apply/r1", Payload: signedFor(t, ops, "apply", "r1", webPod)})
+	if got := strings.Join(r.sender.phases("r1"), ","); got != "accepted,in_progress" {
+		t.Fatalf("the signed command after refusals: phases %q (%+v)", got, r.sender.last("r1"))
+	}
+	if _, err := r.st.Pod("default", "web"); err != nil {
+		t.Fatalf("signed pod not stored: %v", err)
 	}
 }

@@ -3,6 +3,8 @@ package reply
 import (
 	"encoding/json"
 	"errors"
+	"fmt"
+	"strings"
 	"testing"
 	"time"
 
@@ -21,7 +23,13 @@ func (b *box) Put(m outbox.Message) error { b.msgs = append(b.msgs, m); return b
 
 type records map[string][]byte
 
-func (r records) RecordReply(id string, reply []byte, _ time.Time) error { r[id] = reply; return nil }
+func (r records) RecordReply(id string, reply []byte, at time.Time) error {
+	if at.IsZero() {
+		return errors.New("recorded without a time")
+	}
+	r[id] = reply
+	return nil
+}
 
 func TestSendRecordsThenPublishesOnTheReplyTopic(t *testing.T) {
 	b, rec := &box{}, records{}
@@ -49,5 +57,104 @@ func TestSendReportsAFullOutbox(t *testing.T) {
 	s := NewSender(topic.Scheme{Node: "n"}, b, records{}, nil, zerolog.Nop())
 	if err := s.Send(Reply{RequestID: "r2", Phase: Failed}); err == nil {
 		t.Fatal("want the queueing error")
+	}
+}
+
+func TestLargeResultGoesInPartsEachWithinTheBound(t *testing.T) {
+	b, rec := &box{}, records{}
+	const bound = 8 << 10
+	s := NewSender(topic.Scheme{Prefix: "mqlet/v1", Node: "n"}, b, rec, nil, zerolog.Nop(), WithMaxReplyBytes(bound), WithMaxRecordedBytes(2048))
+	big := map[string]string{}
+	for i := 0; i < 50; i++ {
+		big[fmt.Sprintf("k%02d", i)] = strings.Repeat("x<&\"\u00e9", 200) // escapes make JSON larger than the text
+	}
+	if err := s.Send(Reply{RequestID: "g1", Verb: "get", Phase: Succeeded, Message: "1 configmap", Result: big}); err != nil {
+		t.Fatal(err)
+	}
+	if len(b.msgs) < 3 {
+		t.Fatalf("%d messages, want the result in several parts", len(b.msgs))
+	}
+	payloads := make([][]byte, 0, len(b.msgs))
+	for i, m := range b.msgs {
+		if len(m.Payload) > bound {
+			t.Errorf("message %d: %d bytes, bound %d", i, len(m.Payload), bound)
+		}
+		if m.Topic != "mqlet/v1/n/reply/g1" {
+			t.Errorf("message %d on %s", i, m.Topic)
+		}
+		payloads = append(payloads, m.Payload)
+	}
+	// Parts first (in_progress, seq 1..N), the final reply last.
+	var first, last Reply
+	_ = json.Unmarshal(b.msgs[0].Payload, &first)
+	_ = json.Unmarshal(b.msgs[len(b.msgs)-1].Payload, &last)
+	if first.Phase != InProgress || first.Seq != 1 || last.Phase != Succeeded || last.Seq != 0 {
+		t.Fatalf("first %s/%d, last %s/%d", first.Phase, first.Seq, last.Phase, last.Seq)
+	}
+	// Out of order, the parts still assemble into the original result.
+	payloads[0], payloads[1] = payloads[1], payloads[0]
+	result, final, err := Assemble(payloads)
+	if err != nil {
+		t.Fatal(err)
+	}
+	var got map[string]string
+	if err := json.Unmarshal(result, &got); err != nil || fmt.Sprint(got) != fmt.Sprint(big) {
+		t.Fatalf("assembled result differs (%v)", err)
+	}
+	if string(final) != string(b.msgs[len(b.msgs)-1].Payload) {
+		t.Fatal("final payload differs")
+	}
+	// A missing part is detected.
+	if _, _, err := Assemble(payloads[1:]); err == nil {
+		t.Fatal("assembled with a part missing")
+	}
+	// The record is a short stub, not the result.
+	var stub Reply
+	if err := json.Unmarshal(rec["g1"], &stub); err != nil || stub.Result != nil || stub.Phase != Succeeded || !strings.Contains(stub.Message, "not kept") || len(rec["g1"]) > 2048 {
+		t.Fatalf("record %s (%v)", rec["g1"], err)
+	}
+}
+
+func TestTooManyErrorsAreShortenedToFit(t *testing.T) {
+	b := &box{}
+	const bound = 4 << 10
+	s := NewSender(topic.Scheme{Node: "n"}, b, records{}, nil, zerolog.Nop(), WithMaxReplyBytes(bound))
+	var errs []string
+	for i := 0; i < 500; i++ {
+		errs = append(errs, fmt.Sprintf("ConfigMap default/c%d: data: Invalid value", i))
+	}
+	if err := s.Send(Reply{RequestID: "a1", Phase: Failed, Message: strings.Repeat("m", 3000), Errors: errs}); err != nil {
+		t.Fatal(err)
+	}
+	if len(b.msgs) != 1 || len(b.msgs[0].Payload) > bound {
+		t.Fatalf("%d messages, first %d bytes", len(b.msgs), len(b.msgs[0].Payload))
+	}
+	var got Reply
+	_ = json.Unmarshal(b.msgs[0].Payload, &got)
+	if len(got.Errors) == 0 || got.Errors[0] != errs[0] || !strings.Contains(got.Errors[len(got.Errors)-1], "more not shown") {
+		t.Fatalf("errors %v", got.Errors)
+	}
+}
+
+func TestSendUnrecordedRecordsNothing(t *testing.T) {
+	b, rec := &box{}, records{}
+	s := NewSender(topic.Scheme{Node: "n"}, b, rec, nil, zerolog.Nop())
+	if err := s.SendUnrecorded(Reply{RequestID: "o1", Phase: Failed, Message: "overloaded"}); err != nil {
+		t.Fatal(err)
+	}
+	if len(b.msgs) != 1 || len(rec) != 0 {
+		t.Fatalf("%d published, %d recorded", len(b.msgs), len(rec))
+	}
+}
+
+func TestResultBeyondMaxResultBytesIsNotSent(t *testing.T) {
+	b := &box{}
+	s := NewSender(topic.Scheme{Node: "n"}, b, records{}, nil, zerolog.Nop(), WithMaxReplyBytes(4096), WithMaxResultBytes(10000))
+	if err := s.Send(Reply{RequestID: "g", Phase: Succeeded, Message: "listing", Result: strings.Repeat("x", 20000)}); err != nil {
+		t.Fatal(err)
+	}
+	var got Reply
+	if len(b.msgs) != 1 || json.Unmarshal(b.msgs[0].Payload, &got) != nil || got.Result != nil || !strings.Contains(got.Message, "not sent") {
+		t.Fatalf("%d messages, reply %+v", len(b.msgs), got)
 	}
 }

@@ -9,79 +9,123 @@ import (
 	bolt "go.etcd.io/bbolt"
 )
 
+// ErrRecordTooLarge is returned (wrapped) by RecordReply for a reply larger
+// than Options.MaxReplyBytes; nothing is written then.
+var ErrRecordTooLarge = errors.New("reply exceeds the record bound")
+
 // RecordReply remembers the reply sent for requestID, so a redelivered
 // request is answered again instead of executed again. Recording the same id
 // again replaces its reply. The oldest replies are dropped beyond
-// Options.MaxReplies.
+// Options.MaxReplies records or Options.MaxReplyBytes bytes; a single reply
+// larger than the byte bound is refused.
 func (s *Store) RecordReply(requestID string, reply []byte, at time.Time) error {
-	if requestID == "" {
-		return errors.New("record reply: empty request id")
-	}
-	id := []byte(requestID)
-	err := s.db.Update(func(tx *bolt.Tx) error {
-		replies, index := tx.Bucket(bucketReplies), tx.Bucket(bucketReplyIndex)
-		if old := replies.Get(id); old != nil {
-			if len(old) < 8 {
-				return fmt.Errorf("stored reply %q is truncated", requestID)
-			}
-			if err := index.Delete(indexKey(old[:8], id)); err != nil {
-				return err
-			}
-		} else if err := replies.SetSequence(replies.Sequence() + 1); err != nil {
-			return err
-		}
-		stamp := make([]byte, 8)
-		binary.BigEndian.PutUint64(stamp, uint64(at.UnixNano()))
-		if err := replies.Put(id, append(stamp, reply...)); err != nil {
-			return err
-		}
-		if err := index.Put(indexKey(stamp, id), nil); err != nil {
-			return err
-		}
-		// The reply count lives in the bucket's sequence so the bound costs
-		// no scan.
-		for replies.Sequence() > uint64(s.opts.MaxReplies) {
-			k, _ := index.Cursor().First()
-			if k == nil {
-				break
-			}
-			if err := deleteReply(replies, index, k); err != nil {
-				return err
-			}
-		}
-		return nil
-	})
+	err := s.db.Update(func(tx *bolt.Tx) error { return s.recordReply(tx, requestID, reply, at) })
 	if err != nil {
 		return fmt.Errorf("record reply %q in state store: %w", requestID, err)
 	}
 	return nil
 }
 
+// recordSize is what one record counts against Options.MaxReplyBytes: its
+// key, its stamped value and its index entry.
+func recordSize(id []byte, value []byte) uint64 {
+	return uint64(len(id) + len(value) + 8 + len(id))
+}
+
+func (s *Store) recordReply(tx *bolt.Tx, requestID string, reply []byte, at time.Time) error {
+	if requestID == "" {
+		return errors.New("empty request id")
+	}
+	id := []byte(requestID)
+	value := make([]byte, 8, 8+len(reply))
+	binary.BigEndian.PutUint64(value, uint64(at.UnixNano()))
+	value = append(value, reply...)
+	size := recordSize(id, value)
+	if size > uint64(s.opts.MaxReplyBytes) {
+		return fmt.Errorf("reply of %d bytes: %w of %d bytes", len(reply), ErrRecordTooLarge, s.opts.MaxReplyBytes)
+	}
+	replies, index := tx.Bucket(bucketReplies), tx.Bucket(bucketReplyIndex)
+	total, err := replyBytes(replies, index)
+	if err != nil {
+		return err
+	}
+	if old := replies.Get(id); old != nil {
+		if len(old) < 8 {
+			return fmt.Errorf("stored reply %q is truncated", requestID)
+		}
+		if err := index.Delete(indexKey(old[:8], id)); err != nil {
+			return err
+		}
+		total -= min(total, recordSize(id, old))
+	} else if err := replies.SetSequence(replies.Sequence() + 1); err != nil {
+		return err
+	}
+	if err := replies.Put(id, value); err != nil {
+		return err
+	}
+	if err := index.Put(indexKey(value[:8], id), nil); err != nil {
+		return err
+	}
+	total += size
+	// The count and the byte total live in the buckets' sequences so the
+	// bounds cost no scan.
+	for replies.Sequence() > uint64(s.opts.MaxReplies) || total > uint64(s.opts.MaxReplyBytes) {
+		k, _ := index.Cursor().First()
+		if k == nil {
+			break
+		}
+		freed, err := deleteReply(replies, index, k)
+		if err != nil {
+			return err
+		}
+		total -= min(total, freed)
+	}
+	return index.SetSequence(total)
+}
+
+// replyBytes is the byte total of the records, kept in the index bucket's
+// sequence. A store written before the total was kept has records and a zero
+// total: it is counted once here.
+func replyBytes(replies, index *bolt.Bucket) (uint64, error) {
+	total := index.Sequence()
+	if total > 0 || replies.Sequence() == 0 {
+		return total, nil
+	}
+	err := replies.ForEach(func(k, v []byte) error {
+		total += recordSize(k, v)
+		return nil
+	})
+	return total, err
+}
+
 // LookupReply returns the reply recorded for requestID unless it has expired.
 func (s *Store) LookupReply(requestID string) ([]byte, bool, error) {
 	var reply []byte
 	var found bool
-	now := s.opts.Now()
 	err := s.db.View(func(tx *bolt.Tx) error {
-		v := tx.Bucket(bucketReplies).Get([]byte(requestID))
-		if v == nil {
-			return nil
-		}
-		if len(v) < 8 {
-			return fmt.Errorf("stored reply %q is truncated", requestID)
-		}
-		at := time.Unix(0, int64(binary.BigEndian.Uint64(v[:8])))
-		if now.Sub(at) > s.opts.ReplyTTL {
-			return nil
-		}
-		reply = append([]byte(nil), v[8:]...)
-		found = true
-		return nil
+		var err error
+		reply, found, err = s.lookupReply(tx, requestID)
+		return err
 	})
 	if err != nil {
 		return nil, false, fmt.Errorf("look up reply %q in state store: %w", requestID, err)
 	}
 	return reply, found, nil
+}
+
+func (s *Store) lookupReply(tx *bolt.Tx, requestID string) ([]byte, bool, error) {
+	v := tx.Bucket(bucketReplies).Get([]byte(requestID))
+	if v == nil {
+		return nil, false, nil
+	}
+	if len(v) < 8 {
+		return nil, false, fmt.Errorf("stored reply %q is truncated", requestID)
+	}
+	at := time.Unix(0, int64(binary.BigEndian.Uint64(v[:8])))
+	if s.opts.Now().Sub(at) > s.opts.ReplyTTL {
+		return nil, false, nil
+	}
+	return append([]byte(nil), v[8:]...), true, nil
 }
 
 // PruneReplies drops replies older than Options.ReplyTTL at now and says how
@@ -91,14 +135,20 @@ func (s *Store) PruneReplies(now time.Time) (int, error) {
 	pruned := 0
 	err := s.db.Update(func(tx *bolt.Tx) error {
 		replies, index := tx.Bucket(bucketReplies), tx.Bucket(bucketReplyIndex)
+		total, err := replyBytes(replies, index)
+		if err != nil {
+			return err
+		}
 		for {
 			k, _ := index.Cursor().First()
 			if len(k) < 8 || binary.BigEndian.Uint64(k[:8]) >= cutoff {
-				return nil
+				return index.SetSequence(total)
 			}
-			if err := deleteReply(replies, index, k); err != nil {
+			freed, err := deleteReply(replies, index, k)
+			if err != nil {
 				return err
 			}
+			total -= min(total, freed)
 			pruned++
 		}
 	})
@@ -106,6 +156,18 @@ func (s *Store) PruneReplies(now time.Time) (int, error) {
 		return 0, fmt.Errorf("prune replies in state store: %w", err)
 	}
 	return pruned, nil
+}
+
+// ReplyBytes is how many bytes the kept replies count against
+// Options.MaxReplyBytes.
+func (s *Store) ReplyBytes() (int64, error) {
+	var n uint64
+	err := s.db.View(func(tx *bolt.Tx) error {
+		var err error
+		n, err = replyBytes(tx.Bucket(bucketReplies), tx.Bucket(bucketReplyIndex))
+		return err
+	})
+	return int64(n), err
 }
 
 // ReplyCount is how many replies are kept.
@@ -123,21 +185,29 @@ func indexKey(stamp, id []byte) []byte {
 	return append(append(k, stamp...), id...)
 }
 
-func deleteReply(replies, index *bolt.Bucket, indexK []byte) error {
+// deleteReply removes the record of an index key and says how many bytes
+// it counted.
+func deleteReply(replies, index *bolt.Bucket, indexK []byte) (uint64, error) {
 	k := append([]byte(nil), indexK...) // cursor keys are invalid after a delete
 	if err := index.Delete(k); err != nil {
-		return err
+		return 0, err
 	}
 	if len(k) < 8 {
-		return nil
+		return 0, nil
 	}
-	if err := replies.Delete(k[8:]); err != nil {
-		return err
+	id := k[8:]
+	v := replies.Get(id)
+	if v == nil {
+		return 0, nil
+	}
+	freed := recordSize(id, v)
+	if err := replies.Delete(id); err != nil {
+		return 0, err
 	}
 	if n := replies.Sequence(); n > 0 {
-		return replies.SetSequence(n - 1)
+		return freed, replies.SetSequence(n - 1)
 	}
-	return nil
+	return freed, nil
 }
 
 // NextSeq returns the next connection sequence number (1, 2, ...), persisted

@@ -19,6 +19,7 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
+	"sync/atomic"
 	"time"
 
 	bolt "go.etcd.io/bbolt"
@@ -78,11 +79,19 @@ type Options struct {
 	LockTimeout time.Duration // wait for another process's lock on the file; default 5s
 	// Now is the clock for creation timestamps and reply expiry; default time.Now.
 	Now func() time.Time
+	// MaxReplyBytes bounds the bytes the kept replies take; default 8 MiB.
+	MaxReplyBytes int64
 }
+
+// DefaultMaxReplyBytes is the default of Options.MaxReplyBytes.
+const DefaultMaxReplyBytes = 8 << 20
 
 func (o Options) withDefaults() Options {
 	if o.MaxReplies <= 0 {
 		o.MaxReplies = 1000
+	}
+	if o.MaxReplyBytes <= 0 {
+		o.MaxReplyBytes = DefaultMaxReplyBytes
 	}
 	if o.ReplyTTL <= 0 {
 		o.ReplyTTL = 24 * time.Hour
@@ -119,6 +128,9 @@ type Store struct {
 	opts     Options
 	migrated []string
 	schema   SchemaMigration
+	// secretsVersion moves whenever a secret is written or removed, so a
+	// scrubber of secret values knows when to rebuild (SecretsVersion).
+	secretsVersion atomic.Uint64
 }
 
 // Open opens (or creates) the store at path with default options.
@@ -295,7 +307,21 @@ func (s *Store) Apply(objs []runtime.Object) ([]Change, error) {
 	if err != nil {
 		return nil, fmt.Errorf("apply to state store: %w", err)
 	}
+	s.noteSecretChanges(changes)
 	return changes, nil
+}
+
+// SecretsVersion is a number that changes whenever a secret is stored,
+// changed or deleted (it may also change when none was).
+func (s *Store) SecretsVersion() uint64 { return s.secretsVersion.Load() + 1 }
+
+func (s *Store) noteSecretChanges(changes []Change) {
+	for _, c := range changes {
+		if c.Kind == KindSecret && c.Action != Unchanged {
+			s.secretsVersion.Add(1)
+			return
+		}
+	}
 }
 
 // Replace makes objs the whole desired state in one transaction: objects
@@ -336,6 +362,7 @@ func (s *Store) Replace(objs []runtime.Object) ([]Change, error) {
 	if err != nil {
 		return nil, fmt.Errorf("replace state store contents: %w", err)
 	}
+	s.noteSecretChanges(changes)
 	return changes, nil
 }
 
@@ -626,6 +653,9 @@ func (s *Store) Delete(kind, namespace, name string) (bool, error) {
 	if err != nil {
 		return false, fmt.Errorf("delete %s %s from state store: %w", kind, key, err)
 	}
+	if existed && kind == KindSecret {
+		s.secretsVersion.Add(1)
+	}
 	return existed, nil
 }
 
@@ -680,39 +710,40 @@ func (s *Store) Secret(namespace, name string) (*v1.Secret, error) {
 }
 
 // ListPods returns every pod, ordered by key.
-func (s *Store) ListPods() ([]*v1.Pod, error) {
-	var out []*v1.Pod
-	err := s.list(KindPod, func(o runtime.Object) { out = append(out, o.(*v1.Pod)) })
-	return out, err
-}
+func (s *Store) ListPods() ([]*v1.Pod, error) { return viewList[*v1.Pod](s, KindPod) }
 
 // ListConfigMaps returns every config map, ordered by key.
 func (s *Store) ListConfigMaps() ([]*v1.ConfigMap, error) {
-	var out []*v1.ConfigMap
-	err := s.list(KindConfigMap, func(o runtime.Object) { out = append(out, o.(*v1.ConfigMap)) })
-	return out, err
+	return viewList[*v1.ConfigMap](s, KindConfigMap)
 }
 
 // ListSecrets returns every secret, ordered by key.
-func (s *Store) ListSecrets() ([]*v1.Secret, error) {
-	var out []*v1.Secret
-	err := s.list(KindSecret, func(o runtime.Object) { out = append(out, o.(*v1.Secret)) })
-	return out, err
-}
+func (s *Store) ListSecrets() ([]*v1.Secret, error) { return viewList[*v1.Secret](s, KindSecret) }
 
-func (s *Store) list(kind string, add func(runtime.Object)) error {
+func viewList[T runtime.Object](s *Store, kind string) ([]T, error) {
+	var out []T
 	err := s.db.View(func(tx *bolt.Tx) error {
-		return tx.Bucket(kindBuckets[kind]).ForEach(func(k, v []byte) error {
-			obj, err := decodeObject(kind, v)
-			if err != nil {
-				return fmt.Errorf("%s: %w", k, err)
-			}
-			add(obj)
-			return nil
-		})
+		var err error
+		out, err = listIn[T](tx, kind)
+		return err
 	})
 	if err != nil {
-		return fmt.Errorf("list %s objects in state store %s: %w", kind, s.path, err)
+		return nil, fmt.Errorf("list %s objects in state store %s: %w", kind, s.path, err)
 	}
-	return nil
+	return out, nil
+}
+
+// listIn decodes every object of kind in tx, ordered by key; a Store and a
+// batch's Tx list the same way.
+func listIn[T runtime.Object](tx *bolt.Tx, kind string) ([]T, error) {
+	var out []T
+	err := tx.Bucket(kindBuckets[kind]).ForEach(func(k, v []byte) error {
+		obj, err := decodeObject(kind, v)
+		if err != nil {
+			return fmt.Errorf("%s: %w", k, err)
+		}
+		out = append(out, obj.(T))
+		return nil
+	})
+	return out, err
 }

@@ -18,7 +18,8 @@ var supportedVolumeTypes = []string{"emptyDir", "hostPath", "configMap", "secret
 
 // checkNode rejects, at every profile including privileged, what this node
 // would not honour or what would change the host rather than the pod:
-// volume types the runtime cannot mount, sysctls that are not namespaced
+// volume types the runtime cannot mount, pods for another OS, user
+// namespaces (hostUsers: false), sysctls that are not namespaced
 // (or whose namespace the pod shares with the host), and Localhost seccomp
 // and AppArmor profiles (mqlet installs none).
 func checkNode(meta *metav1.ObjectMeta, spec *v1.PodSpec) field.ErrorList {
@@ -30,6 +31,36 @@ func checkNode(meta *metav1.ObjectMeta, spec *v1.PodSpec) field.ErrorList {
 			errs = append(errs, field.Forbidden(specPath.Child("volumes").Index(i).Child(name),
 				"mqlet does not support this volume type (supported: "+strings.Join(supportedVolumeTypes, ", ")+")"))
 		}
+	}
+	// emptyDir is a directory on the node's disk: a memory medium (chosen
+	// so that what the pod writes, often secrets, never reaches a disk) or
+	// a size limit would be silently not honoured.
+	for i := range spec.Volumes {
+		if ed := spec.Volumes[i].EmptyDir; ed != nil {
+			edPath := specPath.Child("volumes").Index(i).Child("emptyDir")
+			if ed.Medium != v1.StorageMediumDefault {
+				errs = append(errs, field.Forbidden(edPath.Child("medium"), "mqlet supports only the default medium (the node's disk)"))
+			}
+			if ed.SizeLimit != nil {
+				errs = append(errs, field.Forbidden(edPath.Child("sizeLimit"), "mqlet does not enforce emptyDir size limits"))
+			}
+		}
+	}
+	// A Windows pod would run here as a Linux one, and the Pod Security
+	// Standards skip the Linux-only restricted controls for it
+	// (allowPrivilegeEscalation, capabilities drop ALL, seccomp): the
+	// kubelet refuses a pod for another OS (PodOSNotSupported), so does mqlet.
+	if spec.OS != nil && spec.OS.Name != v1.Linux {
+		errs = append(errs, field.Forbidden(specPath.Child("os", "name"),
+			fmt.Sprintf("this node runs %s pods only (PodOSNotSupported)", v1.Linux)))
+	}
+	// The runtime makes no user namespace (containerd 1.6's CRI has none),
+	// so hostUsers: false would run the pod with the host's uids while the
+	// Pod Security Standards relax runAsNonRoot, runAsUser and procMount
+	// for it: an Unmasked /proc as real root, a writable core_pattern.
+	if spec.HostUsers != nil && !*spec.HostUsers {
+		errs = append(errs, field.Forbidden(specPath.Child("hostUsers"),
+			"mqlet does not run pods in user namespaces; hostUsers: false would not be honoured"))
 	}
 	podSC := specPath.Child("securityContext")
 	if sc := spec.SecurityContext; sc != nil {
@@ -43,6 +74,15 @@ func checkNode(meta *metav1.ObjectMeta, spec *v1.PodSpec) field.ErrorList {
 	visitContainers(spec, func(p *field.Path, c *v1.Container) {
 		if sc := c.SecurityContext; sc != nil {
 			errs = append(errs, localhostProfiles(p.Child("securityContext"), sc.SeccompProfile, sc.AppArmorProfile)...)
+		}
+		// The runtime (containerd 1.6, runc 1.1) makes only the mount
+		// itself read-only: what is mounted below it would stay writable
+		// while the pod asked for it all read-only.
+		for i, vm := range c.VolumeMounts {
+			if vm.RecursiveReadOnly != nil && *vm.RecursiveReadOnly == v1.RecursiveReadOnlyEnabled {
+				errs = append(errs, field.Forbidden(p.Child("volumeMounts").Index(i).Child("recursiveReadOnly"),
+					"mqlet's runtime cannot make a mount recursively read-only; use IfPossible or Disabled"))
+			}
 		}
 	})
 	for _, k := range sortedKeys(meta.Annotations) {

@@ -8,6 +8,7 @@ import (
 	"testing"
 
 	v1 "k8s.io/api/core/v1"
+	"k8s.io/apimachinery/pkg/api/resource"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/util/intstr"
 	"k8s.io/apimachinery/pkg/util/validation/field"
@@ -560,5 +561,80 @@ func TestLoosenedForOnlyLoosens(t *testing.T) {
 		if got := node.LoosenedFor(c.ns, c.granted).ProfileFor(c.ns); got != c.want {
 			t.Errorf("LoosenedFor(%q, %q) judges at %q, want %q", c.ns, c.granted, got, c.want)
 		}
+	}
+}
+
+// hostUsers: false made the library relax procMount (baseline) and
+// runAsNonRoot/runAsUser (restricted), but mqlet's runtime makes no user
+// namespace: the pod ran as host root with an Unmasked /proc. It is refused
+// at every profile, naming the field.
+func TestHostUsersFalseRefusedAtEveryProfile(t *testing.T) {
+	for _, profile := range []Profile{ProfileBaseline, ProfileRestricted, ProfilePrivileged} {
+		pod := basePod()
+		pod.Spec.HostUsers = ptr(false)
+		unmasked := v1.UnmaskedProcMount
+		pod.Spec.Containers[0].SecurityContext = &v1.SecurityContext{ProcMount: &unmasked}
+		errs := ValidatePod(pod, node, Policy{Profile: profile})
+		if !strings.Contains(FormatErrors(errs), "spec.hostUsers: Forbidden: mqlet does not run pods in user namespaces") {
+			t.Fatalf("%s: hostUsers: false not refused: %s", profile, FormatErrors(errs))
+		}
+	}
+	pod := basePod()
+	pod.Spec.HostUsers = ptr(true)
+	if errs := ValidatePod(pod, node, Policy{}); len(errs) != 0 {
+		t.Fatalf("hostUsers: true refused: %s", FormatErrors(errs))
+	}
+}
+
+// os.name windows made the library skip restricted's Linux-only controls
+// (allowPrivilegeEscalation, drop ALL, seccomp) for a pod mqlet runs on
+// Linux; a pod for another OS is refused, as the kubelet does.
+func TestWindowsPodRefused(t *testing.T) {
+	pod := basePod()
+	pod.Spec.SecurityContext = &v1.PodSecurityContext{RunAsNonRoot: ptr(true)}
+	pod.Spec.OS = &v1.PodOS{Name: v1.Windows}
+	errs := ValidatePod(pod, node, Policy{Profile: ProfileRestricted})
+	if !strings.Contains(FormatErrors(errs), "spec.os.name: Forbidden: this node runs linux pods only") {
+		t.Fatalf("a Windows pod passed restricted: %s", FormatErrors(errs))
+	}
+	pod.Spec.OS = &v1.PodOS{Name: v1.Linux}
+	if msg := FormatErrors(ValidatePod(pod, node, Policy{Profile: ProfileRestricted})); !strings.Contains(msg, "allowPrivilegeEscalation") {
+		t.Fatalf("the same pod for Linux must fail restricted's controls: %s", msg)
+	}
+}
+
+// recursiveReadOnly: Enabled cannot be honoured (the runtime makes only
+// the mount itself read-only): refused rather than ignored.
+func TestRecursiveReadOnlyEnabledRefused(t *testing.T) {
+	pod := basePod()
+	pod.Spec.Volumes = []v1.Volume{{Name: "d", VolumeSource: v1.VolumeSource{EmptyDir: &v1.EmptyDirVolumeSource{}}}}
+	for mode, refused := range map[v1.RecursiveReadOnlyMode]bool{v1.RecursiveReadOnlyEnabled: true, v1.RecursiveReadOnlyIfPossible: false, v1.RecursiveReadOnlyDisabled: false} {
+		pod.Spec.Containers[0].VolumeMounts = []v1.VolumeMount{{Name: "d", MountPath: "/d", ReadOnly: true, RecursiveReadOnly: &mode}}
+		msg := FormatErrors(ValidatePod(pod, node, Policy{Profile: ProfilePrivileged}))
+		if got := strings.Contains(msg, "spec.containers[0].volumeMounts[0].recursiveReadOnly: Forbidden"); got != refused {
+			t.Errorf("%s: refused=%v: %s", mode, got, msg)
+		}
+	}
+}
+
+// emptyDir medium Memory (for data that must not reach a disk) and
+// sizeLimit were accepted and ignored: the files went to the node's disk
+// without a limit. Refused, naming the field.
+func TestEmptyDirMediumAndSizeLimitRefused(t *testing.T) {
+	limit := resource.MustParse("1Mi")
+	for field, ed := range map[string]*v1.EmptyDirVolumeSource{
+		"spec.volumes[0].emptyDir.medium: Forbidden":    {Medium: v1.StorageMediumMemory},
+		"spec.volumes[0].emptyDir.sizeLimit: Forbidden": {SizeLimit: &limit},
+	} {
+		pod := basePod()
+		pod.Spec.Volumes = []v1.Volume{{Name: "d", VolumeSource: v1.VolumeSource{EmptyDir: ed}}}
+		if msg := FormatErrors(ValidatePod(pod, node, Policy{Profile: ProfilePrivileged})); !strings.Contains(msg, field) {
+			t.Errorf("want %s: %s", field, msg)
+		}
+	}
+	pod := basePod()
+	pod.Spec.Volumes = []v1.Volume{{Name: "d", VolumeSource: v1.VolumeSource{EmptyDir: &v1.EmptyDirVolumeSource{}}}}
+	if errs := ValidatePod(pod, node, Policy{}); len(errs) != 0 {
+		t.Fatalf("a plain emptyDir refused: %s", FormatErrors(errs))
 	}
 }

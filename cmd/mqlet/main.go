@@ -12,6 +12,7 @@ import (
 	"syscall"
 
 	"github.com/mqlet/mqlet/config"
+	"github.com/mqlet/mqlet/internal/redact"
 	"github.com/mqlet/mqlet/internal/version"
 	"github.com/mqlet/mqlet/logging"
 )
@@ -47,7 +48,10 @@ func run(args []string) int {
 		fmt.Fprintln(os.Stderr, "mqlet:", err)
 		return 2
 	}
-	log, err := logging.New(os.Stderr, cfg.LogLevel, cfg.LogFormat)
+	// Secret values are scrubbed from every log line; the store that knows
+	// them is bound once it is open (runAgent).
+	var secrets redact.Live
+	log, err := logging.New(os.Stderr, cfg.LogLevel, cfg.LogFormat, secrets.Current)
 	if err != nil {
 		fmt.Fprintln(os.Stderr, "mqlet:", err)
 		return 2
@@ -56,7 +60,7 @@ func run(args []string) int {
 
 	ctx, stop := signal.NotifyContext(context.Background(), syscall.SIGTERM, syscall.SIGINT)
 	defer stop()
-	if err := runAgent(ctx, cfg, log); err != nil {
+	if err := runAgent(ctx, cfg, log, &secrets); err != nil {
 		log.Error().Err(err).Msg("mqlet stopped with an error")
 		return 1
 	}

@@ -49,7 +49,8 @@ func runStopPods(ctx context.Context, args []string, stdout, stderr io.Writer) i
 		fmt.Fprintln(stderr, "mqlet stop-pods:", err)
 		return exitConfigInvalid
 	}
-	log, err := logging.New(os.Stderr, cfg.LogLevel, cfg.LogFormat)
+	// No scrubber: stop-pods never opens the store, so it holds no secret values.
+	log, err := logging.New(os.Stderr, cfg.LogLevel, cfg.LogFormat, nil)
 	if err != nil {
 		fmt.Fprintln(stderr, "mqlet stop-pods:", err)
 		return exitConfigInvalid

@@ -22,6 +22,7 @@ import (
 	"github.com/mqlet/mqlet/agent/telemetry"
 	"github.com/mqlet/mqlet/agent/validate"
 	"github.com/mqlet/mqlet/config"
+	"github.com/mqlet/mqlet/internal/redact"
 	"github.com/mqlet/mqlet/internal/version"
 	"github.com/mqlet/mqlet/mqtt/broker"
 	"github.com/mqlet/mqlet/mqtt/outbox"
@@ -32,17 +33,21 @@ import (
 
 // runAgent builds every part from the configuration and runs them until
 // ctx ends; then it says goodbye on MQTT and closes the stores.
-func runAgent(ctx context.Context, cfg *config.Config, log zerolog.Logger) error {
+func runAgent(ctx context.Context, cfg *config.Config, log zerolog.Logger, secrets *redact.Live) error {
 	log = log.With().Str("node", cfg.Node).Logger()
 	log.Info().Str("version", version.Version).Str("stateDir", cfg.StateDir).Msg("mqlet starting")
 	if err := os.MkdirAll(cfg.StateDir, 0o700); err != nil {
 		return fmt.Errorf("creating state dir: %w", err)
 	}
-	st, err := store.OpenWith(filepath.Join(cfg.StateDir, "state.db"), store.Options{MaxReplies: cfg.Requests.MaxRecords, ReplyTTL: cfg.Requests.TTL.Duration})
+	st, err := store.OpenWith(filepath.Join(cfg.StateDir, "state.db"), store.Options{
+		MaxReplies: cfg.Requests.MaxRecords, ReplyTTL: cfg.Requests.TTL.Duration, MaxReplyBytes: cfg.Requests.MaxRecordBytes,
+	})
 	if err != nil {
 		return fmt.Errorf("opening desired-state store: %w", err)
 	}
 	defer st.Close()
+	secrets.Bind(st)
+	defer secrets.Bind(nil)
 	box, err := outbox.Open(filepath.Join(cfg.StateDir, "outbox.db"), cfg.MQTT.OutboxMaxBytes, log, outbox.WithMaxInflight(cfg.MQTT.MaxInflight))
 	if err != nil {
 		return fmt.Errorf("opening outbox: %w", err)
@@ -71,7 +76,12 @@ func runAgent(ctx context.Context, cfg *config.Config, log zerolog.Logger) error
 		PodLogDir:      cfg.Runtime.PodLogDir,
 		PodDir:         filepath.Join(cfg.StateDir, "pods"),
 		CgroupRoot:     cfg.Runtime.CgroupRoot,
+		PodPidsLimit:   cfg.Pods.PidsLimit,
 		RequestTimeout: cfg.Runtime.RequestTimeout.Duration,
+		// The runtime re-checks hostPaths on their resolved path and scrubs
+		// secret values from what it reports.
+		AllowedHostPaths: cfg.Admission.AllowedHostPaths,
+		Secrets:          st,
 	}, log)
 	if m := st.Schema(); m.Migrated() {
 		log.Warn().Int("from", m.From).Int("to", m.To).Str("backup", m.Backup).Msg("state store migrated to a new schema; the old store was copied first")
@@ -98,7 +108,9 @@ func runAgent(ctx context.Context, cfg *config.Config, log zerolog.Logger) error
 	opts.ProfilePolicy = func(node validate.Policy, namespace, profile string) validate.Policy {
 		return node.LoosenedFor(namespace, validate.Profile(profile))
 	}
-	a := agent.New(opts, st, box, rt, log)
+	// Everything published is scrubbed of the node's secret values.
+	out := agent.Scrubbed(box, secrets.Current)
+	a := agent.New(opts, st, out, rt, log)
 
 	tlsConfig, err := tlsFor(cfg)
 	if err != nil {
@@ -120,6 +132,7 @@ func runAgent(ctx context.Context, cfg *config.Config, log zerolog.Logger) error
 		Will:          &will,
 		CommandFilter: topics.CommandFilter(),
 		Handler:       a.HandleCommand,
+		ManualAck:     true, // the agent acknowledges each command once it is persisted
 		MaxInflight:   cfg.MQTT.MaxInflight,
 		OnConnect: func(ctx context.Context) error {
 			online, err := birth.Online()
@@ -132,7 +145,7 @@ func runAgent(ctx context.Context, cfg *config.Config, log zerolog.Logger) error
 	if err != nil {
 		return fmt.Errorf("configuring the MQTT session: %w", err)
 	}
-	tel, err := telemetry.New(runCtx, telemetryConfig(cfg, topics), telemetry.Deps{Runtime: rt, Out: box, Events: a.Events(), Counters: telemetry.Counters(a.Counters, box, sess)}, log)
+	tel, err := telemetry.New(runCtx, telemetryConfig(cfg, topics), telemetry.Deps{Runtime: rt, Out: out, Events: a.Events(), Counters: telemetry.Counters(a.Counters, box, sess)}, log)
 	if err != nil {
 		return fmt.Errorf("setting up telemetry: %w", err)
 	}
@@ -272,6 +285,9 @@ func agentOptions(cfg *config.Config, topics topic.Scheme) agent.Options {
 		PodStatusResync: cfg.Telemetry.PodStatusResync.Duration,
 		HostIPs:         hostIPs(),
 		MaxPods:         cfg.Pods.MaxPods,
+		MaxReplyBytes:   cfg.Requests.MaxReplyBytes,
+		MaxBacklog:      cfg.Requests.MaxBacklog,
+		MaxBacklogBytes: cfg.Requests.MaxBacklogBytes,
 	}
 }
 

@@ -41,6 +41,7 @@ type wireReply struct {
 	Message   string          `json:"message,omitempty"`
 	Result    json.RawMessage `json:"result,omitempty"`
 	Errors    []string        `json:"errors,omitempty"`
+	Seq       int             `json:"seq,omitempty"` // a part of a large result
 	TS        time.Time       `json:"ts"`
 }
 

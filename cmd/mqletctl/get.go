@@ -107,15 +107,26 @@ func requestGet(ctx context.Context, cfg *globalConfig, payload []byte, e env) (
 	}
 	defer c.close()
 	var final wireReply
-	if _, err := c.request(ctx, "get", payload, func(r wireReply) bool { final = r; return false }); err != nil {
+	var all [][]byte // a large result comes in parts before the final reply
+	if _, err := c.request(ctx, "get", payload, func(r wireReply) bool {
+		final = r
+		if b, err := json.Marshal(r); err == nil {
+			all = append(all, b)
+		}
+		return false
+	}); err != nil {
 		return nil, err
 	}
 	if final.Phase == reply.Failed {
 		printReply(e, final)
 		return nil, errReported
 	}
+	result, _, err := reply.Assemble(all)
+	if err != nil {
+		return nil, fmt.Errorf("assembling the result of get %s: %w", final.RequestID, err)
+	}
 	var res getResult
-	if err := json.Unmarshal(final.Result, &res); err != nil {
+	if err := json.Unmarshal(result, &res); err != nil {
 		return nil, fmt.Errorf("decoding the result of get %s: %w", final.RequestID, err)
 	}
 	return &res, nil

@@ -2,15 +2,19 @@ package main
 
 import (
 	"encoding/json"
+	"fmt"
 	"strings"
 	"testing"
 	"time"
 
+	"github.com/rs/zerolog"
 	v1 "k8s.io/api/core/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"sigs.k8s.io/yaml"
 
+	"github.com/mqlet/mqlet/agent/reply"
 	"github.com/mqlet/mqlet/mqtt/broker"
+	"github.com/mqlet/mqlet/mqtt/outbox"
 )
 
 func ago(d time.Duration) metav1.Time { return metav1.NewTime(testNow.Add(-d)) }
@@ -151,5 +155,46 @@ func TestGetFailed(t *testing.T) {
 	res := runCLI(t, url, "", "get", "pod", "nope", "-n", "default")
 	if res.code != 1 || !strings.Contains(res.stderr, "not found: Pod default/nope") || res.stdout != "" {
 		t.Fatalf("get of a missing pod: %v", res)
+	}
+}
+
+// capture is an outbox that keeps what a reply.Sender queued.
+type capture struct{ msgs []outbox.Message }
+
+func (c *capture) Put(m outbox.Message) error { c.msgs = append(c.msgs, m); return nil }
+
+// A result too large for one reply arrives in parts; get joins them.
+func TestGetJoinsAResultSentInParts(t *testing.T) {
+	var cms []v1.ConfigMap
+	for i := 0; i < 40; i++ {
+		cms = append(cms, v1.ConfigMap{ObjectMeta: metav1.ObjectMeta{Name: fmt.Sprintf("cfg-%02d", i), Namespace: "default", CreationTimestamp: ago(time.Hour)},
+			Data: map[string]string{"a": strings.Repeat("x", 200)}})
+	}
+	url := startBroker(t, broker.Options{})
+	startFakeAgent(t, url, func(r received) []fakeReply {
+		box := &capture{}
+		s := reply.NewSender(scheme, box, nil, nil, zerolog.Nop(), reply.WithMaxReplyBytes(4096))
+		if err := s.Send(reply.Reply{RequestID: r.RequestID, Verb: "get", Phase: reply.Succeeded, Message: "40 configmaps", Result: getResult{ConfigMaps: cms}}); err != nil {
+			t.Errorf("fake agent: %v", err)
+		}
+		var out []fakeReply
+		for _, m := range box.msgs {
+			var f fakeReply
+			if err := json.Unmarshal(m.Payload, &f); err != nil {
+				t.Errorf("fake agent: %v", err)
+			}
+			out = append(out, f)
+		}
+		if len(out) < 3 {
+			t.Errorf("fake agent: %d messages, want parts", len(out))
+		}
+		return out
+	})
+	res := runCLI(t, url, "", "get", "configmaps")
+	if res.code != 0 {
+		t.Fatalf("get configmaps: %v", res)
+	}
+	if n := strings.Count(res.stdout, "cfg-"); n != 40 {
+		t.Fatalf("%d configmaps printed, want 40:\n%s", n, res.stdout)
 	}
 }

@@ -77,6 +77,7 @@ type fakeReply struct {
 	Message string   `json:"message,omitempty"`
 	Result  any      `json:"result,omitempty"`
 	Errors  []string `json:"errors,omitempty"`
+	Seq     int      `json:"seq,omitempty"`
 }
 
 // fakeAgent answers commands on mqlet/v1/n1/cmd/# like the agent does:

@@ -90,3 +90,25 @@ func BenchmarkPutParallel(b *testing.B) {
 		}
 	})
 }
+
+// BenchmarkPutBatch is Put's work for 64 messages at a time, per message.
+func BenchmarkPutBatch(b *testing.B) {
+	o, err := Open(filepath.Join(b.TempDir(), "ob.db"), 1<<30, zerolog.Nop())
+	if err != nil {
+		b.Fatal(err)
+	}
+	defer o.Close()
+	payload := make([]byte, 512)
+	b.SetBytes(int64(len(payload)))
+	batch := make([]Message, 0, 64)
+	b.ResetTimer()
+	for i := 0; b.Loop(); i++ {
+		batch = append(batch, Message{Topic: "n/events", Payload: payload, QoS: 1})
+		if len(batch) == cap(batch) {
+			if err := o.PutBatch(batch); err != nil {
+				b.Fatal(err)
+			}
+			batch = batch[:0]
+		}
+	}
+}

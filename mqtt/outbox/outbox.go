@@ -175,91 +175,138 @@ func (o *Outbox) Stats() Stats {
 // the oldest non-coalesced entries are dropped (and counted); if that is not
 // enough, m itself is refused with ErrFull.
 func (o *Outbox) Put(m Message) error {
+	return o.PutBatch([]Message{m})
+}
+
+// PutBatch stores msgs in order in one transaction (one fsync), each as Put
+// would. A message refused for lack of room (ErrFull) or invalid is counted
+// and reported in the joined error; the others are stored.
+func (o *Outbox) PutBatch(msgs []Message) error {
+	if len(msgs) == 0 {
+		return nil
+	}
+	o.mu.Lock()
+	defer o.mu.Unlock()
+	var (
+		refusals []error
+		ch       putCounts
+	)
+	err := o.db.Update(func(tx *bolt.Tx) error {
+		refusals, ch = nil, putCounts{}
+		for _, m := range msgs {
+			c, err := o.putTx(tx, m, o.bytes+ch.bytes)
+			if errors.Is(err, ErrFull) || errors.Is(err, errInvalid) {
+				refusals = append(refusals, err)
+				continue
+			}
+			if err != nil {
+				return fmt.Errorf("outbox put %s: %w", m.Topic, err)
+			}
+			ch.add(c)
+		}
+		if ch.dropped > 0 {
+			return putUint64(tx.Bucket(bucketMeta), keyDropped, o.dropped+uint64(ch.dropped))
+		}
+		return nil
+	})
+	if err != nil {
+		return err
+	}
+	o.depth += ch.depth
+	o.bytes += ch.bytes
+	if ch.dropped > 0 {
+		o.dropped += uint64(ch.dropped)
+		o.logDropLocked(uint64(ch.dropped))
+	}
+	for _, r := range refusals {
+		if errors.Is(r, ErrFull) {
+			o.countRefusedLocked()
+		}
+	}
+	if ch.depth > 0 || ch.bytes != 0 {
+		o.signal()
+	}
+	return errors.Join(refusals...)
+}
+
+// errInvalid marks a message Put refuses without storing anything.
+var errInvalid = errors.New("invalid message")
+
+// putCounts is what a put changed: entries and bytes (net), entries dropped.
+type putCounts struct {
+	depth   int
+	bytes   int64
+	dropped int
+}
+
+func (c *putCounts) add(d putCounts) {
+	c.depth += d.depth
+	c.bytes += d.bytes
+	c.dropped += d.dropped
+}
+
+// putTx stores one message inside tx, given the bytes stored so far
+// (including earlier puts of the same transaction). It changes nothing when
+// it refuses m.
+func (o *Outbox) putTx(tx *bolt.Tx, m Message, stored int64) (putCounts, error) {
 	if m.Topic == "" {
-		return errors.New("outbox put: empty topic")
+		return putCounts{}, fmt.Errorf("outbox put: empty topic: %w", errInvalid)
 	}
 	if m.QoS > 2 {
-		return fmt.Errorf("outbox put %s: invalid QoS %d", m.Topic, m.QoS)
+		return putCounts{}, fmt.Errorf("outbox put %s: QoS %d: %w", m.Topic, m.QoS, errInvalid)
 	}
 	value := encode(m)
 	size := int64(len(value) + entryOverhead)
 	coalesce := m.Retained || m.Coalesce
-
-	o.mu.Lock()
-	defer o.mu.Unlock()
 	if size > o.maxBytes {
-		o.countRefusedLocked()
-		return fmt.Errorf("outbox put %s: message of %d bytes exceeds the bound of %d: %w", m.Topic, size, o.maxBytes, ErrFull)
+		return putCounts{}, fmt.Errorf("outbox put %s: message of %d bytes exceeds the bound of %d: %w", m.Topic, size, o.maxBytes, ErrFull)
 	}
-	var (
-		replaced      bool
-		replacedBytes int64
-		dropped       int
-		droppedBytes  int64
-	)
-	err := o.db.Update(func(tx *bolt.Tx) error {
-		entries, latest := tx.Bucket(bucketEntries), tx.Bucket(bucketLatest)
-		if coalesce {
-			if old := latest.Get([]byte(m.Topic)); old != nil {
-				if v := entries.Get(old); v != nil {
-					replaced, replacedBytes = true, int64(len(v)+entryOverhead)
-					if err := entries.Delete(old); err != nil {
-						return err
-					}
-				}
+	entries, latest := tx.Bucket(bucketEntries), tx.Bucket(bucketLatest)
+	var old []byte
+	var replacedBytes int64
+	if coalesce {
+		if k := latest.Get([]byte(m.Topic)); k != nil {
+			if v := entries.Get(k); v != nil {
+				old, replacedBytes = append([]byte(nil), k...), int64(len(v)+entryOverhead)
 			}
 		}
-		need := o.bytes - replacedBytes + size - o.maxBytes
-		if need > 0 {
-			victims, freed := oldestNonCoalesced(entries, need)
-			if freed < need {
-				return ErrFull
-			}
-			for _, k := range victims {
-				droppedBytes += int64(len(entries.Get(k)) + entryOverhead)
-				if err := entries.Delete(k); err != nil {
-					return err
-				}
-			}
-			dropped = len(victims)
-			if err := putUint64(tx.Bucket(bucketMeta), keyDropped, o.dropped+uint64(dropped)); err != nil {
-				return err
-			}
-		}
-		seq, err := entries.NextSequence()
-		if err != nil {
-			return err
-		}
-		key := seqKey(seq)
-		if err := entries.Put(key, value); err != nil {
-			return err
-		}
-		if coalesce {
-			return latest.Put([]byte(m.Topic), key)
-		}
-		return nil
-	})
-	if errors.Is(err, ErrFull) {
-		o.countRefusedLocked()
-		return fmt.Errorf("outbox put %s: no room within %d bytes: %w", m.Topic, o.maxBytes, ErrFull)
 	}
+	var c putCounts
+	if need := stored - replacedBytes + size - o.maxBytes; need > 0 {
+		victims, freed := oldestNonCoalesced(entries, need)
+		if freed < need {
+			return putCounts{}, fmt.Errorf("outbox put %s: no room within %d bytes: %w", m.Topic, o.maxBytes, ErrFull)
+		}
+		for _, k := range victims {
+			c.bytes -= int64(len(entries.Get(k)) + entryOverhead)
+			if err := entries.Delete(k); err != nil {
+				return putCounts{}, err
+			}
+		}
+		c.depth -= len(victims)
+		c.dropped = len(victims)
+	}
+	if old != nil {
+		if err := entries.Delete(old); err != nil {
+			return putCounts{}, err
+		}
+		c.depth--
+		c.bytes -= replacedBytes
+	}
+	seq, err := entries.NextSequence()
 	if err != nil {
-		return fmt.Errorf("outbox put %s: %w", m.Topic, err)
+		return putCounts{}, err
 	}
-	o.depth++
-	o.bytes += size
-	if replaced {
-		o.depth--
-		o.bytes -= replacedBytes
+	key := seqKey(seq)
+	if err := entries.Put(key, value); err != nil {
+		return putCounts{}, err
 	}
-	if dropped > 0 {
-		o.depth -= dropped
-		o.bytes -= droppedBytes
-		o.dropped += uint64(dropped)
-		o.logDropLocked(uint64(dropped))
+	c.depth++
+	c.bytes += size
+	if coalesce {
+		return c, latest.Put([]byte(m.Topic), key)
 	}
-	o.signal()
-	return nil
+	return c, nil
 }
 
 // countRefusedLocked counts a message refused for lack of room as dropped.

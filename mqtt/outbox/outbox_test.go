@@ -5,6 +5,7 @@ import (
 	"errors"
 	"fmt"
 	"path/filepath"
+	"strings"
 	"sync"
 	"testing"
 	"time"
@@ -417,5 +418,34 @@ func TestEncodeRoundTrip(t *testing.T) {
 	}
 	if _, err := decode([]byte{0, 1, 200}); err == nil {
 		t.Fatal("decode accepted a truncated entry")
+	}
+}
+
+// A batch is stored as the same Puts one after another would be: in order,
+// coalesced within the batch, overflow dropping the oldest events, and a
+// refused message not stopping the others.
+func TestPutBatchAsSequentialPuts(t *testing.T) {
+	one := int64(len(encode(event(10))) + entryOverhead)
+	o := openTest(t, filepath.Join(t.TempDir(), "ob.db"), 4*one+int64(len(encode(state("s1")))+entryOverhead))
+	defer o.Close()
+	batch := []Message{state("s1"), event(10), {Topic: "", Payload: []byte("x")}, event(11), state("s2")}
+	for i := 12; i < 16; i++ {
+		batch = append(batch, event(i))
+	}
+	err := o.PutBatch(batch)
+	if err == nil || !strings.Contains(err.Error(), "empty topic") {
+		t.Fatalf("PutBatch error %v, want the empty topic refused", err)
+	}
+	st := o.Stats()
+	if st.Depth != 5 || st.Dropped != 2 || st.Bytes > o.maxBytes {
+		t.Fatalf("stats = %+v, want depth 5 (1 state, 4 events), 2 dropped, within %d bytes", st, o.maxBytes)
+	}
+	pub := newFakePublisher(true)
+	runOutbox(t, o, pub)
+	pub.connect()
+	waitUntil(t, "outbox drained", func() bool { return o.Stats().Depth == 0 })
+	want := []string{"n/state=s2", "n/events=e12", "n/events=e13", "n/events=e14", "n/events=e15"}
+	if got := pub.sentTopicsPayloads(); fmt.Sprint(got) != fmt.Sprint(want) {
+		t.Fatalf("sent %v, want %v", got, want)
 	}
 }

@@ -208,6 +208,18 @@ func (o *observer) next(t *testing.T, what string) received {
 	}
 }
 
+// nextOtherThan waits for the next message whose payload is not skip: QoS 1
+// is at least once, so a publication the outbox re-sent because its PUBACK
+// was slow may reach the observer twice.
+func (o *observer) nextOtherThan(t *testing.T, what, skip string) received {
+	t.Helper()
+	for {
+		if m := o.next(t, what); m.payload != skip {
+			return m
+		}
+	}
+}
+
 // runSession runs s until the test ends and checks that Run stopped.
 func runSession(t *testing.T, s *Session) {
 	t.Helper()

@@ -48,6 +48,12 @@ type Inbound struct {
 	Retained bool
 	// Duplicate is the MQTT DUP flag: the broker may have sent it before.
 	Duplicate bool
+	// Ack sends the QoS 1 acknowledgement. With Options.ManualAck the
+	// handler must call it once the message's effect is persisted (from any
+	// goroutine, at most once counts); otherwise it does nothing and the
+	// acknowledgement follows the handler's return. An Ack after the
+	// connection was lost is dropped: the broker redelivers the message.
+	Ack func()
 }
 
 // Options configure a Session.
@@ -77,11 +83,15 @@ type Options struct {
 
 	// CommandFilter is subscribed at QoS 1 on every connect.
 	CommandFilter string
-	// Handler receives every inbound message, one at a time. paho sends the
-	// QoS 1 acknowledgement only after it returns, so a handler that stores
-	// the command before returning never loses it. It must not block for
-	// long nor publish synchronously.
+	// Handler receives every inbound message, one at a time, in order.
+	// paho sends the QoS 1 acknowledgement only after it returns (or, with
+	// ManualAck, when the handler calls m.Ack), so a handler that stores the
+	// command first never loses it. It must not block for long nor publish
+	// synchronously.
 	Handler func(m Inbound)
+	// ManualAck leaves the acknowledgement to Inbound.Ack, so a handler can
+	// queue messages and persist many at once before acknowledging them.
+	ManualAck bool
 	// OnConnect runs after each connect's subscription and before Connected
 	// is signalled, e.g. to publish the birth state with Publish. An error
 	// drops the connection and reconnects.
@@ -93,6 +103,8 @@ type Options struct {
 	// RandInt63n draws the jitter in [0, n); nil uses math/rand/v2.
 	RandInt63n func(n int64) int64
 }
+
+func noAck() {}
 
 // ClientID is the conventional MQTT client id of a node.
 func ClientID(node string) string { return "mqlet-" + node }
@@ -433,14 +445,19 @@ func (s *Session) connect(ctx context.Context) (*conn, error) {
 		SetAutoReconnect(false). // Run owns reconnection and its backoff
 		SetConnectRetry(false).
 		SetResumeSubs(false).
-		SetOrderMatters(true). // handler runs synchronously; ack after it returns
+		SetOrderMatters(true). // handler runs synchronously, in order
+		SetAutoAckDisabled(s.opts.ManualAck).
 		SetKeepAlive(s.opts.KeepAlive).
 		SetPingTimeout(s.opts.PingTimeout).
 		SetConnectTimeout(s.opts.ConnectTimeout).
 		SetWriteTimeout(DefaultWriteTimeout).
 		SetDefaultPublishHandler(func(_ paho.Client, m paho.Message) {
 			s.messagesIn.Add(1)
-			s.opts.Handler(Inbound{Topic: m.Topic(), Payload: m.Payload(), Retained: m.Retained(), Duplicate: m.Duplicate()})
+			ack := noAck
+			if s.opts.ManualAck {
+				ack = m.Ack
+			}
+			s.opts.Handler(Inbound{Topic: m.Topic(), Payload: m.Payload(), Retained: m.Retained(), Duplicate: m.Duplicate(), Ack: ack})
 		}).
 		SetConnectionLostHandler(func(_ paho.Client, err error) { c.markLost(err) })
 	if s.opts.TLS != nil {

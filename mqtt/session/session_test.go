@@ -95,7 +95,7 @@ func TestConnectCommandWillAndReconnect(t *testing.T) {
 		// Kill the link abruptly: the broker must publish the retained will.
 		_, down := f.s.Connection()
 		p.cut()
-		expect(t, obs.next(t, "will"), f.scheme.State(), "offline")
+		expect(t, obs.nextOtherThan(t, "will", "online"), f.scheme.State(), "offline")
 		waitClosed(t, down, "session noticing the lost link")
 		late := newObserver(t, b.URL(), "late-"+f.scheme.Node)
 		late.subscribe(t, f.scheme.State())
@@ -337,5 +337,40 @@ func TestRetainedCommandIsFlagged(t *testing.T) {
 		if got.retained {
 			t.Fatal("a fresh command was flagged Retained")
 		}
+	})
+}
+
+// With ManualAck a handler that returned has not acknowledged: the message
+// comes again after a reconnect. Ack may be called from any goroutine, more
+// than once.
+func TestManualAckFollowsAckNotReturn(t *testing.T) {
+	brokers(t, func(t *testing.T, b testBroker) {
+		p := startProxy(t, b.Addr())
+		acks := make(chan func(), 10)
+		f := newFixture(t, p.URL(), func(o *Options) {
+			o.ManualAck = true
+			next := o.Handler
+			o.Handler = func(m Inbound) {
+				acks <- m.Ack
+				next(m)
+			}
+		})
+		runSession(t, f.s)
+		waitClosed(t, f.s.Connected(), "first connection")
+		obs := newObserver(t, b.URL(), "obs-"+f.scheme.Node)
+		first := f.scheme.Command("apply", "manual-1")
+		obs.publish(t, first, "one", false)
+		expect(t, f.nextCommand(t), first, "one")
+		<-acks // returned, never acknowledged
+		p.cut()
+		p.resume()
+		expect(t, f.nextCommand(t), first, "one")
+		go (<-acks)() // acknowledged from another goroutine
+		second := f.scheme.Command("apply", "manual-2")
+		obs.publish(t, second, "two", false)
+		expect(t, f.nextCommand(t), second, "two")
+		ack := <-acks
+		ack()
+		ack() // a second call is harmless
 	})
 }

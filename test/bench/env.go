@@ -92,6 +92,9 @@ func (e *env) mqletConfig(dir string) (string, error) {
 	}
 	file := filepath.Join(dir, "mqlet.yaml")
 	conf := fmt.Sprintf("runtime:\n  podLogDir: %s\n", logDir)
+	if e.opts.maxBacklog > 0 {
+		conf += fmt.Sprintf("requests:\n  maxBacklog: %d\n", e.opts.maxBacklog)
+	}
 	if err := os.WriteFile(file, []byte(conf), 0o600); err != nil {
 		return "", fmt.Errorf("write mqlet config: %w", err)
 	}

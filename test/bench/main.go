@@ -37,13 +37,15 @@ type options struct {
 	singleRepeats int
 	burst         int
 	exitPods      int
+	burstCommands int
+	maxBacklog    int
 	keep          bool
 	brokerNoDelay bool
 	intakeNoDelay bool
 	unstripped    string
 }
 
-var allSteps = []string{"footprint", "intake", "pods", "idle", "exit"}
+var allSteps = []string{"footprint", "intake", "burst", "pods", "idle", "exit"}
 
 func main() {
 	os.Exit(run(os.Args[1:], os.Stdout, os.Stderr))
@@ -66,6 +68,8 @@ func parseFlags(args []string, stderr io.Writer) (options, error) {
 	fs.IntVar(&o.starts, "starts", 5, "mqlet starts timed until online")
 	fs.IntVar(&o.singleRepeats, "single-repeats", 5, "single-pod starts (deleted in between)")
 	fs.IntVar(&o.burst, "burst", 20, "pods in the burst List")
+	fs.IntVar(&o.burstCommands, "burst-commands", 2000, "applies in each burst (ConfigMaps, then pods), published without waiting")
+	fs.IntVar(&o.maxBacklog, "mqlet-max-backlog", 0, "requests.maxBacklog for mqlet (0: its default)")
 	fs.IntVar(&o.exitPods, "exit-pods", 10, "pods whose container exits, for the exit → status delay")
 	fs.BoolVar(&o.keep, "keep", false, "keep the scratch dir (logs, state) even when every step passed")
 	fs.BoolVar(&o.brokerNoDelay, "broker-tcp-nodelay", false, "set mosquitto's set_tcp_nodelay (off by default in mosquitto 2.0)")
@@ -86,7 +90,7 @@ func parseFlags(args []string, stderr io.Writer) (options, error) {
 	if o.criEndpoint == "" {
 		return o, errors.New("no CRI endpoint: pass --cri-endpoint or set MQLET_TEST_CRI_ENDPOINT (test/env/containerd-up.sh prints it)")
 	}
-	if o.intakeN < 1 || o.starts < 1 || o.singleRepeats < 1 || o.burst < 1 || o.exitPods < 1 || o.duration <= 0 {
+	if o.intakeN < 1 || o.starts < 1 || o.singleRepeats < 1 || o.burst < 1 || o.exitPods < 1 || o.burstCommands < 1 || o.duration <= 0 {
 		return o, errors.New("counts and --duration must be positive")
 	}
 	return o, nil
@@ -154,7 +158,7 @@ func measure(ctx context.Context, opts options, log zerolog.Logger) (rep *report
 		rep.Footprint = fp
 		rep.fail("footprint", err)
 	}
-	if !want("intake") && !want("pods") && !want("idle") && !want("exit") {
+	if !want("intake") && !want("burst") && !want("pods") && !want("idle") && !want("exit") {
 		return rep, nil
 	}
 	if err := e.bringUp(ctx); err != nil {
@@ -166,6 +170,12 @@ func measure(ctx context.Context, opts options, log zerolog.Logger) (rep *report
 		in, err := e.intake(ctx)
 		rep.Intake = in
 		rep.fail("intake", err)
+	}
+	if want("burst") {
+		log.Info().Int("commands", opts.burstCommands).Msg("step burst")
+		b, err := e.burst(ctx)
+		rep.Burst = b
+		rep.fail("burst", err)
 	}
 	var running []string
 	if want("pods") {

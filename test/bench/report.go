@@ -20,6 +20,7 @@ type report struct {
 	Settings    map[string]any   `json:"settings"`
 	Footprint   *footprintResult `json:"footprint,omitempty"`
 	Intake      *intakeResult    `json:"intake,omitempty"`
+	Burst       *burstResult     `json:"burst,omitempty"`
 	PodStart    *podStartResult  `json:"podStart,omitempty"`
 	Idle        *idleResult      `json:"idle,omitempty"`
 	Exit        *exitResult      `json:"exitToStatus,omitempty"`
@@ -121,6 +122,17 @@ func (r *report) print(w io.Writer) {
 			}{{"pipelined", nd.Pipelined}, {"sequential", nd.Sequential}} {
 				p("   %-10s %4d cmds in %7.0f ms = %7.1f applies/s; %s", v.name, v.v.Commands, v.v.WallMs, v.v.CommandsPerSecond, lat(v.v.Latency))
 			}
+		}
+	}
+	if b := r.Burst; b != nil {
+		p("\n2b. Burst (applies published without waiting, QoS 1, publish → accepted reply)")
+		for _, v := range []struct {
+			name string
+			v    burstVariant
+		}{{"configmaps", b.ConfigMaps}, {"pods", b.Pods}} {
+			p("   %-10s %4d cmds published in %6.0f ms: %d accepted (%d within 5 s), %d overloaded", v.name, v.v.Commands, v.v.PublishMs, v.v.Accepted, v.v.Within5s, v.v.Overloaded)
+			p("              accepted     %s", lat(v.v.Latency))
+			p("              first answer %s", lat(v.v.AnswerAll))
 		}
 	}
 	if ps := r.PodStart; ps != nil {

@@ -283,6 +283,11 @@ func TestAdmissionEnvDoublingAnsweredFast(t *testing.T) {
 	if !a.Running() {
 		t.Fatal("mqlet stopped")
 	}
+	hwm := procStatusKB(t, a.pid(), "VmHWM")
+	t.Logf("mqlet VmHWM after refusing the doubling env: %d kB", hwm)
+	if hwm > 100<<10 {
+		t.Fatalf("mqlet peak RSS %d kB, want under 100 MB", hwm)
+	}
 }
 
 func TestAdmissionBadProfileExits2(t *testing.T) {

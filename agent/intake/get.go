@@ -1,0 +1,121 @@
+package intake
+
+import (
+	"fmt"
+	"strings"
+
+	v1 "k8s.io/api/core/v1"
+
+	"github.com/mqlet/mqlet/agent/manifest"
+	"github.com/mqlet/mqlet/agent/reply"
+	"github.com/mqlet/mqlet/agent/validate"
+)
+
+// GetArgs selects what a get returns; empty fields match everything.
+type GetArgs struct {
+	Kind      string `json:"kind,omitempty"`
+	Namespace string `json:"namespace,omitempty"`
+	Name      string `json:"name,omitempty"`
+}
+
+// GetResult is the result of a get: desired objects, pods with their status.
+// Secrets carry their keys and sizes only; so do ConfigMaps in a listing
+// (a get without a name), whose data is read one ConfigMap at a time: a
+// two-byte get must not answer with megabytes of stored data.
+type GetResult struct {
+	Pods       []*v1.Pod       `json:"pods"`
+	ConfigMaps []*v1.ConfigMap `json:"configMaps"`
+	Secrets    []*v1.Secret    `json:"secrets"`
+}
+
+func (in *Intake) get(id string, payload []byte) {
+	var args GetArgs
+	if len(strings.TrimSpace(string(payload))) > 0 {
+		if err := manifest.DecodeArgs(payload, &args); err != nil {
+			in.fail(id, "get", fmt.Errorf("decoding get request: %w", err))
+			return
+		}
+	}
+	switch strings.ToLower(args.Kind) {
+	case "", "pod", "pods", "configmap", "configmaps", "secret", "secrets":
+	default:
+		in.fail(id, "get", fmt.Errorf("unknown kind %q (Pod, ConfigMap, Secret)", args.Kind))
+		return
+	}
+	kind := strings.TrimSuffix(strings.ToLower(args.Kind), "s")
+	match := func(ns, name string) bool {
+		return (args.Namespace == "" || args.Namespace == ns) && (args.Name == "" || args.Name == name)
+	}
+	res := GetResult{Pods: []*v1.Pod{}, ConfigMaps: []*v1.ConfigMap{}, Secrets: []*v1.Secret{}}
+	if kind == "" || kind == "pod" {
+		pods, err := in.store.ListPods()
+		if err != nil {
+			in.fail(id, "get", fmt.Errorf("reading pods: %w", err))
+			return
+		}
+		for _, p := range pods {
+			if !match(p.Namespace, p.Name) {
+				continue
+			}
+			if st, ok := in.status.Get(p.Namespace, p.Name); ok && st.UID == p.UID {
+				p.Status = st.Status
+			}
+			p.Kind, p.APIVersion = "Pod", "v1"
+			res.Pods = append(res.Pods, p)
+		}
+	}
+	if kind == "" || kind == "configmap" {
+		cms, err := in.store.ListConfigMaps()
+		if err != nil {
+			in.fail(id, "get", fmt.Errorf("reading configmaps: %w", err))
+			return
+		}
+		for _, c := range cms {
+			if match(c.Namespace, c.Name) {
+				if args.Name == "" {
+					c = withoutData(c)
+				}
+				c.Kind, c.APIVersion = "ConfigMap", "v1"
+				res.ConfigMaps = append(res.ConfigMaps, c)
+			}
+		}
+	}
+	if kind == "" || kind == "secret" {
+		secrets, err := in.store.ListSecrets()
+		if err != nil {
+			in.fail(id, "get", fmt.Errorf("reading secrets: %w", err))
+			return
+		}
+		for _, s := range secrets {
+			if match(s.Namespace, s.Name) {
+				r := validate.RedactSecret(s)
+				r.Kind, r.APIVersion = "Secret", "v1"
+				res.Secrets = append(res.Secrets, r)
+			}
+		}
+	}
+	if args.Name != "" && len(res.Pods)+len(res.ConfigMaps)+len(res.Secrets) == 0 {
+		in.fail(id, "get", fmt.Errorf("not found: %s %s/%s", args.Kind, args.Namespace, args.Name))
+		return
+	}
+	msg := fmt.Sprintf("%d pods, %d configmaps, %d secrets", len(res.Pods), len(res.ConfigMaps), len(res.Secrets))
+	if args.Name == "" && len(res.ConfigMaps) > 0 {
+		msg += "; configmap data is shown one configmap at a time: get it by kind, namespace and name"
+	}
+	_ = in.replies.Send(reply.Reply{RequestID: id, Verb: "get", Phase: reply.Succeeded, Message: msg, Result: res})
+}
+
+// withoutData is c as a listing shows it: every key with the size of its
+// value instead of the value.
+func withoutData(c *v1.ConfigMap) *v1.ConfigMap {
+	out := c.DeepCopy()
+	for k, v := range c.Data {
+		out.Data[k] = fmt.Sprintf("<omitted: %d bytes>", len(v))
+	}
+	for k, v := range c.BinaryData {
+		out.BinaryData[k] = []byte(fmt.Sprintf("<omitted: %d bytes>", len(v)))
+	}
+	// The last-applied annotation kubectl writes would carry the data too.
+	delete(out.Annotations, v1.LastAppliedConfigAnnotation)
+	return out
+}

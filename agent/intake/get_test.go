@@ -1,0 +1,110 @@
+package intake
+
+import (
+	"encoding/json"
+	"fmt"
+	"os"
+	"path/filepath"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/rs/zerolog"
+
+	"github.com/mqlet/mqlet/agent/pending"
+	"github.com/mqlet/mqlet/agent/reply"
+	"github.com/mqlet/mqlet/agent/store"
+	"github.com/mqlet/mqlet/mqtt/topic"
+)
+
+// Ten ConfigMaps of ~900 KiB and ten "{}" gets: every reply message stays
+// within the bound, the listing carries no data, each ConfigMap is still
+// readable by name (in parts), and the store grows by the records' bound at
+// most, not by the results.
+func TestGetAmplificationIsBounded(t *testing.T) {
+	dir := t.TempDir()
+	path := filepath.Join(dir, "state.db")
+	const maxRecord = 1 << 20
+	st, err := store.OpenWith(path, store.Options{MaxReplyBytes: maxRecord})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer st.Close()
+	box := &recordingBox{}
+	topics := topic.Scheme{Prefix: "mqlet/v1", Node: "n1"}
+	const maxReply = 256 << 10
+	sender := reply.NewSender(topics, box, st, nil, zerolog.Nop(), reply.WithMaxReplyBytes(maxReply))
+	in := New(Options{Topics: topics, MaxPayloadBytes: 1 << 20, ApplyDeadline: time.Minute},
+		st, sender, &fakeTracker{added: map[string]map[string]pending.Want{}}, &fakeScheduler{deletes: map[string]*int64{}}, &fakeEvents{}, noStatus{}, zerolog.Nop())
+	value := strings.Repeat("0123456789abcdef", 900<<10/16)
+	for i := 0; i < 10; i++ {
+		payload := fmt.Appendf(nil, `{"apiVersion":"v1","kind":"ConfigMap","metadata":{"name":"big-%d"},"data":{"v":%q}}`, i, value)
+		in.Handle(Command{Topic: fmt.Sprintf("mqlet/v1/n1/cmd/apply/a%d", i), Payload: payload})
+		if reps := box.replies(t, fmt.Sprintf("a%d", i)); len(reps) != 1 || reps[0].Phase != reply.Accepted {
+			t.Fatalf("apply %d: %+v", i, reps)
+		}
+	}
+	size := func() int64 {
+		fi, err := os.Stat(path)
+		if err != nil {
+			t.Fatal(err)
+		}
+		return fi.Size()
+	}
+	before := size()
+	for i := 0; i < 10; i++ {
+		in.Handle(Command{Topic: fmt.Sprintf("mqlet/v1/n1/cmd/get/g%d", i), Payload: []byte(`{}`)})
+	}
+	after := size()
+	box.mu.Lock()
+	for _, m := range box.msgs {
+		if len(m.Payload) > maxReply {
+			t.Errorf("reply on %s: %d bytes, bound %d", m.Topic, len(m.Payload), maxReply)
+		}
+		if strings.HasSuffix(m.Topic, "/reply/g0") && (strings.Contains(string(m.Payload), value[:64]) || !strings.Contains(string(m.Payload), "omitted: 921600 bytes")) {
+			t.Errorf("the listing shows data: %.300s", m.Payload)
+		}
+	}
+	box.mu.Unlock()
+	for i := 0; i < 10; i++ {
+		reps := box.replies(t, fmt.Sprintf("g%d", i))
+		if len(reps) != 1 || reps[0].Phase != reply.Succeeded || !strings.Contains(reps[0].Message, "10 configmaps") {
+			t.Fatalf("get %d: %d replies, first %+v", i, len(reps), reps[0].Message)
+		}
+	}
+	// Each ConfigMap by name: the whole data, assembled from parts.
+	for i := 0; i < 10; i++ {
+		id := fmt.Sprintf("n%d", i)
+		in.Handle(Command{Topic: "mqlet/v1/n1/cmd/get/" + id, Payload: fmt.Appendf(nil, `{"kind":"ConfigMap","name":"big-%d"}`, i)})
+		var payloads [][]byte
+		box.mu.Lock()
+		for _, m := range box.msgs {
+			if strings.HasSuffix(m.Topic, "/reply/"+id) {
+				payloads = append(payloads, m.Payload)
+			}
+		}
+		box.mu.Unlock()
+		if len(payloads) < 4 {
+			t.Fatalf("get by name %d: %d messages, want the ~900 KiB result in parts", i, len(payloads))
+		}
+		result, _, err := reply.Assemble(payloads)
+		if err != nil {
+			t.Fatalf("get by name %d: %v", i, err)
+		}
+		var res struct {
+			ConfigMaps []struct {
+				Data map[string]string `json:"data"`
+			} `json:"configMaps"`
+		}
+		if err := json.Unmarshal(result, &res); err != nil || len(res.ConfigMaps) != 1 || res.ConfigMaps[0].Data["v"] != value {
+			t.Fatalf("get by name %d: data not whole (%v)", i, err)
+		}
+	}
+	t.Logf("state.db %d → %d bytes over ten gets of 10 × 900 KiB", before, after)
+	if grew := after - before; grew > 2*maxRecord {
+		t.Fatalf("state.db grew %d bytes over ten gets, want at most ~%d (the record bound)", grew, maxRecord)
+	}
+	if n, _ := st.ReplyBytes(); n > maxRecord {
+		t.Fatalf("records take %d bytes, bound %d", n, maxRecord)
+	}
+}
