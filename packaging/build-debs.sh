@@ -12,11 +12,13 @@ shift
 ARCHES=("$@")
 [ ${#ARCHES[@]} -gt 0 ] || ARCHES=(amd64 arm64 armhf)
 if [ -z "${DEB_VERSION:-}" ]; then
-	case $VERSION in
-	v[0-9]*) DEB_VERSION=${VERSION#v} ;;
-	[0-9]*) DEB_VERSION=$VERSION ;;
-	*) DEB_VERSION="0~git$(git log -1 --format=%cd --date=format:%Y%m%d%H%M%S).$VERSION" ;;
-	esac
+	# A tag (v1.2.3, 1.2.3-4-gabc) is the version; a bare commit hash gets a
+	# commit-date prefix so that later builds sort higher.
+	if [[ $VERSION =~ ^v?[0-9]+\.[0-9]+ ]]; then
+		DEB_VERSION=${VERSION#v}
+	else
+		DEB_VERSION="0~git$(git log -1 --format=%cd --date=format:%Y%m%d%H%M%S).$VERSION"
+	fi
 fi
 DEB_VERSION=${DEB_VERSION//-/.} # no Debian revision part
 DIST=${DIST:-dist} # where the binaries are and the packages go
