@@ -40,7 +40,21 @@ fail() { echo "release: FAIL: $*" >&2; exit 1; }
 # arrives; timeout -k makes sure it ends.
 msub() { local t=$1; shift; timeout -k 1 "$t" mosquitto_sub -W "$t" "$@" 2>/dev/null; }
 
-free_port() { python3 -c 'import socket; s=socket.socket(); s.bind(("127.0.0.1",0)); print(s.getsockname()[1])'; }
+free_port() { # a loopback TCP port nobody listens on
+	local p
+	while :; do
+		p=$(shuf -i 20000-60999 -n 1)
+		[ -z "$(ss -Hltn "sport = :$p")" ] && { echo "$p"; return; }
+	done
+}
+now_ms() { echo $(($(date +%s%N) / 1000000)); }
+since() { local ms=$(($(now_ms) - $1)); printf '%d.%02d' $((ms / 1000)) $((ms % 1000 / 10)); } # seconds since a now_ms
+ip4() { local IFS=.; set -- $1; echo $((($1 << 24) + ($2 << 16) + ($3 << 8) + $4)); }
+in_subnet() { # in_subnet IP CIDR
+	local net=${2%/*} bits=${2#*/}
+	local mask=$(((0xffffffff << (32 - bits)) & 0xffffffff))
+	[ $(($(ip4 "$1") & mask)) -eq $(($(ip4 "$net") & mask)) ]
+}
 
 stop_pid() { # stop_pid PID: SIGTERM, wait up to 20 s, then SIGKILL
 	local pid=$1 i
@@ -130,19 +144,19 @@ for spec in arm64:qemu-aarch64-static armhf:qemu-arm-static; do
 	[ $rc -eq 2 ] && grep -q pods.workers "$dir/bad.out" || fail "$arch --check-config of an invalid config: exit $rc"
 	"$qemu" "$bin" --config "$dir/mqlet.yaml" >"$WORK/qemu-$arch.log" 2>&1 &
 	pid=$!; pids+=("$pid")
-	start=$(date +%s.%N)
+	start=$(now_ms)
 	ok=
 	for i in $(seq 1 100); do
 		if msub 1 -p "$port" -t "$PREFIX/q$arch/state" -C 1 | grep -q '"state":"online"'; then ok=1; break; fi
 		kill -0 "$pid" 2>/dev/null || break
-		[ "$(echo "$(date +%s.%N) - $start > 10" | bc)" = 1 ] && break
+		[ $(($(now_ms) - start)) -gt 10000 ] && break
 		sleep 0.2
 	done
 	[ -n "$ok" ] || fail "$arch under $qemu did not publish online within 10 s"
-	online_after=$(echo "$(date +%s.%N) - $start" | bc | xargs printf '%.2f')
+	online_after=$(since "$start")
 	# It keeps running for the rest of the 10 s, then stops cleanly on SIGTERM
 	# and says offline itself.
-	while [ "$(echo "$(date +%s.%N) - $start < 10" | bc)" = 1 ]; do
+	while [ $(($(now_ms) - start)) -lt 10000 ]; do
 		kill -0 "$pid" 2>/dev/null || fail "$arch under $qemu exited within 10 s"
 		sleep 0.5
 	done
@@ -175,9 +189,9 @@ admin_conf=$(sha256sum /etc/containerd/config.toml 2>/dev/null || echo none)
 
 log "dpkg -i $(basename "$DEB_A")"
 installed_by_us=1
-t0=$(date +%s.%N)
+t0=$(now_ms)
 MQLET_POD_SUBNET=$SUBNET MQLET_POD_BRIDGE=$BRIDGE dpkg -i "$DEB_A" >"$WORK/dpkg-i.log" 2>&1 || fail "dpkg -i"
-log "  installed in $(echo "$(date +%s.%N) - $t0" | bc | xargs printf '%.2f') s"
+log "  installed in $(since "$t0") s"
 [ "$(mqlet --version)" = "mqlet $VERSION_A" ] || fail "installed mqlet --version"
 [ "$(sha256sum /etc/containerd/config.toml 2>/dev/null || echo none)" = "$admin_conf" ] || fail "/etc/containerd/config.toml was changed"
 grep -q "\"subnet\": \"$SUBNET\"" /etc/cni/net.d/mqlet/10-mqlet.conflist || fail "conflist lacks the subnet"
@@ -230,7 +244,7 @@ for i in 1 2 3; do
 done
 status=$(pod_status "$BPORT" web1)
 ip=$(jq -r '.status.podIP' <<<"$status")
-python3 -c "import ipaddress,sys; sys.exit(0 if ipaddress.ip_address('$ip') in ipaddress.ip_network('$SUBNET') else 1)" || fail "pod IP $ip is not in $SUBNET"
+in_subnet "$ip" "$SUBNET" || fail "pod IP $ip is not in $SUBNET"
 sandbox_images=$(ctr -a $SOCK -n k8s.io containers ls | awk 'NR>1{print $2}' | sort | uniq -c)
 grep -q 'localhost/mqlet/pause:1' <<<"$sandbox_images" || fail "sandboxes do not use the packaged pause image: $sandbox_images"
 log "  pod web1 running with IP $ip from $SUBNET on bridge $BRIDGE; sandboxes on localhost/mqlet/pause:1"
@@ -258,9 +272,9 @@ for b in mqlet mqletctl; do
 done
 DEB_VERSION="$(dpkg-deb -f "$DEB_A" Version)+b" DIST="$WORK/distB" packaging/build-debs.sh "$VERSION_B" amd64 >"$WORK/debs-B.log" 2>&1 || fail "building package B"
 DEB_B=$(ls "$WORK"/distB/mqlet_*_amd64.deb)
-t0=$(date +%s.%N)
+t0=$(now_ms)
 dpkg -i "$DEB_B" >"$WORK/dpkg-upgrade.log" 2>&1 || fail "dpkg -i of B over A"
-log "  $(basename "$DEB_B") installed over A in $(echo "$(date +%s.%N) - $t0" | bc | xargs printf '%.2f') s"
+log "  $(basename "$DEB_B") installed over A in $(since "$t0") s"
 [ "$(mqlet --version)" = "mqlet $VERSION_B" ] || fail "upgraded mqlet --version"
 grep -q "node: $NODE" /etc/mqlet/mqlet.yaml || fail "the upgrade replaced the configured /etc/mqlet/mqlet.yaml"
 start_mqlet "$WORK/mqlet-B.log" "$VERSION_B"
