@@ -4,7 +4,7 @@ GO      ?= go
 VERSION ?= $(shell git describe --tags --always --dirty 2>/dev/null || echo dev)
 LDFLAGS := -s -w -X github.com/mqlet/mqlet/internal/version.Version=$(VERSION)
 
-.PHONY: build test unit bench demo fmt vet fuzz clean
+.PHONY: build test unit bench demo fmt vet fuzz clean release deb release-test
 
 build:
 	CGO_ENABLED=0 $(GO) build -trimpath -ldflags '$(LDFLAGS)' -o bin/mqlet ./cmd/mqlet
@@ -37,5 +37,30 @@ fuzz:
 	$(GO) test -run '^$$' -fuzz FuzzDecodeRef -fuzztime 60s ./agent/manifest
 	$(GO) test -run '^$$' -fuzz FuzzHandle -fuzztime 60s ./agent/intake
 
+# Static binaries of mqlet and mqletctl for every gateway architecture, with
+# SHA256SUMS, into dist/. The Debian architecture names follow each binary.
+RELEASE_ARCHES := amd64:amd64: arm64:arm64: arm:armhf:7
+release:
+	@rm -rf dist && mkdir -p dist
+	@set -e; for spec in $(RELEASE_ARCHES); do \
+		goarch=$${spec%%:*}; rest=$${spec#*:}; deb=$${rest%%:*}; goarm=$${rest#*:}; \
+		for cmd in mqlet mqletctl; do \
+			CGO_ENABLED=0 GOOS=linux GOARCH=$$goarch GOARM=$$goarm $(GO) build -trimpath \
+				-ldflags '$(LDFLAGS)' -o dist/$$cmd-linux-$$deb ./cmd/$$cmd; \
+		done; \
+	done
+	@cd dist && sha256sum mqlet* >SHA256SUMS
+	@echo "version $(VERSION)"; cd dist && stat -c '%n %s bytes' mqlet*
+
+# Debian packages (amd64, arm64, armhf) from the release binaries, with nfpm
+# run from packaging/tools (its own go.mod; the Go proxy is the only source).
+deb: release
+	packaging/build-debs.sh "$(VERSION)"
+
+# Release checks: cross builds run under qemu, the .deb installed on this
+# machine with a pod on its containerd, an upgrade that keeps pods running.
+release-test:
+	test/release-tests.sh
+
 clean:
-	rm -rf bin
+	rm -rf bin dist

@@ -360,6 +360,6 @@ func statfsUsage(path string) (capacity, used int64, err error) {
 	if err := syscall.Statfs(path, &st); err != nil {
 		return 0, 0, err
 	}
-	capacity = int64(st.Blocks) * st.Bsize
-	return capacity, capacity - int64(st.Bavail)*st.Bsize, nil
+	capacity = int64(st.Blocks) * int64(st.Bsize) // Bsize is int32 on 32-bit arm
+	return capacity, capacity - int64(st.Bavail)*int64(st.Bsize), nil
 }

@@ -40,6 +40,10 @@ echo "== go test -race (runtime and end-to-end, one package at a time)"
 go test -race -count=1 -timeout 40m -p 1 -v $serial >>"$WORK/test.log" 2>&1 || status=$?
 grep -E '^(ok|FAIL|---|panic:)|^\s+--- FAIL' "$WORK/test.log" | grep -v -- '--- PASS' || true
 
+echo "== release: cross builds under qemu, the .deb installed with a pod, upgrade, purge"
+test/release-tests.sh >"$WORK/release.log" 2>&1 || status=$?
+grep '^release' "$WORK/release.log" || true
+
 echo "== fuzzing the command decoder and intake briefly"
 for spec in agent/manifest:FuzzDecode agent/manifest:FuzzDecodeRef agent/intake:FuzzHandle; do
 	pkg=${spec%%:*} target=${spec##*:}

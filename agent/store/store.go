@@ -127,6 +127,7 @@ type Store struct {
 	path     string
 	opts     Options
 	migrated []string
+	schema   SchemaMigration
 	// secretsVersion moves whenever a secret is written or removed, so a
 	// scrubber of secret values knows when to rebuild (SecretsVersion).
 	secretsVersion atomic.Uint64
@@ -152,6 +153,10 @@ func OpenWith(path string, opts Options) (st *Store, err error) {
 	if err := checkConsistency(db); err != nil {
 		return nil, fmt.Errorf("open state store %s: file is corrupt: %w", path, err)
 	}
+	schema, err := prepareSchema(db, path)
+	if err != nil {
+		return nil, fmt.Errorf("open state store %s: %w", path, err)
+	}
 	var migrated []string
 	err = db.Update(func(tx *bolt.Tx) error {
 		for _, name := range allBuckets {
@@ -159,13 +164,15 @@ func OpenWith(path string, opts Options) (st *Store, err error) {
 				return fmt.Errorf("create bucket %s: %w", name, err)
 			}
 		}
-		migrated, err = migrateUIDs(tx)
-		return err
+		if migrated, err = migrateUIDs(tx); err != nil {
+			return err
+		}
+		return writeSchema(tx)
 	})
 	if err != nil {
 		return nil, fmt.Errorf("open state store %s: %w", path, err)
 	}
-	return &Store{db: db, path: path, opts: opts, migrated: migrated}, nil
+	return &Store{db: db, path: path, opts: opts, migrated: migrated, schema: schema}, nil
 }
 
 // migrateUIDs gives a fresh UUID to every stored object whose uid is not

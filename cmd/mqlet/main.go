@@ -24,6 +24,10 @@ func main() {
 // run returns the process exit code: 0 on a clean stop, 1 when mqlet
 // failed while running, 2 for bad flags or configuration.
 func run(args []string) int {
+	if code, ok := runSubcommand(args); ok {
+		return code
+	}
+	check, args := splitCheckFlags(args)
 	flags, err := config.ParseFlags("mqlet", args, os.Stderr)
 	if errors.Is(err, flag.ErrHelp) {
 		return 0
@@ -35,6 +39,9 @@ func run(args []string) int {
 	if flags.Version {
 		fmt.Println("mqlet", version.Version)
 		return 0
+	}
+	if check.check {
+		return checkConfig(flags, check, os.Getenv, os.Stdout, os.Stderr)
 	}
 	cfg, err := config.Load(flags, os.Getenv)
 	if err != nil {

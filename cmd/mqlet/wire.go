@@ -88,6 +88,9 @@ func runAgent(ctx context.Context, cfg *config.Config, log zerolog.Logger, secre
 		PullBackoffMax:   cfg.Images.PullBackoffMax.Duration,
 		NodeCredentials:  cfg.Images.CredentialsFile,
 	}, log)
+	if m := st.Schema(); m.Migrated() {
+		log.Warn().Int("from", m.From).Int("to", m.To).Str("backup", m.Backup).Msg("state store migrated to a new schema; the old store was copied first")
+	}
 	if m := st.MigratedUIDs(); len(m) > 0 {
 		log.Warn().Strs("objects", m).Msg("stored uids that were not UUIDs were replaced; those pods are re-created")
 	}

@@ -56,6 +56,7 @@ func commands() []command {
 		{"watch", "watch [pods|events|all] [--count N] print updates until Ctrl-C", runWatch},
 		{"sign", "sign VERB -f FILE [--request-id ID] print a command signed with --sign-key, for mosquitto_pub", runSign},
 		{"keys", "keys generate [--out FILE] | show  new Ed25519 signing key (show: of --sign-key); prints the node's trustedKeys entry", runKeys},
+		{"certs", "certs ca|broker --host H|node NAME|operator [--dir D]  fleet CA and mTLS certificates; says where each goes", runCerts},
 		{"version", "version                            print the mqletctl version", runVersion},
 	}
 }

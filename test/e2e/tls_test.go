@@ -2,8 +2,10 @@ package e2e
 
 import (
 	"crypto/tls"
+	"crypto/x509"
 	"fmt"
 	"os"
+	"os/exec"
 	"path/filepath"
 	"strings"
 	"testing"
@@ -11,6 +13,48 @@ import (
 
 	"github.com/mqlet/mqlet/mqtt/broker/testcert"
 )
+
+// fleetCerts makes a fleet CA and the broker's certificate with the real
+// `mqletctl certs`, the way an operator would, and returns them in the
+// shape the mosquitto helpers take; IssueClient runs `mqletctl certs node`
+// (or `certs operator` for the operator's CN).
+func fleetCerts(t *testing.T) testcert.Files {
+	t.Helper()
+	dir := t.TempDir()
+	ctl := mqletctlBin(t)
+	certs := func(args ...string) string {
+		t.Helper()
+		out, err := exec.Command(ctl, append([]string{"certs"}, append(args, "--dir", dir)...)...).CombinedOutput()
+		if err != nil {
+			t.Fatalf("mqletctl certs %v: %v\n%s", args, err, out)
+		}
+		return string(out)
+	}
+	certs("ca")
+	if out := certs("broker", "--host", "127.0.0.1", "--host", "localhost"); !strings.Contains(out, "/etc/mosquitto/certs/server.key") {
+		t.Fatalf("certs broker does not say where the key goes:\n%s", out)
+	}
+	pem, err := os.ReadFile(filepath.Join(dir, "ca.crt"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	pool := x509.NewCertPool()
+	if !pool.AppendCertsFromPEM(pem) {
+		t.Fatal("ca.crt from mqletctl certs holds no certificate")
+	}
+	return testcert.Files{
+		CA: filepath.Join(dir, "ca.crt"), ServerCert: filepath.Join(dir, "broker.crt"), ServerKey: filepath.Join(dir, "broker.key"),
+		Pool: pool,
+		IssueClient: func(t testing.TB, cn string) (string, string) {
+			if cn == "operator" {
+				certs("operator")
+			} else if out := certs("node", cn); !strings.Contains(out, "--node "+cn) {
+				t.Fatalf("certs node does not give the init line:\n%s", out)
+			}
+			return filepath.Join(dir, cn+".crt"), filepath.Join(dir, cn+".key")
+		},
+	}
+}
 
 // startTLSMosquitto runs mosquitto with the project's deploy configuration
 // (client certificates required, CN as username, the per-node ACL), only
@@ -57,8 +101,9 @@ func clientTLS(t *testing.T, certs testcert.Files, cert, key string) *tls.Config
 // A gateway on mTLS with the per-node ACL: it comes online and obeys the
 // operator; another gateway's certificate cannot command it; without a
 // client certificate, or trusting another CA, mqlet never gets on the broker.
+// Every certificate comes from `mqletctl certs`.
 func TestMutualTLSAndPerNodeACL(t *testing.T) {
-	certs := testcert.Generate(t)
+	certs := fleetCerts(t)
 	url := startTLSMosquitto(t, certs)
 	const node = "gw-tls"
 	gwCert, gwKey := certs.IssueClient(t, node)
@@ -87,7 +132,7 @@ func TestMutualTLSAndPerNodeACL(t *testing.T) {
 	}
 
 	// No client certificate, or a CA that does not sign the broker: no session.
-	other := testcert.Generate(t)
+	other := fleetCerts(t)
 	noCert := StartAgent(t, AgentOpts{Node: "gw-nocert", Broker: url, Config: fmt.Sprintf("mqtt:\n  caFile: %s\n  reconnectMax: 1s\n", certs.CA)})
 	wrongCA := StartAgent(t, AgentOpts{Node: "gw-wrongca", Broker: url, Config: tlsConfig(other.CA, gwCert, gwKey)})
 	Eventually(t, 15*time.Second, "both agents fail to connect, repeatedly", func() bool {

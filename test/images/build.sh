@@ -16,7 +16,7 @@ for tool in tar gzip sha256sum jq; do
 done
 BUSYBOX_BIN=$(command -v busybox || true)
 [ -x /bin/busybox ] && BUSYBOX_BIN=/bin/busybox
-[ -n "$BUSYBOX_BIN" ] || { echo "build.sh: busybox-static is required (apt-get install -y busybox-static)" >&2; exit 1; }
+[ -n "$BUSYBOX_BIN" ] || [ "${MQLET_IMAGES:-all}" = pause ] || { echo "build.sh: busybox-static is required (apt-get install -y busybox-static)" >&2; exit 1; }
 GO=$(command -v go || echo /usr/local/go/bin/go)
 [ -x "$GO" ] || { echo "build.sh: go is required to build the pause image" >&2; exit 1; }
 
@@ -81,6 +81,9 @@ oci_image() {
 }
 
 # busybox: the static binary, one symlink per applet, minimal /etc.
+# MQLET_IMAGES=pause builds the pause image only (the package ships it, for
+# any GOARCH; busybox-static is then not needed).
+if [ "${MQLET_IMAGES:-all}" != pause ]; then
 BB="$WORK/busybox-root"
 mkdir -p "$BB/bin" "$BB/etc" "$BB/tmp" "$BB/root" "$BB/proc" "$BB/sys" "$BB/dev"
 chmod 1777 "$BB/tmp"
@@ -92,6 +95,7 @@ printf 'root:x:0:0:root:/root:/bin/sh\nnobody:x:65534:65534:nobody:/nonexistent:
 printf 'root:x:0:\nnogroup:x:65534:\n' >"$BB/etc/group"
 oci_image "$BUSYBOX_IMAGE" "$BB" \
 	'{"Env":["PATH=/bin"],"Cmd":["sh"],"WorkingDir":"/"}' "$OUTDIR/busybox.tar"
+fi
 
 # pause: a tiny static Go binary.
 PR="$WORK/pause-root"
