@@ -311,10 +311,9 @@ func (a *Agent) watchRuntime(ctx context.Context) {
 	}
 }
 
-// rotateLogs keeps container log files within their bound: a pod printing
-// as fast as it can would otherwise fill the node's disk in minutes.
-func (a *Agent) rotateLogs(ctx context.Context) {
-	t := time.NewTicker(a.opts.LogRotationPeriod)
+// every runs fn each period until ctx ends.
+func every(ctx context.Context, period time.Duration, fn func(context.Context)) {
+	t := time.NewTicker(period)
 	defer t.Stop()
 	for {
 		select {
@@ -322,47 +321,53 @@ func (a *Agent) rotateLogs(ctx context.Context) {
 			return
 		case <-t.C:
 		}
+		fn(ctx)
+	}
+}
+
+// rotateLogs keeps container log files within their bound: a pod printing
+// as fast as it can would otherwise fill the node's disk in minutes.
+func (a *Agent) rotateLogs(ctx context.Context) {
+	every(ctx, a.opts.LogRotationPeriod, func(ctx context.Context) {
 		if !a.rt.Ready() {
-			continue
+			return
 		}
 		if err := a.rt.RotateLogs(ctx, a.opts.LogRotation); err != nil {
 			a.log.Warn().Err(err).Msg("rotating container logs")
 		}
-	}
+	})
 }
 
 func (a *Agent) housekeeping(ctx context.Context) {
-	t := time.NewTicker(a.opts.GCInterval)
-	defer t.Stop()
-	for {
-		select {
-		case <-ctx.Done():
-			return
-		case <-t.C:
-		}
+	every(ctx, a.opts.GCInterval, func(ctx context.Context) {
 		if _, err := a.store.PruneReplies(time.Now()); err != nil {
 			a.log.Warn().Err(err).Msg("pruning request records")
 		}
-		if !a.rt.Ready() {
-			continue
+		if a.rt.Ready() {
+			a.collectGarbage(ctx)
 		}
-		desiredUIDs := map[string]bool{}
-		pods, err := a.store.ListPods()
-		if err != nil {
-			a.log.Warn().Err(err).Msg("listing desired pods for garbage collection")
-			continue
+	})
+}
+
+// collectGarbage removes what no desired pod needs, keeping every desired
+// pod's images.
+func (a *Agent) collectGarbage(ctx context.Context) {
+	pods, err := a.store.ListPods()
+	if err != nil {
+		a.log.Warn().Err(err).Msg("listing desired pods for garbage collection")
+		return
+	}
+	desiredUIDs := map[string]bool{}
+	policy := a.opts.GCPolicy
+	policy.KeepImages = slices.Clone(policy.KeepImages)
+	for _, p := range pods {
+		desiredUIDs[string(p.UID)] = true
+		for _, c := range slices.Concat(p.Spec.InitContainers, p.Spec.Containers) {
+			policy.KeepImages = append(policy.KeepImages, c.Image)
 		}
-		policy := a.opts.GCPolicy
-		policy.KeepImages = slices.Clone(policy.KeepImages)
-		for _, p := range pods {
-			desiredUIDs[string(p.UID)] = true
-			for _, c := range slices.Concat(p.Spec.InitContainers, p.Spec.Containers) {
-				policy.KeepImages = append(policy.KeepImages, c.Image)
-			}
-		}
-		if err := a.rt.GarbageCollect(ctx, policy, func(uid string) bool { return desiredUIDs[uid] }); err != nil {
-			a.log.Warn().Err(err).Msg("garbage collection")
-		}
+	}
+	if err := a.rt.GarbageCollect(ctx, policy, func(uid string) bool { return desiredUIDs[uid] }); err != nil {
+		a.log.Warn().Err(err).Msg("garbage collection")
 	}
 }
 

@@ -389,13 +389,7 @@ func TestAttackDeletedSecretValueStaysScrubbed(t *testing.T) {
 	e := newPodEnv(t, "")
 	e.cleanupPods("oldleak")
 	value := "Rotated-" + randomToken(t)
-	list := fmt.Sprintf(`{"apiVersion":"v1","kind":"List","items":[
-	  {"apiVersion":"v1","kind":"Secret","metadata":{"name":"pw","namespace":%q},"stringData":{"PW":%q}},
-	  {"apiVersion":"v1","kind":"Pod","metadata":{"name":"oldleak","namespace":%q},"spec":{
-	    "restartPolicy":"Always","terminationGracePeriodSeconds":1,
-	    "containers":[{"name":"main","image":%q,"imagePullPolicy":"Never","command":["$(PW)"],
-	      "env":[{"name":"PW","valueFrom":{"secretKeyRef":{"name":"pw","key":"PW"}}}]}]}}]}`,
-		e.ns, value, e.ns, busybox)
+	list := secretAsCommandList(e.ns, "oldleak", value)
 	id := e.nextID("apply")
 	e.mq.Command(e.node, "apply", id, []byte(list))
 	e.mq.WaitReply(e.node, id, reply.Accepted, 30*time.Second)

@@ -487,13 +487,7 @@ func TestSecurityRuntimeSecretNotLeakedThroughErrors(t *testing.T) {
 	e := newPodEnv(t, "")
 	e.cleanupPods("leak")
 	value := "Sup3rS3cret-" + randomToken(t)
-	list := fmt.Sprintf(`{"apiVersion":"v1","kind":"List","items":[
-	  {"apiVersion":"v1","kind":"Secret","metadata":{"name":"pw","namespace":%q},"stringData":{"PW":%q}},
-	  {"apiVersion":"v1","kind":"Pod","metadata":{"name":"leak","namespace":%q},"spec":{
-	    "restartPolicy":"Always","terminationGracePeriodSeconds":1,
-	    "containers":[{"name":"main","image":%q,"imagePullPolicy":"Never","command":["$(PW)"],
-	      "env":[{"name":"PW","valueFrom":{"secretKeyRef":{"name":"pw","key":"PW"}}}]}]}}]}`,
-		e.ns, value, e.ns, busybox)
+	list := secretAsCommandList(e.ns, "leak", value)
 	id := e.nextID("apply")
 	e.mq.Command(e.node, "apply", id, []byte(list))
 	e.mq.WaitReply(e.node, id, reply.Accepted, 30*time.Second)
@@ -559,4 +553,17 @@ spec:
 	e.waitWaiting("rootimg", "main", "CreateContainerConfigError", "image will run as root", 30*time.Second)
 	e.noContainerRan("rootimg")
 	e.apply(pod("asuser", ", runAsUser: 1000"), reply.Succeeded, podReadyTimeout)
+}
+
+// secretAsCommandList is a List of a Secret "pw" holding value and a pod
+// whose command is $(PW) from it: runc's "executable file not found" error
+// then quotes the secret value, which must never be published or logged.
+func secretAsCommandList(namespace, pod, value string) string {
+	return fmt.Sprintf(`{"apiVersion":"v1","kind":"List","items":[
+	  {"apiVersion":"v1","kind":"Secret","metadata":{"name":"pw","namespace":%q},"stringData":{"PW":%q}},
+	  {"apiVersion":"v1","kind":"Pod","metadata":{"name":%q,"namespace":%q},"spec":{
+	    "restartPolicy":"Always","terminationGracePeriodSeconds":1,
+	    "containers":[{"name":"main","image":%q,"imagePullPolicy":"Never","command":["$(PW)"],
+	      "env":[{"name":"PW","valueFrom":{"secretKeyRef":{"name":"pw","key":"PW"}}}]}]}}]}`,
+		namespace, value, pod, namespace, busybox)
 }
