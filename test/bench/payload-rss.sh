@@ -8,7 +8,9 @@ set -euo pipefail
 cd "$(dirname "$0")/../.."
 BIN=${BIN:-bin/mqlet}
 work=$(mktemp -d)
-trap 'rm -rf "$work"' EXIT
+pid="" sub=""
+stop() { kill $sub $pid 2>/dev/null || true; wait $pid 2>/dev/null || true; }
+trap 'stop; rm -rf "$work"' EXIT
 (cd "$work" && python3 "$OLDPWD/test/bench/payloads/gen.py")
 for f in list.yaml dense.yaml bomb.yaml; do
 	d=$(mktemp -d -p "$work")
@@ -29,6 +31,5 @@ for f in list.yaml dense.yaml bomb.yaml; do
 	peak=$(awk '/VmHWM/{print $2}' /proc/$pid/status)
 	phase=$(grep -o '"phase":"[a-z_]*"' "$d/replies" | tail -1 | cut -d'"' -f4)
 	printf '%-10s %8d bytes  VmHWM %6d kB before, %6d kB after  reply %s\n' "$f" "$(stat -c %s "$work/$f")" "$base" "$peak" "$phase"
-	kill $sub $pid 2>/dev/null || true
-	wait $pid 2>/dev/null || true
+	stop
 done
