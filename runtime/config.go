@@ -3,7 +3,7 @@ package runtime
 import (
 	"time"
 
-	v1 "k8s.io/api/core/v1"
+	"github.com/mqlet/mqlet/internal/redact"
 )
 
 // Config says where the CRI runtime is and where pod state lives on the node.
@@ -48,14 +48,11 @@ type Config struct {
 	// NodeCredentials is a docker config.json with the node's own registry
 	// credentials, tried after the pod's imagePullSecrets; empty: none.
 	NodeCredentials string
-	// Secrets lists the secrets the node knows; their values are scrubbed
-	// from every message and error the runtime hands out. Nil: none.
-	Secrets SecretLister
-}
-
-// SecretLister lists the node's secrets (the agent's store is one).
-type SecretLister interface {
-	ListSecrets() ([]*v1.Secret, error)
+	// Scrub gives the scrubber of every secret value the node knows (the
+	// agent's redact.Live, rebuilt only when a secret changes); those values
+	// are removed from every message and error the runtime hands out. Nil:
+	// only the secrets a pod refers to are scrubbed from its sync.
+	Scrub func() *redact.Scrubber
 }
 
 // Defaults used for zero Config fields.

@@ -13,18 +13,14 @@ import (
 // makes runc's "executable file not found" quote it). Events, returned
 // errors and container state messages all pass through a Scrubber.
 
-// scrubber knows every secret value the node holds (Config.Secrets) plus
-// those of the secrets pod refers to through objects (so it works even
-// without a lister).
+// scrubber is the node's scrubber (Config.Scrub). Without one it is built
+// from the secrets pod refers to through objects, so a sync never hands out
+// its own pod's secret values.
 func (m *Manager) scrubber(pod *v1.Pod, objects ObjectSource) *redact.Scrubber {
-	var secrets []*v1.Secret
-	if m.cfg.Secrets != nil {
-		list, err := m.cfg.Secrets.ListSecrets()
-		if err != nil {
-			m.log.Warn().Err(err).Msg("listing secrets to scrub messages; only the pod's own are scrubbed")
-		}
-		secrets = list
+	if m.cfg.Scrub != nil {
+		return m.cfg.Scrub()
 	}
+	var secrets []*v1.Secret
 	if pod != nil && objects != nil {
 		for _, name := range podSecretNames(pod) {
 			if s, err := objects.Secret(pod.Namespace, name); err == nil && s != nil {
@@ -34,11 +30,6 @@ func (m *Manager) scrubber(pod *v1.Pod, objects ObjectSource) *redact.Scrubber {
 	}
 	return redact.FromSecrets(secrets)
 }
-
-// Scrubber returns a scrubber for every secret value the node knows now
-// (Config.Secrets). The agent scrubs what it publishes (events, statuses,
-// replies) and logs with it, the same way the runtime does.
-func (m *Manager) Scrubber() *redact.Scrubber { return m.scrubber(nil, nil) }
 
 // podSecretNames lists the secrets pod refers to.
 func podSecretNames(pod *v1.Pod) []string {

@@ -81,7 +81,7 @@ func runAgent(ctx context.Context, cfg *config.Config, log zerolog.Logger, secre
 		// The runtime re-checks hostPaths on their resolved path and scrubs
 		// secret values from what it reports.
 		AllowedHostPaths: cfg.Admission.AllowedHostPaths,
-		Secrets:          st,
+		Scrub:            secrets.Current,
 		PullParallelism:  cfg.Images.PullParallelism,
 		PullTimeout:      cfg.Images.PullTimeout.Duration,
 		PullBackoffBase:  cfg.Images.PullBackoffBase.Duration,
