@@ -110,9 +110,8 @@ func (e *podEnv) apply(payload []byte, phase string, timeout time.Duration) repl
 	return e.waitFinal(id, phase, timeout)
 }
 
-// waitFinal waits for the final reply to request id and fails unless it has
-// phase.
-func (e *podEnv) waitFinal(id, phase string, timeout time.Duration) reply.Reply {
+// waitFinalAny waits for the final reply to request id, whatever its phase.
+func (e *podEnv) waitFinalAny(id string, timeout time.Duration) reply.Reply {
 	e.t.Helper()
 	var got reply.Reply
 	topic := prefix + "/" + e.node + "/reply/" + id
@@ -124,6 +123,14 @@ func (e *podEnv) waitFinal(id, phase string, timeout time.Duration) reply.Reply 
 		got = r
 		return true
 	})
+	return got
+}
+
+// waitFinal waits for the final reply to request id and fails unless it has
+// phase.
+func (e *podEnv) waitFinal(id, phase string, timeout time.Duration) reply.Reply {
+	e.t.Helper()
+	got := e.waitFinalAny(id, timeout)
 	if got.Phase != phase {
 		e.t.Fatalf("request %s ended %s (%s), want %s; errors: %v", id, got.Phase, got.Message, phase, got.Errors)
 	}

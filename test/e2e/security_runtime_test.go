@@ -5,7 +5,6 @@ import (
 	"bytes"
 	"crypto/rand"
 	"encoding/hex"
-	"encoding/json"
 	"fmt"
 	"net"
 	"os"
@@ -106,22 +105,6 @@ func (e *podEnv) waitWaiting(name, c, reason, want string, timeout time.Duration
 		return true
 	})
 	return msg
-}
-
-// waitFinalAny waits for the final reply to request id, whatever its phase.
-func (e *podEnv) waitFinalAny(id string, timeout time.Duration) reply.Reply {
-	e.t.Helper()
-	var got reply.Reply
-	topic := prefix + "/" + e.node + "/reply/" + id
-	e.mq.WaitFor(0, timeout, "final reply to "+id, func(m Msg) bool {
-		var r reply.Reply
-		if m.Topic != topic || json.Unmarshal(m.Payload, &r) != nil || !r.Final() {
-			return false
-		}
-		got = r
-		return true
-	})
-	return got
 }
 
 func (e *podEnv) noContainerRan(name string) {
