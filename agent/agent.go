@@ -27,11 +27,11 @@ import (
 	"github.com/mqlet/mqlet/agent/statusmgr"
 	"github.com/mqlet/mqlet/agent/store"
 	"github.com/mqlet/mqlet/agent/validate"
+	"github.com/mqlet/mqlet/cri"
 	"github.com/mqlet/mqlet/internal/redact"
 	"github.com/mqlet/mqlet/mqtt/outbox"
 	"github.com/mqlet/mqlet/mqtt/session"
 	"github.com/mqlet/mqlet/mqtt/topic"
-	"github.com/mqlet/mqlet/runtime"
 )
 
 // Runtime is what the agent needs of the container runtime manager.
@@ -40,15 +40,15 @@ type Runtime interface {
 	Run(ctx context.Context)
 	Ready() bool
 	Changes() <-chan struct{}
-	RunPLEG(ctx context.Context, period time.Duration, out chan<- runtime.PodLifecycleEvent)
-	GarbageCollect(ctx context.Context, policy runtime.GCPolicy, isDesired func(uid string) bool) error
-	RotateLogs(ctx context.Context, r runtime.LogRotation) error
+	RunPLEG(ctx context.Context, period time.Duration, out chan<- cri.PodLifecycleEvent)
+	GarbageCollect(ctx context.Context, policy cri.GCPolicy, isDesired func(uid string) bool) error
+	RotateLogs(ctx context.Context, r cri.LogRotation) error
 }
 
 // Store is the persisted desired state.
 type Store interface {
 	intake.Store
-	runtime.ObjectSource
+	cri.ObjectSource
 	Pod(namespace, name string) (*v1.Pod, error)
 	RecordReply(requestID string, reply []byte, at time.Time) error
 	podworker.Quarantines
@@ -74,7 +74,7 @@ type Options struct {
 	ApplyDeadline   time.Duration
 	PLEGPeriod      time.Duration
 	GCInterval      time.Duration
-	GCPolicy        runtime.GCPolicy
+	GCPolicy        cri.GCPolicy
 	PodStatusResync time.Duration
 	HostIPs         []string
 	// Opener checks signed commands (nil: payloads are taken as they come).
@@ -85,7 +85,7 @@ type Options struct {
 	MaxPods       int // pods.maxPods; 0: no limit
 	// LogRotation bounds container log files, checked every
 	// LogRotationPeriod (0: never).
-	LogRotation       runtime.LogRotation
+	LogRotation       cri.LogRotation
 	LogRotationPeriod time.Duration
 	// CommandMarks (one slot) and SyncMarks (Workers slots) are the
 	// in-flight mark files (agent/inflight); nil turns the poison guard off.
@@ -259,7 +259,7 @@ func (a *Agent) reconcile(ctx context.Context) {
 }
 
 func (a *Agent) runPLEG(ctx context.Context) {
-	ch := make(chan runtime.PodLifecycleEvent, 128)
+	ch := make(chan cri.PodLifecycleEvent, 128)
 	var wg sync.WaitGroup
 	wg.Add(1)
 	go func() {

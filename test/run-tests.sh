@@ -31,8 +31,8 @@ mkdir -p "$MQLET_TEST_BIN_DIR" && cp bin/mqlet* "$MQLET_TEST_BIN_DIR/"
 
 # Packages that stop and start the shared containerd run one at a time, after
 # the rest (which run in parallel).
-serial="github.com/mqlet/mqlet/runtime github.com/mqlet/mqlet/test/e2e"
-parallel=$(go list ./... | grep -v -x -F -e github.com/mqlet/mqlet/runtime -e github.com/mqlet/mqlet/test/e2e)
+serial="github.com/mqlet/mqlet/cri github.com/mqlet/mqlet/test/e2e"
+parallel=$(go list ./... | grep -v -x -F -e github.com/mqlet/mqlet/cri -e github.com/mqlet/mqlet/test/e2e)
 status=0
 echo "== go test -race (unit and integration)"
 go test -race -count=1 -timeout 20m -v $parallel >"$WORK/test.log" 2>&1 || status=$?

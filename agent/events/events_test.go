@@ -15,10 +15,10 @@ import (
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/types"
 
-	"github.com/mqlet/mqlet/runtime"
+	"github.com/mqlet/mqlet/cri"
 )
 
-var _ runtime.EventRecorder = (*Recorder)(nil)
+var _ cri.EventRecorder = (*Recorder)(nil)
 
 // captureSink keeps every emitted event as it would go on the wire.
 type captureSink struct {

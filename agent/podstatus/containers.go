@@ -7,12 +7,12 @@ import (
 	v1 "k8s.io/api/core/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 
-	"github.com/mqlet/mqlet/runtime"
+	"github.com/mqlet/mqlet/cri"
 )
 
 // containerStatuses builds one status per spec container, in spec order, the
 // way kubelet's convertToAPIContainerStatuses does.
-func containerStatuses(pod *v1.Pod, rs *runtime.PodStatus, hints Hints, previous []v1.ContainerStatus, specs []v1.Container, hasInit, isInit bool) []v1.ContainerStatus {
+func containerStatuses(pod *v1.Pod, rs *cri.PodStatus, hints Hints, previous []v1.ContainerStatus, specs []v1.Container, hasInit, isInit bool) []v1.ContainerStatus {
 	if len(specs) == 0 {
 		return nil
 	}
@@ -70,11 +70,11 @@ func containerStatuses(pod *v1.Pod, rs *runtime.PodStatus, hints Hints, previous
 			}
 		}
 
-		var newest *runtime.ContainerStatus
+		var newest *cri.ContainerStatus
 		if len(tries) > 0 {
 			newest = &tries[0]
 		}
-		if isInit && newest != nil && newest.State == runtime.ContainerExited && newest.ExitCode == 0 {
+		if isInit && newest != nil && newest.State == cri.ContainerExited && newest.ExitCode == 0 {
 			out = append(out, st)
 			continue
 		}
@@ -101,8 +101,8 @@ func containerStatuses(pod *v1.Pod, rs *runtime.PodStatus, hints Hints, previous
 }
 
 // attemptsByName groups the runtime's attempts per container, newest first.
-func attemptsByName(rs *runtime.PodStatus, isInit bool) map[string][]runtime.ContainerStatus {
-	out := map[string][]runtime.ContainerStatus{}
+func attemptsByName(rs *cri.PodStatus, isInit bool) map[string][]cri.ContainerStatus {
+	out := map[string][]cri.ContainerStatus{}
 	for _, c := range rs.Containers {
 		if c.Init != isInit {
 			continue
@@ -116,7 +116,7 @@ func attemptsByName(rs *runtime.PodStatus, isInit bool) map[string][]runtime.Con
 	return out
 }
 
-func convertAttempt(spec *v1.Container, c *runtime.ContainerStatus, old *v1.ContainerStatus, hints Hints) v1.ContainerStatus {
+func convertAttempt(spec *v1.Container, c *cri.ContainerStatus, old *v1.ContainerStatus, hints Hints) v1.ContainerStatus {
 	id := hints.runtimeName() + "://" + c.ID
 	st := v1.ContainerStatus{
 		Name:         spec.Name,
@@ -126,12 +126,12 @@ func convertAttempt(spec *v1.Container, c *runtime.ContainerStatus, old *v1.Cont
 		ContainerID:  id,
 	}
 	switch c.State {
-	case runtime.ContainerRunning:
+	case cri.ContainerRunning:
 		st.State.Running = &v1.ContainerStateRunning{StartedAt: metav1.NewTime(c.StartedAt)}
-	case runtime.ContainerCreated:
+	case cri.ContainerCreated:
 		// Created but not started: "waiting to be running".
 		st.State.Waiting = &v1.ContainerStateWaiting{}
-	case runtime.ContainerExited:
+	case cri.ContainerExited:
 		st.State.Terminated = &v1.ContainerStateTerminated{
 			ExitCode:    c.ExitCode,
 			Reason:      exitReason(c),
@@ -157,14 +157,14 @@ func convertAttempt(spec *v1.Container, c *runtime.ContainerStatus, old *v1.Cont
 }
 
 // displayImage prefers the image the user asked for over a bare image ID.
-func displayImage(spec *v1.Container, c *runtime.ContainerStatus) string {
+func displayImage(spec *v1.Container, c *cri.ContainerStatus) string {
 	if c.Image == "" || strings.HasPrefix(c.Image, "sha256:") {
 		return spec.Image
 	}
 	return c.Image
 }
 
-func exitReason(c *runtime.ContainerStatus) string {
+func exitReason(c *cri.ContainerStatus) string {
 	switch {
 	case c.Reason != "":
 		return c.Reason
@@ -204,7 +204,7 @@ func containerShouldRestart(c *v1.Container, spec *v1.PodSpec, exitCode int32) b
 
 // shouldRestart mirrors kubelet's ShouldContainerBeRestarted: whether the
 // next sync would start this container (so a waiting reason applies to it).
-func shouldRestart(pod *v1.Pod, spec *v1.Container, newest *runtime.ContainerStatus) bool {
+func shouldRestart(pod *v1.Pod, spec *v1.Container, newest *cri.ContainerStatus) bool {
 	if pod.DeletionTimestamp != nil {
 		return false
 	}
@@ -212,16 +212,16 @@ func shouldRestart(pod *v1.Pod, spec *v1.Container, newest *runtime.ContainerSta
 		return true
 	}
 	switch newest.State {
-	case runtime.ContainerRunning:
+	case cri.ContainerRunning:
 		return false
-	case runtime.ContainerExited:
+	case cri.ContainerExited:
 		return containerShouldRestart(spec, &pod.Spec, newest.ExitCode)
 	default:
 		return true
 	}
 }
 
-func anyRegularContainerCreated(pod *v1.Pod, rs *runtime.PodStatus) bool {
+func anyRegularContainerCreated(pod *v1.Pod, rs *cri.PodStatus) bool {
 	for _, spec := range pod.Spec.Containers {
 		for _, c := range rs.Containers {
 			if !c.Init && c.Name == spec.Name {

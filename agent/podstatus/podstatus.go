@@ -12,7 +12,7 @@ import (
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	v1qos "k8s.io/kubernetes/pkg/apis/core/v1/helper/qos"
 
-	"github.com/mqlet/mqlet/runtime"
+	"github.com/mqlet/mqlet/cri"
 )
 
 // Waiting reasons the kubelet uses for containers that are not running yet.
@@ -22,7 +22,7 @@ const (
 	ReasonCrashLoopBackOff  = "CrashLoopBackOff"
 
 	// ReasonContainerStatusUnknown is the terminated reason for a container
-	// that was running and can no longer be found in the runtime.
+	// that was running and can no longer be found in the cri.
 	ReasonContainerStatusUnknown = "ContainerStatusUnknown"
 	// ReasonRuntimeUnreachable marks Ready/ContainersReady False while the
 	// container runtime cannot be asked.
@@ -85,7 +85,7 @@ func (h Hints) runtimeName() string {
 
 // Build returns the API status of pod given the runtime's view rs (nil when
 // the runtime knows nothing of it), the agent's hints and the current time.
-func Build(pod *v1.Pod, rs *runtime.PodStatus, hints Hints, now time.Time) v1.PodStatus {
+func Build(pod *v1.Pod, rs *cri.PodStatus, hints Hints, now time.Time) v1.PodStatus {
 	now = now.UTC().Truncate(time.Second)
 	var old v1.PodStatus
 	if hints.Previous != nil {
@@ -97,7 +97,7 @@ func Build(pod *v1.Pod, rs *runtime.PodStatus, hints Hints, now time.Time) v1.Po
 		return unreachableStatus(pod, old, hints, now)
 	}
 	if rs == nil {
-		rs = &runtime.PodStatus{}
+		rs = &cri.PodStatus{}
 	}
 
 	var s v1.PodStatus
@@ -169,7 +169,7 @@ func unreachableStatus(pod *v1.Pod, old v1.PodStatus, hints Hints, now time.Time
 // startTime keeps the previous start time; without one (e.g. after mqlet
 // restarted) the oldest sandbox still known to the runtime tells when the
 // pod started, so adopting a running pod does not make it look new.
-func startTime(old v1.PodStatus, rs *runtime.PodStatus, now time.Time) *metav1.Time {
+func startTime(old v1.PodStatus, rs *cri.PodStatus, now time.Time) *metav1.Time {
 	if old.StartTime != nil && !old.StartTime.IsZero() {
 		return old.StartTime.DeepCopy()
 	}
@@ -186,18 +186,18 @@ func startTime(old v1.PodStatus, rs *runtime.PodStatus, now time.Time) *metav1.T
 
 // newestReadySandbox is the newest sandbox if it is ready (the kubelet only
 // trusts the IPs of the current sandbox).
-func newestReadySandbox(rs *runtime.PodStatus) *runtime.SandboxStatus {
+func newestReadySandbox(rs *cri.PodStatus) *cri.SandboxStatus {
 	if len(rs.Sandboxes) == 0 || !rs.Sandboxes[0].Ready {
 		return nil
 	}
 	return &rs.Sandboxes[0]
 }
 
-func sandboxReady(rs *runtime.PodStatus) bool { return newestReadySandbox(rs) != nil }
+func sandboxReady(rs *cri.PodStatus) bool { return newestReadySandbox(rs) != nil }
 
 // anyActiveRegularContainer reports whether a regular container was created
 // in the current sandbox, which means initialization finished.
-func anyActiveRegularContainer(pod *v1.Pod, rs *runtime.PodStatus) bool {
+func anyActiveRegularContainer(pod *v1.Pod, rs *cri.PodStatus) bool {
 	if len(rs.Sandboxes) == 0 {
 		return false
 	}
@@ -214,7 +214,7 @@ func anyActiveRegularContainer(pod *v1.Pod, rs *runtime.PodStatus) bool {
 	return false
 }
 
-func setIPs(pod *v1.Pod, rs *runtime.PodStatus, hints Hints, old v1.PodStatus, s *v1.PodStatus) {
+func setIPs(pod *v1.Pod, rs *cri.PodStatus, hints Hints, old v1.PodStatus, s *v1.PodStatus) {
 	for _, ip := range hints.HostIPs {
 		s.HostIPs = append(s.HostIPs, v1.HostIP{IP: ip})
 	}

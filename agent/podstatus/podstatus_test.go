@@ -11,7 +11,7 @@ import (
 	v1 "k8s.io/api/core/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 
-	"github.com/mqlet/mqlet/runtime"
+	"github.com/mqlet/mqlet/cri"
 )
 
 var t0 = time.Date(2026, 3, 1, 10, 0, 0, 0, time.UTC)
@@ -36,27 +36,27 @@ func withInit(p *v1.Pod, names ...string) *v1.Pod {
 	return p
 }
 
-func readySandbox(ip string) runtime.SandboxStatus {
-	return runtime.SandboxStatus{ID: "sb1", Ready: true, CreatedAt: at(0), IP: ip, IPs: []string{ip}}
+func readySandbox(ip string) cri.SandboxStatus {
+	return cri.SandboxStatus{ID: "sb1", Ready: true, CreatedAt: at(0), IP: ip, IPs: []string{ip}}
 }
 
-func running(name, id string, restart int) runtime.ContainerStatus {
-	return runtime.ContainerStatus{ID: id, Name: name, State: runtime.ContainerRunning, CreatedAt: at(restart*10 + 1), StartedAt: at(restart*10 + 2), Image: "busybox:" + name, ImageRef: "sha256:img", RestartCount: restart}
+func running(name, id string, restart int) cri.ContainerStatus {
+	return cri.ContainerStatus{ID: id, Name: name, State: cri.ContainerRunning, CreatedAt: at(restart*10 + 1), StartedAt: at(restart*10 + 2), Image: "busybox:" + name, ImageRef: "sha256:img", RestartCount: restart}
 }
 
-func exited(name, id string, restart int, code int32, reason string) runtime.ContainerStatus {
-	return runtime.ContainerStatus{ID: id, Name: name, State: runtime.ContainerExited, CreatedAt: at(restart*10 + 1), StartedAt: at(restart*10 + 2), FinishedAt: at(restart*10 + 5), ExitCode: code, Reason: reason, Image: "busybox:" + name, ImageRef: "sha256:img", RestartCount: restart}
+func exited(name, id string, restart int, code int32, reason string) cri.ContainerStatus {
+	return cri.ContainerStatus{ID: id, Name: name, State: cri.ContainerExited, CreatedAt: at(restart*10 + 1), StartedAt: at(restart*10 + 2), FinishedAt: at(restart*10 + 5), ExitCode: code, Reason: reason, Image: "busybox:" + name, ImageRef: "sha256:img", RestartCount: restart}
 }
 
-func initExited(name, id string, code int32) runtime.ContainerStatus {
+func initExited(name, id string, code int32) cri.ContainerStatus {
 	c := exited(name, id, 0, code, "")
 	c.Init = true
 	c.Image = "busybox:init"
 	return c
 }
 
-func rsOf(sb []runtime.SandboxStatus, cs ...runtime.ContainerStatus) *runtime.PodStatus {
-	return &runtime.PodStatus{UID: "uid-1", Name: "web", Namespace: "default", Sandboxes: sb, Containers: cs}
+func rsOf(sb []cri.SandboxStatus, cs ...cri.ContainerStatus) *cri.PodStatus {
+	return &cri.PodStatus{UID: "uid-1", Name: "web", Namespace: "default", Sandboxes: sb, Containers: cs}
 }
 
 func cond(t *testing.T, s v1.PodStatus, typ v1.PodConditionType) v1.PodCondition {
@@ -96,11 +96,11 @@ func stateOf(s v1.ContainerState) string {
 func itoa(i int32) string { return strconv.Itoa(int(i)) }
 
 func TestBuildPhasesAndContainerStates(t *testing.T) {
-	sb := []runtime.SandboxStatus{readySandbox("10.88.0.5")}
+	sb := []cri.SandboxStatus{readySandbox("10.88.0.5")}
 	cases := []struct {
 		name        string
 		pod         *v1.Pod
-		rs          *runtime.PodStatus
+		rs          *cri.PodStatus
 		hints       Hints
 		phase       v1.PodPhase
 		states      map[string]string // container -> state
@@ -226,7 +226,7 @@ func TestBuildPhasesAndContainerStates(t *testing.T) {
 		{
 			name:       "init container running",
 			pod:        withInit(newPod(v1.RestartPolicyAlways, "app"), "setup"),
-			rs:         rsOf(sb, func() runtime.ContainerStatus { c := running("setup", "i1", 0); c.Init = true; return c }()),
+			rs:         rsOf(sb, func() cri.ContainerStatus { c := running("setup", "i1", 0); c.Init = true; return c }()),
 			phase:      v1.PodPending,
 			states:     map[string]string{"app": "waiting:PodInitializing"},
 			initStates: map[string]string{"setup": "running"},
@@ -337,7 +337,7 @@ func TestBuildSidecar(t *testing.T) {
 	always := v1.ContainerRestartPolicyAlways
 	pod := withInit(newPod(v1.RestartPolicyAlways, "app"), "proxy")
 	pod.Spec.InitContainers[0].RestartPolicy = &always
-	sb := []runtime.SandboxStatus{readySandbox("10.88.0.5")}
+	sb := []cri.SandboxStatus{readySandbox("10.88.0.5")}
 	proxy := running("proxy", "p1", 0)
 	proxy.Init = true
 
@@ -370,8 +370,8 @@ func TestBuildSidecar(t *testing.T) {
 
 func TestBuildContainerDetails(t *testing.T) {
 	pod := newPod(v1.RestartPolicyAlways, "b", "a")
-	old := runtime.SandboxStatus{ID: "sb0", Ready: false, CreatedAt: at(-50), IP: "10.88.0.2", IPs: []string{"10.88.0.2"}}
-	rs := rsOf([]runtime.SandboxStatus{readySandbox("10.88.0.5"), old},
+	old := cri.SandboxStatus{ID: "sb0", Ready: false, CreatedAt: at(-50), IP: "10.88.0.2", IPs: []string{"10.88.0.2"}}
+	rs := rsOf([]cri.SandboxStatus{readySandbox("10.88.0.5"), old},
 		running("a", "aaa", 1), exited("a", "aa0", 0, 137, "OOMKilled"), running("b", "bbb", 0))
 	rs.Containers[2].Image = "sha256:deadbeef" // runtime reported only the image ID
 	s := Build(pod, rs, Hints{RuntimeName: "cri-o", HostIPs: []string{"192.168.1.10"}}, at(100))
@@ -414,7 +414,7 @@ func TestBuildIPs(t *testing.T) {
 	t.Run("dual stack, node family first", func(t *testing.T) {
 		sb := readySandbox("fd00::5")
 		sb.IPs = []string{"fd00::5", "fd00::6", "10.0.0.5"}
-		s := Build(newPod(v1.RestartPolicyAlways, "app"), rsOf([]runtime.SandboxStatus{sb}), Hints{HostIPs: []string{"192.168.1.10", "fd00::1"}}, at(0))
+		s := Build(newPod(v1.RestartPolicyAlways, "app"), rsOf([]cri.SandboxStatus{sb}), Hints{HostIPs: []string{"192.168.1.10", "fd00::1"}}, at(0))
 		if len(s.PodIPs) != 2 || s.PodIPs[0].IP != "10.0.0.5" || s.PodIPs[1].IP != "fd00::5" || s.PodIP != "10.0.0.5" {
 			t.Errorf("podIPs = %v (%s)", s.PodIPs, s.PodIP)
 		}
@@ -425,17 +425,17 @@ func TestBuildIPs(t *testing.T) {
 	t.Run("host network takes node IPs", func(t *testing.T) {
 		pod := newPod(v1.RestartPolicyAlways, "app")
 		pod.Spec.HostNetwork = true
-		s := Build(pod, rsOf([]runtime.SandboxStatus{{ID: "sb", Ready: true}}), Hints{HostIPs: []string{"192.168.1.10"}}, at(0))
+		s := Build(pod, rsOf([]cri.SandboxStatus{{ID: "sb", Ready: true}}), Hints{HostIPs: []string{"192.168.1.10"}}, at(0))
 		if s.PodIP != "192.168.1.10" {
 			t.Errorf("podIP = %q", s.PodIP)
 		}
 	})
 	t.Run("not-ready sandbox keeps previous IPs", func(t *testing.T) {
 		pod := newPod(v1.RestartPolicyNever, "job")
-		first := Build(pod, rsOf([]runtime.SandboxStatus{readySandbox("10.88.0.7")}, running("job", "c1", 0)), Hints{}, at(0))
+		first := Build(pod, rsOf([]cri.SandboxStatus{readySandbox("10.88.0.7")}, running("job", "c1", 0)), Hints{}, at(0))
 		stopped := readySandbox("10.88.0.7")
 		stopped.Ready = false
-		s := Build(pod, rsOf([]runtime.SandboxStatus{stopped}, exited("job", "c1", 0, 0, "Completed")), Hints{Previous: &first}, at(10))
+		s := Build(pod, rsOf([]cri.SandboxStatus{stopped}, exited("job", "c1", 0, 0, "Completed")), Hints{Previous: &first}, at(10))
 		if s.PodIP != "10.88.0.7" || s.Phase != v1.PodSucceeded {
 			t.Errorf("podIP = %q phase %s", s.PodIP, s.Phase)
 		}
@@ -447,7 +447,7 @@ func TestBuildIPs(t *testing.T) {
 
 func TestBuildKeepsTimesStable(t *testing.T) {
 	pod := newPod(v1.RestartPolicyAlways, "app")
-	sb := []runtime.SandboxStatus{readySandbox("10.88.0.5")}
+	sb := []cri.SandboxStatus{readySandbox("10.88.0.5")}
 	first := Build(pod, rsOf(sb, running("app", "c1", 0)), Hints{}, at(100))
 	again := Build(pod, rsOf(sb, running("app", "c1", 0)), Hints{Previous: &first}, at(200))
 	if !Equal(first, again) {
@@ -470,7 +470,7 @@ func TestBuildKeepsTimesStable(t *testing.T) {
 
 func TestBuildRoundTripsThroughStrictJSON(t *testing.T) {
 	pod := withInit(newPod(v1.RestartPolicyAlways, "app"), "setup")
-	rs := rsOf([]runtime.SandboxStatus{readySandbox("10.88.0.5")}, running("app", "c1", 0), initExited("setup", "i1", 0))
+	rs := rsOf([]cri.SandboxStatus{readySandbox("10.88.0.5")}, running("app", "c1", 0), initExited("setup", "i1", 0))
 	rs.Containers[0].StartedAt = rs.Containers[0].StartedAt.Add(123 * time.Millisecond)
 	s := Build(pod, rs, Hints{HostIPs: []string{"192.168.1.10"}}, at(100).Add(456*time.Millisecond))
 	data, err := json.Marshal(s)
@@ -494,7 +494,7 @@ func TestBuildRoundTripsThroughStrictJSON(t *testing.T) {
 
 func TestBuildRuntimeUnreachable(t *testing.T) {
 	pod := newPod(v1.RestartPolicyAlways, "app")
-	prev := Build(pod, rsOf([]runtime.SandboxStatus{readySandbox("10.88.0.5")}, running("app", "c1", 0)), Hints{}, at(0))
+	prev := Build(pod, rsOf([]cri.SandboxStatus{readySandbox("10.88.0.5")}, running("app", "c1", 0)), Hints{}, at(0))
 	s := Build(pod, nil, Hints{Previous: &prev, RuntimeUnreachable: true}, at(50))
 	if s.Phase != v1.PodRunning {
 		t.Errorf("phase = %s, want the last known Running", s.Phase)
@@ -518,7 +518,7 @@ func TestBuildRuntimeUnreachable(t *testing.T) {
 
 func TestBuildContainerVanished(t *testing.T) {
 	pod := newPod(v1.RestartPolicyAlways, "app")
-	sb := []runtime.SandboxStatus{readySandbox("10.88.0.5")}
+	sb := []cri.SandboxStatus{readySandbox("10.88.0.5")}
 	prev := Build(pod, rsOf(sb, running("app", "c1", 0)), Hints{}, at(0))
 
 	gone := Build(pod, rsOf(sb), Hints{Previous: &prev}, at(10))
@@ -530,7 +530,7 @@ func TestBuildContainerVanished(t *testing.T) {
 		t.Errorf("phase = %s, want Running (the container ran)", gone.Phase)
 	}
 
-	unknown := runtime.ContainerStatus{ID: "c1", Name: "app", State: runtime.ContainerUnknown, CreatedAt: at(1)}
+	unknown := cri.ContainerStatus{ID: "c1", Name: "app", State: cri.ContainerUnknown, CreatedAt: at(1)}
 	lost := Build(pod, rsOf(sb, unknown), Hints{Previous: &prev}, at(10))
 	if got := stateOf(lost.ContainerStatuses[0].State); got != "terminated:ContainerStatusUnknown:137" {
 		t.Errorf("unknown-state container = %s", got)
@@ -539,7 +539,7 @@ func TestBuildContainerVanished(t *testing.T) {
 
 func TestBuildTerminalPhaseIsSticky(t *testing.T) {
 	pod := newPod(v1.RestartPolicyNever, "job")
-	done := Build(pod, rsOf([]runtime.SandboxStatus{readySandbox("10.88.0.5")}, exited("job", "c1", 0, 0, "")), Hints{}, at(0))
+	done := Build(pod, rsOf([]cri.SandboxStatus{readySandbox("10.88.0.5")}, exited("job", "c1", 0, 0, "")), Hints{}, at(0))
 	if done.Phase != v1.PodSucceeded {
 		t.Fatalf("phase = %s", done.Phase)
 	}
@@ -554,11 +554,11 @@ func TestBuildTerminalPhaseIsSticky(t *testing.T) {
 }
 
 func TestIsRunningOrDone(t *testing.T) {
-	sb := []runtime.SandboxStatus{readySandbox("10.88.0.5")}
+	sb := []cri.SandboxStatus{readySandbox("10.88.0.5")}
 	cases := []struct {
 		name       string
 		pod        *v1.Pod
-		rs         *runtime.PodStatus
+		rs         *cri.PodStatus
 		hints      Hints
 		done, ok   bool
 		reasonPart string
@@ -570,7 +570,7 @@ func TestIsRunningOrDone(t *testing.T) {
 		{"never pull", newPod(v1.RestartPolicyAlways, "a"), rsOf(sb), Hints{Waiting: map[string]Waiting{"a": {Reason: "ErrImageNeverPull", Message: `image "x" is not present`}}}, true, false, "ErrImageNeverPull"},
 		{"config error", newPod(v1.RestartPolicyAlways, "a"), rsOf(sb), Hints{Waiting: map[string]Waiting{"a": {Reason: "CreateContainerConfigError", Message: `configmap "c" not found`}}}, true, false, `configmap "c" not found`},
 		{"crash loop is not final", newPod(v1.RestartPolicyAlways, "a"), rsOf(sb, exited("a", "1", 0, 1, "Error")), Hints{Waiting: map[string]Waiting{"a": {Reason: ReasonCrashLoopBackOff}}}, false, false, "CrashLoopBackOff"},
-		{"init running", withInit(newPod(v1.RestartPolicyAlways, "a"), "i"), rsOf(sb, func() runtime.ContainerStatus { c := running("i", "1", 0); c.Init = true; return c }()), Hints{}, false, false, "PodInitializing"},
+		{"init running", withInit(newPod(v1.RestartPolicyAlways, "a"), "i"), rsOf(sb, func() cri.ContainerStatus { c := running("i", "1", 0); c.Init = true; return c }()), Hints{}, false, false, "PodInitializing"},
 		{"rejected", newPod(v1.RestartPolicyAlways, "a"), nil, Hints{FailReason: "Rejected", FailMessage: "hostPath is not allowed"}, true, false, "Rejected: hostPath is not allowed"},
 	}
 	for _, tc := range cases {
@@ -585,15 +585,15 @@ func TestIsRunningOrDone(t *testing.T) {
 }
 
 func TestMessage(t *testing.T) {
-	sb := []runtime.SandboxStatus{readySandbox("10.88.0.5")}
-	initRunning := func() runtime.ContainerStatus { c := running("i", "1", 0); c.Init = true; return c }()
+	sb := []cri.SandboxStatus{readySandbox("10.88.0.5")}
+	initRunning := func() cri.ContainerStatus { c := running("i", "1", 0); c.Init = true; return c }()
 	deleting := newPod(v1.RestartPolicyAlways, "a")
 	now := metav1.NewTime(at(0))
 	deleting.DeletionTimestamp = &now
 	cases := []struct {
 		name  string
 		pod   *v1.Pod
-		rs    *runtime.PodStatus
+		rs    *cri.PodStatus
 		hints Hints
 		want  string
 	}{

@@ -7,7 +7,7 @@ import (
 	v1 "k8s.io/api/core/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 
-	"github.com/mqlet/mqlet/runtime"
+	"github.com/mqlet/mqlet/cri"
 )
 
 func TestAdoptedPodKeepsItsSandboxStartTime(t *testing.T) {
@@ -15,7 +15,7 @@ func TestAdoptedPodKeepsItsSandboxStartTime(t *testing.T) {
 	started := now.Add(-3 * time.Hour)
 	pod := &v1.Pod{ObjectMeta: metav1.ObjectMeta{Name: "p", Namespace: "d", UID: "u"},
 		Spec: v1.PodSpec{RestartPolicy: v1.RestartPolicyAlways, Containers: []v1.Container{{Name: "c", Image: "i"}}}}
-	rs := &runtime.PodStatus{UID: "u", Sandboxes: []runtime.SandboxStatus{{ID: "s2", Ready: true, CreatedAt: now.Add(-time.Hour)}, {ID: "s1", CreatedAt: started}}}
+	rs := &cri.PodStatus{UID: "u", Sandboxes: []cri.SandboxStatus{{ID: "s2", Ready: true, CreatedAt: now.Add(-time.Hour)}, {ID: "s1", CreatedAt: started}}}
 	st := Build(pod, rs, Hints{}, now)
 	if st.StartTime == nil || !st.StartTime.Time.Equal(started) {
 		t.Fatalf("start time %v, want the oldest sandbox %v", st.StartTime, started)

@@ -10,29 +10,29 @@ import (
 	v1 "k8s.io/api/core/v1"
 
 	"github.com/mqlet/mqlet/agent/pending"
-	"github.com/mqlet/mqlet/runtime"
+	"github.com/mqlet/mqlet/cri"
 )
 
 type fakeRuntime struct {
 	mu     sync.Mutex
 	synced chan struct{}
 	killed chan *int64
-	refs   []runtime.PodRef
+	refs   []cri.PodRef
 }
 
-func (f *fakeRuntime) GetPodStatus(_ context.Context, uid, name, namespace string) (*runtime.PodStatus, error) {
-	return &runtime.PodStatus{UID: uid, Name: name, Namespace: namespace}, nil
+func (f *fakeRuntime) GetPodStatus(_ context.Context, uid, name, namespace string) (*cri.PodStatus, error) {
+	return &cri.PodStatus{UID: uid, Name: name, Namespace: namespace}, nil
 }
 
-func (f *fakeRuntime) SyncPod(_ context.Context, pod *v1.Pod, _ *runtime.PodStatus, _ runtime.ObjectSource, _ runtime.RestartBackoff, _ runtime.EventRecorder) error {
+func (f *fakeRuntime) SyncPod(_ context.Context, pod *v1.Pod, _ *cri.PodStatus, _ cri.ObjectSource, _ cri.RestartBackoff, _ cri.EventRecorder) error {
 	f.mu.Lock()
-	f.refs = []runtime.PodRef{{UID: string(pod.UID), Name: pod.Name, Namespace: pod.Namespace}}
+	f.refs = []cri.PodRef{{UID: string(pod.UID), Name: pod.Name, Namespace: pod.Namespace}}
 	f.mu.Unlock()
 	f.synced <- struct{}{}
 	return nil
 }
 
-func (f *fakeRuntime) KillPodByRef(_ context.Context, _ runtime.PodRef, grace *int64) error {
+func (f *fakeRuntime) KillPodByRef(_ context.Context, _ cri.PodRef, grace *int64) error {
 	f.mu.Lock()
 	f.refs = nil
 	f.mu.Unlock()
@@ -40,10 +40,10 @@ func (f *fakeRuntime) KillPodByRef(_ context.Context, _ runtime.PodRef, grace *i
 	return nil
 }
 
-func (f *fakeRuntime) ListPods(context.Context) ([]runtime.PodRef, error) {
+func (f *fakeRuntime) ListPods(context.Context) ([]cri.PodRef, error) {
 	f.mu.Lock()
 	defer f.mu.Unlock()
-	return append([]runtime.PodRef(nil), f.refs...), nil
+	return append([]cri.PodRef(nil), f.refs...), nil
 }
 
 func (f *fakeRuntime) RuntimeInfo() (string, string) { return "fake", "1" }

@@ -21,21 +21,21 @@ import (
 	"github.com/mqlet/mqlet/agent/pending"
 	"github.com/mqlet/mqlet/agent/podstatus"
 	"github.com/mqlet/mqlet/agent/store"
-	"github.com/mqlet/mqlet/runtime"
+	"github.com/mqlet/mqlet/cri"
 )
 
-// Runtime is what the workers need of the container runtime.
+// Runtime is what the workers need of the container cri.
 type Runtime interface {
-	GetPodStatus(ctx context.Context, uid, name, namespace string) (*runtime.PodStatus, error)
-	SyncPod(ctx context.Context, pod *v1.Pod, status *runtime.PodStatus, objects runtime.ObjectSource, backoff runtime.RestartBackoff, events runtime.EventRecorder) error
-	KillPodByRef(ctx context.Context, ref runtime.PodRef, gracePeriodOverride *int64) error
-	ListPods(ctx context.Context) ([]runtime.PodRef, error)
+	GetPodStatus(ctx context.Context, uid, name, namespace string) (*cri.PodStatus, error)
+	SyncPod(ctx context.Context, pod *v1.Pod, status *cri.PodStatus, objects cri.ObjectSource, backoff cri.RestartBackoff, events cri.EventRecorder) error
+	KillPodByRef(ctx context.Context, ref cri.PodRef, gracePeriodOverride *int64) error
+	ListPods(ctx context.Context) ([]cri.PodRef, error)
 	RuntimeInfo() (name, version string)
 }
 
 // Desired is the desired state: the pods to run and the objects they use.
 type Desired interface {
-	runtime.ObjectSource
+	cri.ObjectSource
 	// DesiredPod returns the stored pod, or nil when it is not desired.
 	DesiredPod(namespace, name string) (*v1.Pod, error)
 }
@@ -54,7 +54,7 @@ type Observer interface {
 
 // Backoff is the crash-loop tracker shared by all pods.
 type Backoff interface {
-	runtime.RestartBackoff
+	cri.RestartBackoff
 	Forget(drop func(key string) bool)
 }
 
@@ -103,7 +103,7 @@ type Pool struct {
 	status  StatusSink
 	observe Observer
 	backoff Backoff
-	events  runtime.EventRecorder
+	events  cri.EventRecorder
 	log     zerolog.Logger
 	queue   workqueue.TypedRateLimitingInterface[string]
 
@@ -121,7 +121,7 @@ type Pool struct {
 }
 
 // New returns a Pool; call Run to start it.
-func New(opts Options, rt Runtime, desired Desired, status StatusSink, observe Observer, backoff Backoff, events runtime.EventRecorder, log zerolog.Logger) *Pool {
+func New(opts Options, rt Runtime, desired Desired, status StatusSink, observe Observer, backoff Backoff, events cri.EventRecorder, log zerolog.Logger) *Pool {
 	if opts.Workers < 1 {
 		opts.Workers = 1
 	}
@@ -151,7 +151,7 @@ var errTerminating = errors.New("still terminating")
 // killAsync starts terminating the runtime pod ref (once) and reports
 // whether that has finished, with its error. The key is queued again when
 // it finishes.
-func (p *Pool) killAsync(ctx context.Context, key string, ref runtime.PodRef, grace *int64) (bool, error) {
+func (p *Pool) killAsync(ctx context.Context, key string, ref cri.PodRef, grace *int64) (bool, error) {
 	p.mu.Lock()
 	defer p.mu.Unlock()
 	k, ok := p.kills[ref.UID]
@@ -425,7 +425,7 @@ func (p *Pool) syncKey(ctx context.Context, key string) (time.Duration, error) {
 	}
 	p.publish(pod, after, podstatus.Hints{Waiting: waitingFrom(syncErr)}, definiteFrom(syncErr))
 
-	var be *runtime.BackoffError
+	var be *cri.BackoffError
 	switch wait, ok := retryFrom(syncErr); {
 	case syncErr == nil:
 		return 0, nil
@@ -519,7 +519,7 @@ func safePathElement(uid string) bool {
 // publish sets the pod's status and tells the pending commands; definite,
 // when set, is why the pod will not start without a change (an image the
 // registry refused), which fails an apply at once.
-func (p *Pool) publish(pod *v1.Pod, rs *runtime.PodStatus, hints podstatus.Hints, definite string) {
+func (p *Pool) publish(pod *v1.Pod, rs *cri.PodStatus, hints podstatus.Hints, definite string) {
 	name, _ := p.rt.RuntimeInfo()
 	hints.RuntimeName = name
 	hints.HostIPs = p.opts.HostIPs
@@ -547,10 +547,10 @@ func waitingFrom(err error) map[string]podstatus.Waiting {
 	var walk func(error)
 	walk = func(err error) {
 		switch e := err.(type) {
-		case *runtime.BackoffError:
+		case *cri.BackoffError:
 			out[e.Container] = podstatus.Waiting{Reason: podstatus.ReasonCrashLoopBackOff, Message: e.Error()}
 			return
-		case *runtime.ContainerError:
+		case *cri.ContainerError:
 			out[e.Container] = podstatus.Waiting{Reason: e.Reason, Message: e.Error()}
 			return
 		case interface{ Unwrap() []error }:
@@ -578,13 +578,13 @@ func retryFrom(err error) (wait time.Duration, ok bool) {
 	var walk func(error)
 	walk = func(err error) {
 		switch e := err.(type) {
-		case *runtime.BackoffError:
+		case *cri.BackoffError:
 			if !found || e.Wait < wait {
 				wait = e.Wait + 10*time.Millisecond
 			}
 			found = true
 			return
-		case *runtime.ContainerError:
+		case *cri.ContainerError:
 			if e.RetryAfter <= 0 {
 				all = false
 				return
@@ -607,7 +607,7 @@ func retryFrom(err error) (wait time.Duration, ok bool) {
 		all = false
 	}
 	walk(err)
-	var ce *runtime.ContainerError
+	var ce *cri.ContainerError
 	if !errors.As(err, &ce) {
 		return 0, false // crash-loop waits alone keep their own path
 	}
@@ -624,7 +624,7 @@ func definiteFrom(err error) string {
 			return
 		}
 		switch e := err.(type) {
-		case *runtime.ContainerError:
+		case *cri.ContainerError:
 			if e.Definite {
 				msg = "container " + e.Container + ": " + e.Reason + ": " + e.Err.Error()
 			}

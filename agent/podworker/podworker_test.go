@@ -15,7 +15,7 @@ import (
 
 	"github.com/mqlet/mqlet/agent/pending"
 	"github.com/mqlet/mqlet/agent/restart"
-	"github.com/mqlet/mqlet/runtime"
+	"github.com/mqlet/mqlet/cri"
 )
 
 // scriptedRuntime records syncs; it fails the first failures syncs of each pod.
@@ -26,7 +26,7 @@ type scriptedRuntime struct {
 	syncs     map[string][]time.Time
 	active    map[string]int
 	maxActive int
-	pods      []runtime.PodRef
+	pods      []cri.PodRef
 	killed    []string
 }
 
@@ -34,11 +34,11 @@ func newScriptedRuntime() *scriptedRuntime {
 	return &scriptedRuntime{syncs: map[string][]time.Time{}, active: map[string]int{}}
 }
 
-func (f *scriptedRuntime) GetPodStatus(_ context.Context, uid, name, ns string) (*runtime.PodStatus, error) {
-	return &runtime.PodStatus{UID: uid, Name: name, Namespace: ns}, nil
+func (f *scriptedRuntime) GetPodStatus(_ context.Context, uid, name, ns string) (*cri.PodStatus, error) {
+	return &cri.PodStatus{UID: uid, Name: name, Namespace: ns}, nil
 }
 
-func (f *scriptedRuntime) SyncPod(_ context.Context, pod *v1.Pod, _ *runtime.PodStatus, _ runtime.ObjectSource, _ runtime.RestartBackoff, _ runtime.EventRecorder) error {
+func (f *scriptedRuntime) SyncPod(_ context.Context, pod *v1.Pod, _ *cri.PodStatus, _ cri.ObjectSource, _ cri.RestartBackoff, _ cri.EventRecorder) error {
 	key := pod.Namespace + "/" + pod.Name
 	f.mu.Lock()
 	f.active[key]++
@@ -56,22 +56,22 @@ func (f *scriptedRuntime) SyncPod(_ context.Context, pod *v1.Pod, _ *runtime.Pod
 	case n < f.failures:
 		return errors.New("runtime says no")
 	case n < f.failures+f.backoffs:
-		return &runtime.BackoffError{Container: "c", Wait: 20 * time.Millisecond}
+		return &cri.BackoffError{Container: "c", Wait: 20 * time.Millisecond}
 	}
 	return nil
 }
 
-func (f *scriptedRuntime) KillPodByRef(_ context.Context, ref runtime.PodRef, _ *int64) error {
+func (f *scriptedRuntime) KillPodByRef(_ context.Context, ref cri.PodRef, _ *int64) error {
 	f.mu.Lock()
 	defer f.mu.Unlock()
 	f.killed = append(f.killed, ref.UID)
 	return nil
 }
 
-func (f *scriptedRuntime) ListPods(context.Context) ([]runtime.PodRef, error) {
+func (f *scriptedRuntime) ListPods(context.Context) ([]cri.PodRef, error) {
 	f.mu.Lock()
 	defer f.mu.Unlock()
-	return append([]runtime.PodRef(nil), f.pods...), nil
+	return append([]cri.PodRef(nil), f.pods...), nil
 }
 
 func (f *scriptedRuntime) RuntimeInfo() (string, string) { return "containerd", "1.6" }
@@ -249,7 +249,7 @@ func TestCrashLoopBackoffRequeuesAfterTheWait(t *testing.T) {
 
 func TestUndesiredPodIsKilledAndReportedGone(t *testing.T) {
 	rt := newScriptedRuntime()
-	rt.pods = []runtime.PodRef{{UID: "old-uid", Name: "gone", Namespace: "ns"}, {UID: "other", Name: "keep", Namespace: "ns"}}
+	rt.pods = []cri.PodRef{{UID: "old-uid", Name: "gone", Namespace: "ns"}, {UID: "other", Name: "keep", Namespace: "ns"}}
 	r := start(t, rt)
 	r.pool.EnqueueDelete("ns/gone", nil)
 	waitUntil(t, "gone observed", func() bool { o, ok := r.out.last("ns/gone"); return ok && o.Gone })
@@ -268,7 +268,7 @@ func TestUndesiredPodIsKilledAndReportedGone(t *testing.T) {
 
 func TestRecreatedPodReplacesTheOldUID(t *testing.T) {
 	rt := newScriptedRuntime()
-	rt.pods = []runtime.PodRef{{UID: "uid-before", Name: "a", Namespace: "ns"}}
+	rt.pods = []cri.PodRef{{UID: "uid-before", Name: "a", Namespace: "ns"}}
 	r := start(t, rt, testPod("a"))
 	r.pool.Enqueue("ns/a")
 	waitUntil(t, "synced", func() bool { return rt.syncCount("ns/a") == 1 })
@@ -284,8 +284,8 @@ func TestRecreatedPodReplacesTheOldUID(t *testing.T) {
 
 func TestWaitingReasonsForEveryFailedContainer(t *testing.T) {
 	err := errors.Join(
-		&runtime.BackoffError{Container: "a", Wait: time.Second},
-		fmt.Errorf("sync: %w", &runtime.ContainerError{Container: "b", Reason: "ErrImageNeverPull", Err: errors.New("no image")}),
+		&cri.BackoffError{Container: "a", Wait: time.Second},
+		fmt.Errorf("sync: %w", &cri.ContainerError{Container: "b", Reason: "ErrImageNeverPull", Err: errors.New("no image")}),
 	)
 	got := waitingFrom(err)
 	if got["a"].Reason != "CrashLoopBackOff" || got["b"].Reason != "ErrImageNeverPull" || len(got) != 2 {
@@ -300,7 +300,7 @@ func TestWaitingReasonsForEveryFailedContainer(t *testing.T) {
 // killed: the runtime would remove <podDir>/<uid>, outside the pods dir.
 func TestRuntimePodWithPathUIDIsNotRemoved(t *testing.T) {
 	rt := newScriptedRuntime()
-	rt.pods = []runtime.PodRef{{UID: "../../x", Name: "a", Namespace: "ns"}, {UID: "legacy-uid", Name: "a", Namespace: "ns"}}
+	rt.pods = []cri.PodRef{{UID: "../../x", Name: "a", Namespace: "ns"}, {UID: "legacy-uid", Name: "a", Namespace: "ns"}}
 	r := start(t, rt, testPod("a"))
 	r.pool.Enqueue("ns/a")
 	waitUntil(t, "synced", func() bool { return rt.syncCount("ns/a") == 1 })

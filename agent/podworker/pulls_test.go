@@ -7,14 +7,14 @@ import (
 	"testing"
 	"time"
 
-	"github.com/mqlet/mqlet/runtime"
+	"github.com/mqlet/mqlet/cri"
 )
 
 func TestRetryFromPullWaits(t *testing.T) {
-	pulling := &runtime.ContainerError{Container: "a", Reason: "ContainerCreating", RetryAfter: 30 * time.Second, Err: errors.New("pulling")}
-	backoff := &runtime.ContainerError{Container: "b", Reason: "ImagePullBackOff", RetryAfter: 7 * time.Second, Err: errors.New("back-off")}
-	other := &runtime.ContainerError{Container: "c", Reason: "CreateContainerError", Err: errors.New("boom")}
-	crash := &runtime.BackoffError{Container: "d", Wait: 3 * time.Second}
+	pulling := &cri.ContainerError{Container: "a", Reason: "ContainerCreating", RetryAfter: 30 * time.Second, Err: errors.New("pulling")}
+	backoff := &cri.ContainerError{Container: "b", Reason: "ImagePullBackOff", RetryAfter: 7 * time.Second, Err: errors.New("back-off")}
+	other := &cri.ContainerError{Container: "c", Reason: "CreateContainerError", Err: errors.New("boom")}
+	crash := &cri.BackoffError{Container: "d", Wait: 3 * time.Second}
 	for _, tc := range []struct {
 		err  error
 		wait time.Duration
@@ -36,8 +36,8 @@ func TestRetryFromPullWaits(t *testing.T) {
 }
 
 func TestDefiniteFromPullRefusals(t *testing.T) {
-	refused := &runtime.ContainerError{Container: "a", Reason: "ErrImagePull", Definite: true, Err: errors.New("401 Unauthorized")}
-	transient := &runtime.ContainerError{Container: "b", Reason: "ErrImagePull", Err: errors.New("connection refused")}
+	refused := &cri.ContainerError{Container: "a", Reason: "ErrImagePull", Definite: true, Err: errors.New("401 Unauthorized")}
+	transient := &cri.ContainerError{Container: "b", Reason: "ErrImagePull", Err: errors.New("connection refused")}
 	if got := definiteFrom(errors.Join(transient, fmt.Errorf("x: %w", refused))); !strings.Contains(got, "container a: ErrImagePull: 401 Unauthorized") {
 		t.Errorf("definite %q", got)
 	}

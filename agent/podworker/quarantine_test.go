@@ -15,7 +15,7 @@ import (
 	"github.com/mqlet/mqlet/agent/pending"
 	"github.com/mqlet/mqlet/agent/restart"
 	"github.com/mqlet/mqlet/agent/store"
-	"github.com/mqlet/mqlet/runtime"
+	"github.com/mqlet/mqlet/cri"
 )
 
 type recEvents struct {
@@ -47,7 +47,7 @@ type hookRuntime struct {
 	hook func(pod *v1.Pod)
 }
 
-func (h *hookRuntime) SyncPod(ctx context.Context, pod *v1.Pod, st *runtime.PodStatus, o runtime.ObjectSource, b runtime.RestartBackoff, e runtime.EventRecorder) error {
+func (h *hookRuntime) SyncPod(ctx context.Context, pod *v1.Pod, st *cri.PodStatus, o cri.ObjectSource, b cri.RestartBackoff, e cri.EventRecorder) error {
 	h.hook(pod)
 	return h.scriptedRuntime.SyncPod(ctx, pod, st, o, b, e)
 }

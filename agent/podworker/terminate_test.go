@@ -11,7 +11,7 @@ import (
 
 	"github.com/mqlet/mqlet/agent/pending"
 	"github.com/mqlet/mqlet/agent/restart"
-	"github.com/mqlet/mqlet/runtime"
+	"github.com/mqlet/mqlet/cri"
 )
 
 // blockingKills is a runtime whose kills of one uid wait until released,
@@ -23,7 +23,7 @@ type blockingKills struct {
 	killed  map[string]bool
 }
 
-func (b *blockingKills) KillPodByRef(ctx context.Context, ref runtime.PodRef, grace *int64) error {
+func (b *blockingKills) KillPodByRef(ctx context.Context, ref cri.PodRef, grace *int64) error {
 	if ref.Name == "stubborn" {
 		select {
 		case <-b.release:
@@ -43,7 +43,7 @@ func (b *blockingKills) KillPodByRef(ctx context.Context, ref runtime.PodRef, gr
 // kill runs beside the workers and the pod is reported gone when it ends.
 func TestStubbornTerminationDoesNotHoldTheWorkers(t *testing.T) {
 	rt := &blockingKills{scriptedRuntime: newScriptedRuntime(), release: make(chan struct{}), killed: map[string]bool{}}
-	rt.pods = []runtime.PodRef{{UID: "uid-stubborn", Name: "stubborn", Namespace: "ns"}}
+	rt.pods = []cri.PodRef{{UID: "uid-stubborn", Name: "stubborn", Namespace: "ns"}}
 	d := &mapDesired{pods: map[string]*v1.Pod{"ns/next": testPod("next")}}
 	st, out := &fakeStatus{set: map[string]v1.PodStatus{}}, &outcomes{got: map[string][]pending.Outcome{}}
 	pool := New(Options{Workers: 1, BackoffBase: 5 * time.Millisecond, BackoffMax: 40 * time.Millisecond}, rt, d, st, out,

@@ -18,10 +18,10 @@ import (
 
 	bolt "go.etcd.io/bbolt"
 
-	mqletruntime "github.com/mqlet/mqlet/runtime"
+	"github.com/mqlet/mqlet/cri"
 )
 
-var _ mqletruntime.ObjectSource = (*Store)(nil)
+var _ cri.ObjectSource = (*Store)(nil)
 
 type clock struct {
 	mu  sync.Mutex

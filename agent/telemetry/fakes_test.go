@@ -14,9 +14,9 @@ import (
 	v1 "k8s.io/api/core/v1"
 
 	"github.com/mqlet/mqlet/agent/nodestatus"
+	"github.com/mqlet/mqlet/cri"
 	"github.com/mqlet/mqlet/mqtt/outbox"
 	"github.com/mqlet/mqlet/mqtt/topic"
-	"github.com/mqlet/mqlet/runtime"
 )
 
 var testTopics = topic.Scheme{Prefix: "mqlet/v1", Node: "gw1"}
@@ -28,13 +28,13 @@ type fakeRuntime struct {
 	name     string
 	version  string
 	changed  chan struct{}
-	pods     []runtime.PodRef
-	statuses map[string]*runtime.PodStatus
+	pods     []cri.PodRef
+	statuses map[string]*cri.PodStatus
 	listErr  error
 }
 
 func newFakeRuntime(ready bool) *fakeRuntime {
-	return &fakeRuntime{ready: ready, name: "containerd", version: "1.6.20", changed: make(chan struct{}), statuses: map[string]*runtime.PodStatus{}}
+	return &fakeRuntime{ready: ready, name: "containerd", version: "1.6.20", changed: make(chan struct{}), statuses: map[string]*cri.PodStatus{}}
 }
 
 func (f *fakeRuntime) Ready() bool {
@@ -63,13 +63,13 @@ func (f *fakeRuntime) setReady(ready bool) {
 	f.changed = make(chan struct{})
 }
 
-func (f *fakeRuntime) ListPods(context.Context) ([]runtime.PodRef, error) {
+func (f *fakeRuntime) ListPods(context.Context) ([]cri.PodRef, error) {
 	f.mu.Lock()
 	defer f.mu.Unlock()
-	return append([]runtime.PodRef(nil), f.pods...), f.listErr
+	return append([]cri.PodRef(nil), f.pods...), f.listErr
 }
 
-func (f *fakeRuntime) GetPodStatus(_ context.Context, uid, _, _ string) (*runtime.PodStatus, error) {
+func (f *fakeRuntime) GetPodStatus(_ context.Context, uid, _, _ string) (*cri.PodStatus, error) {
 	f.mu.Lock()
 	defer f.mu.Unlock()
 	st, ok := f.statuses[uid]

@@ -24,9 +24,9 @@ import (
 	statsv1alpha1 "k8s.io/kubelet/pkg/apis/stats/v1alpha1"
 
 	"github.com/mqlet/mqlet/agent/nodestatus"
+	"github.com/mqlet/mqlet/cri"
 	"github.com/mqlet/mqlet/metrics"
 	"github.com/mqlet/mqlet/mqtt/outbox"
-	"github.com/mqlet/mqlet/runtime"
 )
 
 func randomHex(t testing.TB, n int) string {
@@ -41,7 +41,7 @@ func randomHex(t testing.TB, n int) string {
 // testPods creates n pod cgroups with one container cgroup each under
 // cgroupRoot in the cpu, cpuacct and memory v1 hierarchies, and puts a busy
 // shell loop in the first container. Everything is removed at cleanup.
-func testPods(t testing.TB, cgroupRoot string, n int) ([]runtime.PodRef, map[string]*runtime.PodStatus) {
+func testPods(t testing.TB, cgroupRoot string, n int) ([]cri.PodRef, map[string]*cri.PodStatus) {
 	t.Helper()
 	mounts, err := libcontainer.GetCgroupSubsystems(cadvisorcontainer.MetricSet{cadvisorcontainer.CpuUsageMetrics: {}, cadvisorcontainer.MemoryUsageMetrics: {}})
 	if err != nil {
@@ -79,8 +79,8 @@ func testPods(t testing.TB, cgroupRoot string, n int) ([]runtime.PodRef, map[str
 	for _, h := range hierarchies {
 		dirs = append(dirs, filepath.Join(h, cgroupRoot))
 	}
-	var refs []runtime.PodRef
-	statuses := map[string]*runtime.PodStatus{}
+	var refs []cri.PodRef
+	statuses := map[string]*cri.PodStatus{}
 	var busyDirs []string
 	for i := 0; i < n; i++ {
 		uid := fmt.Sprintf("%s-%d", randomHex(t, 4), i)
@@ -97,9 +97,9 @@ func testPods(t testing.TB, cgroupRoot string, n int) ([]runtime.PodRef, map[str
 			}
 		}
 		name := fmt.Sprintf("pod-%d", i)
-		refs = append(refs, runtime.PodRef{UID: uid, Name: name, Namespace: "default"})
-		statuses[uid] = &runtime.PodStatus{UID: uid, Name: name, Namespace: "default",
-			Containers: []runtime.ContainerStatus{{ID: cid, Name: "app", State: runtime.ContainerRunning}}}
+		refs = append(refs, cri.PodRef{UID: uid, Name: name, Namespace: "default"})
+		statuses[uid] = &cri.PodStatus{UID: uid, Name: name, Namespace: "default",
+			Containers: []cri.ContainerStatus{{ID: cid, Name: "app", State: cri.ContainerRunning}}}
 	}
 	busy := exec.Command("sh", "-c", "read go; while :; do :; done")
 	busy.SysProcAttr = &syscall.SysProcAttr{Setpgid: true}
@@ -229,7 +229,7 @@ func TestIntegrationRealCollector(t *testing.T) {
 }
 
 // fakeCRI answers the CRI handshake (Version, ImageFsInfo) on a unix
-// socket, so the real runtime.Manager can connect and lose it.
+// socket, so the real cri.Manager can connect and lose it.
 type fakeCRI struct {
 	runtimeapi.UnimplementedRuntimeServiceServer
 	runtimeapi.UnimplementedImageServiceServer
@@ -258,7 +258,7 @@ func serveFakeCRI(t *testing.T, socket string) *grpc.Server {
 	return srv
 }
 
-// TestIntegrationRuntimeDownAndBack drives the real runtime.Manager against
+// TestIntegrationRuntimeDownAndBack drives the real cri.Manager against
 // a CRI endpoint that goes away and comes back: the published node turns
 // Ready=False with ContainerRuntimeUnreachable, then Ready=True, without
 // waiting for a heartbeat.
@@ -266,7 +266,7 @@ func TestIntegrationRuntimeDownAndBack(t *testing.T) {
 	socket := filepath.Join(t.TempDir(), "cri.sock")
 	endpoint := "unix://" + socket
 	srv := serveFakeCRI(t, socket)
-	rt := runtime.NewManager(runtime.Config{
+	rt := cri.NewManager(cri.Config{
 		Endpoint: endpoint, ConnectTimeout: time.Second, RequestTimeout: time.Second,
 		RuntimeRetryMin: 50 * time.Millisecond, RuntimeRetryMax: 200 * time.Millisecond, HealthInterval: 100 * time.Millisecond,
 	}, zerolog.New(zerolog.NewTestWriter(t)))

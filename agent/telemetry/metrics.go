@@ -11,10 +11,10 @@ import (
 	"github.com/rs/zerolog"
 	statsv1alpha1 "k8s.io/kubelet/pkg/apis/stats/v1alpha1"
 
+	"github.com/mqlet/mqlet/cri"
 	"github.com/mqlet/mqlet/metrics"
 	"github.com/mqlet/mqlet/mqtt/outbox"
 	"github.com/mqlet/mqlet/mqtt/topic"
-	"github.com/mqlet/mqlet/runtime"
 )
 
 // DefaultMetricsInterval is the metrics period when none is configured.
@@ -28,8 +28,8 @@ type SummarySource interface {
 // PodSource lists the pods the runtime runs and their containers.
 type PodSource interface {
 	Ready() bool
-	ListPods(ctx context.Context) ([]runtime.PodRef, error)
-	GetPodStatus(ctx context.Context, uid, name, namespace string) (*runtime.PodStatus, error)
+	ListPods(ctx context.Context) ([]cri.PodRef, error)
+	GetPodStatus(ctx context.Context, uid, name, namespace string) (*cri.PodStatus, error)
 }
 
 // CounterSource returns mqlet's own counters, published with the metrics.
@@ -140,7 +140,7 @@ func (r *MetricsReporter) podInfos(ctx context.Context) []metrics.PodInfo {
 		r.log.Warn().Err(err).Msg("listing pods for metrics")
 		return nil
 	}
-	var disk map[string]runtime.ContainerFs
+	var disk map[string]cri.ContainerFs
 	if fsSrc, ok := r.pods.(FilesystemSource); ok {
 		if disk, err = fsSrc.ContainerFilesystems(ctx); err != nil {
 			r.log.Debug().Err(err).Msg("no container disk usage for metrics")
@@ -155,7 +155,7 @@ func (r *MetricsReporter) podInfos(ctx context.Context) []metrics.PodInfo {
 		} else if status != nil {
 			for _, c := range status.Containers {
 				// Exited attempts have no cgroup left to measure.
-				if c.State == runtime.ContainerRunning {
+				if c.State == cri.ContainerRunning {
 					info.Containers[c.ID] = c.Name
 					if use, ok := disk[c.ID]; ok {
 						info.Filesystems[c.ID] = metrics.ContainerFilesystem{
@@ -174,7 +174,7 @@ func (r *MetricsReporter) podInfos(ctx context.Context) []metrics.PodInfo {
 // FilesystemSource reports the disk use of containers; a PodSource that
 // also implements it (the runtime manager does) adds rootfs and logs figures.
 type FilesystemSource interface {
-	ContainerFilesystems(ctx context.Context) (map[string]runtime.ContainerFs, error)
+	ContainerFilesystems(ctx context.Context) (map[string]cri.ContainerFs, error)
 }
 
 // threadCPU is the user+system CPU time of the calling OS thread.

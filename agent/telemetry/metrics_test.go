@@ -12,10 +12,10 @@ import (
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	statsv1alpha1 "k8s.io/kubelet/pkg/apis/stats/v1alpha1"
 
+	"github.com/mqlet/mqlet/cri"
 	"github.com/mqlet/mqlet/metrics"
 	"github.com/mqlet/mqlet/mqtt/outbox"
 	"github.com/mqlet/mqlet/mqtt/session"
-	"github.com/mqlet/mqlet/runtime"
 )
 
 // fakeCollector records what Summary was asked.
@@ -59,11 +59,11 @@ func (c *fakeCollector) snapshot() (int, []metrics.PodInfo, map[string]uint64, b
 
 func runtimeWithPods() *fakeRuntime {
 	rt := newFakeRuntime(true)
-	rt.pods = []runtime.PodRef{{UID: "u1", Name: "web", Namespace: "default"}, {UID: "u2", Name: "gone", Namespace: "default"}}
-	rt.statuses["u1"] = &runtime.PodStatus{UID: "u1", Name: "web", Namespace: "default", Containers: []runtime.ContainerStatus{
-		{ID: "c-new", Name: "app", State: runtime.ContainerRunning},
-		{ID: "c-old", Name: "app", State: runtime.ContainerExited},
-		{ID: "c-side", Name: "sidecar", State: runtime.ContainerRunning},
+	rt.pods = []cri.PodRef{{UID: "u1", Name: "web", Namespace: "default"}, {UID: "u2", Name: "gone", Namespace: "default"}}
+	rt.statuses["u1"] = &cri.PodStatus{UID: "u1", Name: "web", Namespace: "default", Containers: []cri.ContainerStatus{
+		{ID: "c-new", Name: "app", State: cri.ContainerRunning},
+		{ID: "c-old", Name: "app", State: cri.ContainerExited},
+		{ID: "c-side", Name: "sidecar", State: cri.ContainerRunning},
 	}}
 	return rt
 }
@@ -256,15 +256,15 @@ func TestCollectorFailureTurnsMetricsOffNotTheNode(t *testing.T) {
 // runtimeWithDisk is a runtime that also reports container disk use.
 type runtimeWithDisk struct {
 	*fakeRuntime
-	disk map[string]runtime.ContainerFs
+	disk map[string]cri.ContainerFs
 }
 
-func (r runtimeWithDisk) ContainerFilesystems(context.Context) (map[string]runtime.ContainerFs, error) {
+func (r runtimeWithDisk) ContainerFilesystems(context.Context) (map[string]cri.ContainerFs, error) {
 	return r.disk, nil
 }
 
 func TestMetricsCarryContainerDiskUse(t *testing.T) {
-	rt := runtimeWithDisk{fakeRuntime: runtimeWithPods(), disk: map[string]runtime.ContainerFs{
+	rt := runtimeWithDisk{fakeRuntime: runtimeWithPods(), disk: map[string]cri.ContainerFs{
 		"c-new": {RootfsUsedBytes: 4096, RootfsMount: "/var/lib/containerd", LogsUsedBytes: 77, LogsDir: "/var/log/pods/x/app"},
 		"c-old": {RootfsUsedBytes: 1},
 	}}

@@ -11,8 +11,8 @@ import (
 	"time"
 
 	"github.com/mqlet/mqlet/config"
+	"github.com/mqlet/mqlet/cri"
 	"github.com/mqlet/mqlet/logging"
-	"github.com/mqlet/mqlet/runtime"
 )
 
 // runSubcommand runs `mqlet init` and `mqlet stop-pods`; ok is false for
@@ -55,7 +55,7 @@ func runStopPods(ctx context.Context, args []string, stdout, stderr io.Writer) i
 		fmt.Fprintln(stderr, "mqlet stop-pods:", err)
 		return exitConfigInvalid
 	}
-	rt := runtime.NewManager(runtime.Config{
+	rt := cri.NewManager(cri.Config{
 		Endpoint:       cfg.Runtime.CRIEndpoint,
 		PodLogDir:      cfg.Runtime.PodLogDir,
 		PodDir:         filepath.Join(cfg.StateDir, "pods"),

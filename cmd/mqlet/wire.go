@@ -22,13 +22,13 @@ import (
 	"github.com/mqlet/mqlet/agent/telemetry"
 	"github.com/mqlet/mqlet/agent/validate"
 	"github.com/mqlet/mqlet/config"
+	"github.com/mqlet/mqlet/cri"
 	"github.com/mqlet/mqlet/internal/redact"
 	"github.com/mqlet/mqlet/internal/version"
 	"github.com/mqlet/mqlet/mqtt/broker"
 	"github.com/mqlet/mqlet/mqtt/outbox"
 	"github.com/mqlet/mqlet/mqtt/session"
 	"github.com/mqlet/mqlet/mqtt/topic"
-	"github.com/mqlet/mqlet/runtime"
 )
 
 // runAgent builds every part from the configuration and runs them until
@@ -71,7 +71,7 @@ func runAgent(ctx context.Context, cfg *config.Config, log zerolog.Logger, secre
 	if err := topics.Validate(); err != nil {
 		return fmt.Errorf("topic scheme: %w", err)
 	}
-	rt := runtime.NewManager(runtime.Config{
+	rt := cri.NewManager(cri.Config{
 		Endpoint:       cfg.Runtime.CRIEndpoint,
 		PodLogDir:      cfg.Runtime.PodLogDir,
 		PodDir:         filepath.Join(cfg.StateDir, "pods"),
@@ -169,7 +169,7 @@ func runAgent(ctx context.Context, cfg *config.Config, log zerolog.Logger, secre
 	spawn("agent", a.Run)
 	spawn("telemetry", tel.Run)
 	if cfg.Images.PreloadDir != "" {
-		pre := runtime.NewPreloader(runtime.PreloadConfig{Dir: cfg.Images.PreloadDir, Interval: cfg.Images.PreloadInterval.Duration,
+		pre := cri.NewPreloader(cri.PreloadConfig{Dir: cfg.Images.PreloadDir, Interval: cfg.Images.PreloadInterval.Duration,
 			Ctr: cfg.Images.Ctr, Endpoint: cfg.Runtime.CRIEndpoint}, a.Events(), log)
 		spawn("preload", pre.Run)
 	}
@@ -286,7 +286,7 @@ func agentOptions(cfg *config.Config, topics topic.Scheme) agent.Options {
 		ApplyDeadline:   cfg.Pods.ApplyDeadline.Duration,
 		PLEGPeriod:      cfg.Runtime.PLEGPeriod.Duration,
 		GCInterval:      cfg.GC.Interval.Duration,
-		GCPolicy: runtime.GCPolicy{
+		GCPolicy: cri.GCPolicy{
 			MinAge:                      cfg.GC.MinDeadAge.Duration,
 			MaxPerPodContainer:          cfg.GC.MaxDeadPerContainer,
 			ImageGCHighThresholdPercent: cfg.GC.ImageGCHighPercent,
@@ -295,7 +295,7 @@ func agentOptions(cfg *config.Config, topics topic.Scheme) agent.Options {
 		PodStatusResync:   cfg.Telemetry.PodStatusResync.Duration,
 		HostIPs:           hostIPs(),
 		MaxPods:           cfg.Pods.MaxPods,
-		LogRotation:       runtime.LogRotation{MaxBytes: cfg.Runtime.ContainerLogMaxBytes, MaxFiles: cfg.Runtime.ContainerLogMaxFiles},
+		LogRotation:       cri.LogRotation{MaxBytes: cfg.Runtime.ContainerLogMaxBytes, MaxFiles: cfg.Runtime.ContainerLogMaxFiles},
 		LogRotationPeriod: cfg.Runtime.LogRotationPeriod.Duration,
 		MaxReplyBytes:     cfg.Requests.MaxReplyBytes,
 		MaxBacklog:        cfg.Requests.MaxBacklog,

@@ -9,7 +9,7 @@ import (
 
 	v1 "k8s.io/api/core/v1"
 
-	"github.com/mqlet/mqlet/runtime/rawcri"
+	"github.com/mqlet/mqlet/cri/rawcri"
 )
 
 // podJSON is a busybox pod running sh -c script.

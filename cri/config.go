@@ -1,0 +1,128 @@
+package cri
+
+import (
+	"time"
+
+	"github.com/mqlet/mqlet/internal/redact"
+)
+
+// Config says where the CRI runtime is and where pod state lives on the node.
+type Config struct {
+	// Endpoint of the CRI runtime, e.g. unix:///run/containerd/containerd.sock.
+	Endpoint string
+	// PodLogDir holds one directory per pod, <ns>_<name>_<uid>.
+	PodLogDir string
+	// PodDir holds one directory per pod UID with its volumes.
+	PodDir string
+	// CgroupRoot is the cgroupfs parent of all pod cgroups (pods get <root>/pod<uid>).
+	CgroupRoot string
+	// CgroupFS is where the cgroup hierarchies are mounted.
+	CgroupFS string
+	// PodPidsLimit is pids.max of every pod's cgroup (all its containers
+	// together); 0: no limit.
+	PodPidsLimit int64
+	// ConnectTimeout bounds one connection attempt (dial and version handshake).
+	ConnectTimeout time.Duration
+	// RequestTimeout bounds one ordinary CRI call (pulls and stops get more).
+	RequestTimeout time.Duration
+	// RuntimeRetryMin and RuntimeRetryMax bound the reconnect backoff.
+	RuntimeRetryMin time.Duration
+	RuntimeRetryMax time.Duration
+	// HealthInterval is how often a connected runtime is checked.
+	HealthInterval time.Duration
+	// ResolvConf is the node's resolver configuration pods inherit.
+	ResolvConf string
+	// AllowedHostPaths are the directories hostPath volumes may resolve
+	// into (after symlinks); empty refuses every hostPath. The agent fills
+	// it from the admission policy, so the runtime re-checks at mount time
+	// what admission could only check as a string.
+	AllowedHostPaths []string
+	// PullParallelism bounds the image pulls running at once.
+	PullParallelism int
+	// PullTimeout bounds one image pull.
+	PullTimeout time.Duration
+	// PullBackoffBase and PullBackoffMax bound the per-image backoff after
+	// a failed pull (the kubelet's 10 s doubling to 300 s).
+	PullBackoffBase time.Duration
+	PullBackoffMax  time.Duration
+	// NodeCredentials is a docker config.json with the node's own registry
+	// credentials, tried after the pod's imagePullSecrets; empty: none.
+	NodeCredentials string
+	// Scrub gives the scrubber of every secret value the node knows (the
+	// agent's redact.Live, rebuilt only when a secret changes); those values
+	// are removed from every message and error the runtime hands out. Nil:
+	// only the secrets a pod refers to are scrubbed from its sync.
+	Scrub func() *redact.Scrubber
+}
+
+// Defaults used for zero Config fields.
+const (
+	DefaultEndpoint        = "unix:///run/containerd/containerd.sock"
+	DefaultPodLogDir       = "/var/log/pods"
+	DefaultPodDir          = "/var/lib/mqlet/pods"
+	DefaultCgroupRoot      = "/mqlet"
+	DefaultCgroupFS        = "/sys/fs/cgroup"
+	DefaultConnectTimeout  = 5 * time.Second
+	DefaultRequestTimeout  = 2 * time.Minute
+	DefaultRetryMin        = 500 * time.Millisecond
+	DefaultRetryMax        = 30 * time.Second
+	DefaultHealthInterval  = 5 * time.Second
+	DefaultResolvConf      = "/etc/resolv.conf"
+	DefaultPullParallelism = 2
+	DefaultPullTimeout     = 10 * time.Minute
+	DefaultPullBackoffBase = 10 * time.Second
+	DefaultPullBackoffMax  = 300 * time.Second
+	defaultStopGracePeriod = 30
+)
+
+func (c Config) withDefaults() Config {
+	if c.Endpoint == "" {
+		c.Endpoint = DefaultEndpoint
+	}
+	if c.PodLogDir == "" {
+		c.PodLogDir = DefaultPodLogDir
+	}
+	if c.PodDir == "" {
+		c.PodDir = DefaultPodDir
+	}
+	if c.CgroupRoot == "" {
+		c.CgroupRoot = DefaultCgroupRoot
+	}
+	if c.CgroupFS == "" {
+		c.CgroupFS = DefaultCgroupFS
+	}
+	if c.ConnectTimeout <= 0 {
+		c.ConnectTimeout = DefaultConnectTimeout
+	}
+	if c.RequestTimeout <= 0 {
+		c.RequestTimeout = DefaultRequestTimeout
+	}
+	if c.RuntimeRetryMin <= 0 {
+		c.RuntimeRetryMin = DefaultRetryMin
+	}
+	if c.RuntimeRetryMax < c.RuntimeRetryMin {
+		c.RuntimeRetryMax = DefaultRetryMax
+		if c.RuntimeRetryMax < c.RuntimeRetryMin {
+			c.RuntimeRetryMax = c.RuntimeRetryMin
+		}
+	}
+	if c.HealthInterval <= 0 {
+		c.HealthInterval = DefaultHealthInterval
+	}
+	if c.PullParallelism <= 0 {
+		c.PullParallelism = DefaultPullParallelism
+	}
+	if c.PullTimeout <= 0 {
+		c.PullTimeout = DefaultPullTimeout
+	}
+	if c.PullBackoffBase <= 0 {
+		c.PullBackoffBase = DefaultPullBackoffBase
+	}
+	if c.PullBackoffMax < c.PullBackoffBase {
+		c.PullBackoffMax = max(DefaultPullBackoffMax, c.PullBackoffBase)
+	}
+	if c.ResolvConf == "" {
+		c.ResolvConf = DefaultResolvConf
+	}
+	return c
+}

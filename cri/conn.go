@@ -1,0 +1,207 @@
+package cri
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"sync"
+	"time"
+
+	"github.com/go-logr/logr"
+	"github.com/rs/zerolog"
+	"google.golang.org/grpc/codes"
+	"google.golang.org/grpc/status"
+	internalapi "k8s.io/cri-api/pkg/apis"
+	criclient "k8s.io/cri-client/pkg"
+	"k8s.io/klog/v2"
+)
+
+// services is one live connection to the CRI runtime.
+type services struct {
+	runtime internalapi.RuntimeService
+	image   internalapi.ImageManagerService
+}
+
+// dialFunc opens a connection; swapped in unit tests.
+type dialFunc func(ctx context.Context, cfg Config) (*services, error)
+
+// connection keeps the CRI connection alive and says whether it is usable.
+type connection struct {
+	cfg  Config
+	log  zerolog.Logger
+	dial dialFunc
+
+	mu      sync.RWMutex
+	svc     *services
+	ready   bool
+	name    string
+	version string
+	changed chan struct{} // closed (and replaced) whenever ready or version changes
+
+	recheck chan struct{} // a call saw the runtime unavailable
+}
+
+func newConnection(cfg Config, log zerolog.Logger, dial dialFunc) *connection {
+	return &connection{
+		cfg:     cfg,
+		log:     log,
+		dial:    dial,
+		changed: make(chan struct{}),
+		recheck: make(chan struct{}, 1),
+	}
+}
+
+// quietContext keeps cri-client's klog output (it logs every failed call)
+// out of our logs; we log failures ourselves.
+func quietContext(ctx context.Context) context.Context {
+	return klog.NewContext(ctx, logr.Discard())
+}
+
+func dialCRI(ctx context.Context, cfg Config) (*services, error) {
+	ctx, cancel := context.WithTimeout(quietContext(ctx), cfg.ConnectTimeout)
+	defer cancel()
+	rt, err := criclient.NewRemoteRuntimeServiceBuilder().
+		WithEndpoint(cfg.Endpoint).
+		WithConnectionTimeout(cfg.RequestTimeout).
+		WithTracerProvider(nil).
+		Build(ctx)
+	if err != nil {
+		return nil, fmt.Errorf("connect runtime service %s: %w", cfg.Endpoint, err)
+	}
+	img, err := criclient.NewRemoteImageServiceBuilder().
+		WithEndpoint(cfg.Endpoint).
+		WithConnectionTimeout(cfg.RequestTimeout).
+		WithTracerProvider(nil).
+		Build(ctx)
+	if err != nil {
+		_ = rt.Close(ctx)
+		return nil, fmt.Errorf("connect image service %s: %w", cfg.Endpoint, err)
+	}
+	return &services{runtime: rt, image: img}, nil
+}
+
+// run connects, handshakes and re-checks until ctx ends, backing off
+// exponentially between failed attempts.
+func (c *connection) run(ctx context.Context) {
+	defer c.drop(context.WithoutCancel(ctx), errors.New("stopped"))
+	delay := c.cfg.RuntimeRetryMin
+	for {
+		err := c.check(ctx)
+		wait := c.cfg.HealthInterval
+		if err != nil {
+			c.drop(ctx, err)
+			wait = delay
+			c.log.Warn().Err(err).Str("endpoint", c.cfg.Endpoint).Dur("retryIn", wait).Msg("container runtime unreachable")
+			delay = min(delay*2, c.cfg.RuntimeRetryMax)
+		} else {
+			delay = c.cfg.RuntimeRetryMin
+		}
+		timer := time.NewTimer(wait)
+		select {
+		case <-ctx.Done():
+			timer.Stop()
+			return
+		case <-c.recheck:
+			timer.Stop()
+		case <-timer.C:
+		}
+	}
+}
+
+// check dials when needed and performs the version handshake.
+func (c *connection) check(ctx context.Context) error {
+	c.mu.RLock()
+	svc := c.svc
+	c.mu.RUnlock()
+	if svc == nil {
+		var err error
+		if svc, err = c.dial(ctx, c.cfg); err != nil {
+			return err
+		}
+		c.mu.Lock()
+		c.svc = svc
+		c.mu.Unlock()
+	}
+	vctx, cancel := context.WithTimeout(quietContext(ctx), c.cfg.ConnectTimeout)
+	defer cancel()
+	v, err := svc.runtime.Version(vctx, "v1")
+	if err != nil {
+		return fmt.Errorf("CRI version handshake with %s: %w", c.cfg.Endpoint, err)
+	}
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	if !c.ready || c.name != v.RuntimeName || c.version != v.RuntimeVersion {
+		c.ready, c.name, c.version = true, v.RuntimeName, v.RuntimeVersion
+		c.log.Info().Str("endpoint", c.cfg.Endpoint).Str("runtime", v.RuntimeName).
+			Str("version", v.RuntimeVersion).Str("criVersion", v.RuntimeApiVersion).Msg("container runtime ready")
+		c.signalLocked()
+	}
+	return nil
+}
+
+// drop forgets the connection so the next check dials afresh.
+func (c *connection) drop(ctx context.Context, reason error) {
+	c.mu.Lock()
+	svc := c.svc
+	c.svc = nil
+	wasReady := c.ready
+	c.ready = false
+	if wasReady {
+		c.log.Warn().Err(reason).Str("endpoint", c.cfg.Endpoint).Msg("container runtime not ready")
+		c.signalLocked()
+	}
+	c.mu.Unlock()
+	if svc != nil {
+		_ = svc.runtime.Close(quietContext(ctx))
+		_ = svc.image.Close(quietContext(ctx))
+	}
+}
+
+func (c *connection) signalLocked() {
+	close(c.changed)
+	c.changed = make(chan struct{})
+}
+
+func (c *connection) isReady() bool {
+	c.mu.RLock()
+	defer c.mu.RUnlock()
+	return c.ready
+}
+
+func (c *connection) info() (string, string) {
+	c.mu.RLock()
+	defer c.mu.RUnlock()
+	return c.name, c.version
+}
+
+func (c *connection) changes() <-chan struct{} {
+	c.mu.RLock()
+	defer c.mu.RUnlock()
+	return c.changed
+}
+
+// get returns the live services or an error wrapping ErrUnavailable.
+func (c *connection) get() (*services, error) {
+	c.mu.RLock()
+	defer c.mu.RUnlock()
+	if !c.ready || c.svc == nil {
+		return nil, fmt.Errorf("%w: %s is not connected", ErrUnavailable, c.cfg.Endpoint)
+	}
+	return c.svc, nil
+}
+
+// classify marks errors that mean the runtime went away and asks run to
+// re-check at once.
+func (c *connection) classify(err error) error {
+	if err == nil {
+		return nil
+	}
+	if code := status.Code(err); code == codes.Unavailable {
+		select {
+		case c.recheck <- struct{}{}:
+		default:
+		}
+		return fmt.Errorf("%w: %w", ErrUnavailable, err)
+	}
+	return err
+}

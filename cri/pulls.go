@@ -1,0 +1,267 @@
+package cri
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"strings"
+	"sync"
+	"time"
+
+	"k8s.io/client-go/util/flowcontrol"
+	runtimeapi "k8s.io/cri-api/pkg/apis/runtime/v1"
+	"k8s.io/utils/clock"
+)
+
+// ImagePulled is sent on the PLEG channel for each pod that waited on a
+// pull once the pull has ended, so the pod is synced again at once.
+const ImagePulled PodLifecycleEventType = "ImagePulled"
+
+// pullWork is one pull as the puller runs it: the image, the credentials to
+// try in order (nil: anonymous) and the sandbox config to pass along.
+type pullWork struct {
+	image   string
+	auths   []*runtimeapi.AuthConfig
+	sandbox *runtimeapi.PodSandboxConfig
+}
+
+// pullFunc pulls with one credential and returns the image reference and size.
+type pullFunc func(ctx context.Context, w pullWork, auth *runtimeapi.AuthConfig) (ref string, size uint64, err error)
+
+// imagePull is one pull in flight or just ended, shared by every pod that
+// needs the same image with the same credentials.
+type imagePull struct {
+	image    string
+	queued   time.Time // asked for
+	began    time.Time // got a pull slot
+	finished time.Time
+	done     chan struct{}
+	ref      string
+	size     uint64
+	err      error
+	waiters  map[string]bool // pod uids that have not yet seen the result
+}
+
+// pullFailure is the last failed pull of an image.
+type pullFailure struct {
+	at       time.Time
+	err      error
+	definite bool
+	told     map[string]bool // pods already told of this backoff
+}
+
+// imagePuller runs image pulls outside the pod syncs: a sync asks for an
+// image and returns at once while the pull runs in the background with
+// bounded parallelism and a deadline; the pods that wait are woken when it
+// ends. Failures back off per image (doubling from base to max, shared by
+// every pod using that image). It is owned by the Manager; stop ends it.
+type imagePuller struct {
+	pull    pullFunc
+	slots   chan struct{}
+	timeout time.Duration
+	clock   clock.Clock
+	backoff *flowcontrol.Backoff
+	wake    chan string
+
+	ctx    context.Context
+	cancel context.CancelFunc
+	wg     sync.WaitGroup
+
+	mu       sync.Mutex
+	pulls    map[string]*imagePull  // by image and credentials
+	failures map[string]pullFailure // by image
+}
+
+func newImagePuller(pull pullFunc, parallel int, timeout, base, maxDelay time.Duration, clk clock.Clock) *imagePuller {
+	if clk == nil {
+		clk = clock.RealClock{}
+	}
+	ctx, cancel := context.WithCancel(context.Background())
+	return &imagePuller{
+		pull: pull, slots: make(chan struct{}, max(parallel, 1)), timeout: timeout, clock: clk,
+		backoff: flowcontrol.NewFakeBackOff(base, maxDelay, clk), wake: make(chan string, 256),
+		ctx: ctx, cancel: cancel, pulls: map[string]*imagePull{}, failures: map[string]pullFailure{},
+	}
+}
+
+// stop cancels the pulls in flight and waits for them to end.
+func (p *imagePuller) stop() {
+	p.cancel()
+	p.wg.Wait()
+}
+
+// pullState is what one pod's sync learns about its image.
+type pullState int
+
+const (
+	pullStarted pullState = iota // a pull began (or the pod joined one); wait for the wake
+	pullWaiting                  // still pulling; already told
+	pullDone                     // result holds the pulled image
+	pullFailed                   // result holds the failure this pod has not seen yet
+	pullBackOff                  // the image is in backoff; wait
+)
+
+type pullResult struct {
+	state    pullState
+	pull     *imagePull
+	wait     time.Duration // pullBackOff: how long still
+	err      error         // pullFailed, pullBackOff: the registry's error
+	definite bool          // the error will not go away by retrying
+	announce bool          // pullBackOff: first time this pod hears of this backoff
+}
+
+// request says where pod uid stands with image (key: image and
+// credentials) and starts a pull when one is due.
+func (p *imagePuller) request(uid, key string, w pullWork) pullResult {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	now := p.clock.Now()
+	for k, pl := range p.pulls {
+		if pl.isDone() && len(pl.waiters) == 0 && now.Sub(pl.finished) > pullReuse {
+			delete(p.pulls, k)
+		}
+	}
+	if pl, ok := p.pulls[key]; ok {
+		if !pl.isDone() {
+			if pl.waiters[uid] {
+				return pullResult{state: pullWaiting, pull: pl}
+			}
+			pl.waiters[uid] = true
+			return pullResult{state: pullStarted, pull: pl}
+		}
+		waited := pl.waiters[uid]
+		delete(pl.waiters, uid)
+		switch {
+		case pl.err == nil && (waited || now.Sub(pl.finished) <= pullReuse):
+			return pullResult{state: pullDone, pull: pl}
+		case pl.err != nil && waited:
+			return pullResult{state: pullFailed, pull: pl, err: pl.err, definite: definitePullError(pl.err)}
+		}
+	}
+	if p.backoff.IsInBackOffSinceUpdate(w.image, now) {
+		f := p.failures[w.image]
+		wait := p.backoff.Get(w.image) - now.Sub(f.at)
+		announce := !f.told[uid]
+		if f.told != nil {
+			f.told[uid] = true
+		}
+		return pullResult{state: pullBackOff, wait: max(wait, 0), err: f.err, definite: f.definite, announce: announce}
+	}
+	if p.ctx.Err() != nil {
+		return pullResult{state: pullWaiting} // stopping: no new pulls
+	}
+	pl := &imagePull{image: w.image, queued: now, done: make(chan struct{}), waiters: map[string]bool{uid: true}}
+	p.pulls[key] = pl
+	p.wg.Add(1)
+	go p.run(pl, w)
+	return pullResult{state: pullStarted, pull: pl}
+}
+
+// pullReuse is how long a finished pull serves pods that did not wait on
+// it (the other containers of a pod using the same image, with Always).
+const pullReuse = 5 * time.Second
+
+func (pl *imagePull) isDone() bool {
+	select {
+	case <-pl.done:
+		return true
+	default:
+		return false
+	}
+}
+
+// take returns the finished, successful pull of image that pod uid waited
+// on, if any, and stops its wait (the pod found the image present first).
+func (p *imagePuller) take(uid, image string) *imagePull {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	for _, pl := range p.pulls {
+		if pl.image == image && pl.waiters[uid] && pl.isDone() && pl.err == nil {
+			delete(pl.waiters, uid)
+			return pl
+		}
+	}
+	return nil
+}
+
+// forget drops what pod uid waits for (the pod is gone).
+func (p *imagePuller) forget(uid string) {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	for _, pl := range p.pulls {
+		delete(pl.waiters, uid)
+	}
+}
+
+func (p *imagePuller) run(pl *imagePull, w pullWork) {
+	defer p.wg.Done()
+	var ref string
+	var size uint64
+	err := func() error {
+		select {
+		case p.slots <- struct{}{}:
+		case <-p.ctx.Done():
+			return p.ctx.Err()
+		}
+		defer func() { <-p.slots }()
+		p.mu.Lock()
+		pl.began = p.clock.Now()
+		p.mu.Unlock()
+		ctx, cancel := context.WithTimeout(p.ctx, p.timeout)
+		defer cancel()
+		var errs error
+		// As the kubelet: every matching credential in turn; anonymous
+		// only when none matches.
+		for _, auth := range w.auths {
+			var err error
+			if ref, size, err = p.pull(ctx, w, auth); err == nil {
+				return nil
+			}
+			if ctx.Err() == context.DeadlineExceeded {
+				err = fmt.Errorf("%w (pull deadline %s)", err, p.timeout)
+			}
+			errs = errors.Join(errs, err)
+		}
+		return errs
+	}()
+	p.mu.Lock()
+	now := p.clock.Now()
+	pl.finished, pl.ref, pl.size, pl.err = now, ref, size, err
+	if err != nil {
+		p.backoff.Next(w.image, now)
+		p.failures[w.image] = pullFailure{at: now, err: err, definite: definitePullError(err), told: map[string]bool{}}
+	} else {
+		p.backoff.Reset(w.image)
+		delete(p.failures, w.image)
+	}
+	p.backoff.GC()
+	close(pl.done)
+	waiters := make([]string, 0, len(pl.waiters))
+	for uid := range pl.waiters {
+		waiters = append(waiters, uid)
+	}
+	p.mu.Unlock()
+	for _, uid := range waiters {
+		select {
+		case p.wake <- uid:
+		default: // the waiter's own retry timer still comes
+		}
+	}
+}
+
+// definitePullError reports whether a pull failed in a way no retry cures
+// without a change (credentials, image name): the registry refused the
+// credentials or does not have the image. Anything else (connection
+// refused, timeouts, 5xx) is taken as transient.
+func definitePullError(err error) bool {
+	if errors.Is(err, context.Canceled) || errors.Is(err, context.DeadlineExceeded) || errors.Is(err, ErrUnavailable) {
+		return false
+	}
+	msg := strings.ToLower(err.Error())
+	for _, s := range []string{"401 unauthorized", "403 forbidden", "unauthorized", "denied", "manifest unknown", ": not found", "name unknown", "invalid reference format"} {
+		if strings.Contains(msg, s) {
+			return true
+		}
+	}
+	return false
+}

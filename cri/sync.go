@@ -1,0 +1,332 @@
+package cri
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"time"
+
+	v1 "k8s.io/api/core/v1"
+	runtimeapi "k8s.io/cri-api/pkg/apis/runtime/v1"
+)
+
+type noEvents struct{}
+
+func (noEvents) Event(*v1.Pod, string, string, string) {}
+
+// SyncPod moves pod towards its spec given its runtime status (from
+// GetPodStatus): it (re)creates the sandbox, kills changed containers, runs
+// init containers in order and starts app containers per restart policy,
+// gated by backoff. A container waiting in backoff yields a *BackoffError.
+func (m *Manager) SyncPod(ctx context.Context, pod *v1.Pod, status *PodStatus, objects ObjectSource, backoff RestartBackoff, events EventRecorder) (err error) {
+	if events == nil {
+		events = noEvents{}
+	}
+	scrub := m.scrubber(pod, objects)
+	events = scrubbingRecorder{next: events, s: scrub}
+	defer func() { err = scrubError(scrub, err) }()
+	if err := checkPodIdentity(string(pod.UID), pod.Name, pod.Namespace); err != nil {
+		events.Event(pod, v1.EventTypeWarning, "FailedCreatePodSandBox", "Failed to create pod sandbox: "+err.Error())
+		return podConfigErrors(pod, fmt.Errorf("sync pod %s/%s: %w", pod.Namespace, pod.Name, err))
+	}
+	svc, err := m.conn.get()
+	if err != nil {
+		return err
+	}
+	ctx = quietContext(ctx)
+	act := computePodActions(pod, status)
+	log := m.log.With().Str("pod", pod.Namespace+"/"+pod.Name).Str("uid", string(pod.UID)).Logger()
+
+	if act.KillPod {
+		log.Info().Str("reason", act.Reason).Msg("stopping pod")
+		if err := m.stopPod(ctx, svc, pod, status, nil, events); err != nil {
+			return fmt.Errorf("stop pod %s/%s (%s): %w", pod.Namespace, pod.Name, act.Reason, err)
+		}
+	}
+	if act.PodFailed {
+		return nil
+	}
+	for id, why := range act.ContainersToKill {
+		events.Event(pod, v1.EventTypeNormal, "Killing", fmt.Sprintf("Stopping container %s: %s", why.Name, why.Message))
+		if err := m.stopContainer(ctx, svc, id, gracePeriod(pod, nil)); err != nil {
+			return fmt.Errorf("stop container %s of pod %s/%s: %w", why.Name, pod.Namespace, pod.Name, err)
+		}
+	}
+	if !act.CreateSandbox && act.SandboxID == "" {
+		return nil
+	}
+	if act.NextInit < 0 && len(act.ContainersToStart) == 0 {
+		return nil
+	}
+
+	if err := checkHostUsers(pod); err != nil {
+		events.Event(pod, v1.EventTypeWarning, "FailedCreatePodSandBox", "Failed to create pod sandbox: "+err.Error())
+		return podConfigErrors(pod, fmt.Errorf("sync pod %s/%s: %w", pod.Namespace, pod.Name, err))
+	}
+	sandboxCfg, err := m.buildSandboxConfig(pod, act.SandboxAttempt)
+	if err != nil {
+		return fmt.Errorf("build sandbox config of pod %s/%s: %w", pod.Namespace, pod.Name, err)
+	}
+	// Before a new sandbox, and again for a live one (made before the
+	// limit was set, or with another) whenever containers are started.
+	if err := m.limitPodPids(string(pod.UID)); err != nil {
+		return fmt.Errorf("limit processes of pod %s/%s: %w", pod.Namespace, pod.Name, err)
+	}
+	sandboxID := act.SandboxID
+	if act.CreateSandbox {
+		if err := checkHostPorts(pod, hostProcNet); err != nil {
+			events.Event(pod, v1.EventTypeWarning, "FailedCreatePodSandBox", "Failed to create pod sandbox: "+err.Error())
+			return hostPortErrors(pod, err)
+		}
+		if err := m.createPodDirs(pod); err != nil {
+			return err
+		}
+		log.Info().Str("reason", act.Reason).Uint32("attempt", act.SandboxAttempt).Msg("creating sandbox")
+		sandboxID, err = svc.runtime.RunPodSandbox(ctx, sandboxCfg, "")
+		if err != nil {
+			err = m.conn.classify(err)
+			events.Event(pod, v1.EventTypeWarning, "FailedCreatePodSandBox", fmt.Sprintf("Failed to create pod sandbox: %v", err))
+			return fmt.Errorf("create sandbox of pod %s/%s: %w", pod.Namespace, pod.Name, err)
+		}
+	} else {
+		// Reuse the attempt of the live sandbox so the config matches it.
+		sandboxCfg.Metadata.Attempt = status.Sandboxes[0].Attempt
+	}
+	podIP, err := m.sandboxIP(ctx, svc, sandboxID)
+	if err != nil {
+		return fmt.Errorf("read sandbox of pod %s/%s: %w", pod.Namespace, pod.Name, err)
+	}
+	if err := m.pruneMounts(pod); err != nil {
+		log.Warn().Err(err).Msg("removing mounts the spec no longer uses")
+	}
+	volumes, err := m.prepareVolumes(pod, objects)
+	if err != nil {
+		events.Event(pod, v1.EventTypeWarning, "FailedMount", err.Error())
+		err = fmt.Errorf("set up volumes of pod %s/%s: %w", pod.Namespace, pod.Name, err)
+		if errors.Is(err, errRefused) {
+			return podConfigErrors(pod, err)
+		}
+		return err
+	}
+
+	start := func(c *v1.Container, init bool) error {
+		return m.startContainer(ctx, svc, startRequest{
+			pod: pod, container: c, init: init, status: status, sandboxID: sandboxID,
+			sandbox: sandboxCfg, podIP: podIP, volumes: volumes,
+			objects: objects, backoff: backoff, events: events,
+		})
+	}
+	if act.NextInit >= 0 {
+		return start(&pod.Spec.InitContainers[act.NextInit], true)
+	}
+	var errs []error
+	for _, i := range act.ContainersToStart {
+		if err := start(&pod.Spec.Containers[i], false); err != nil {
+			errs = append(errs, err)
+		}
+	}
+	return joinSyncErrors(errs)
+}
+
+// joinSyncErrors keeps a lone *BackoffError as is, so callers see it directly.
+func joinSyncErrors(errs []error) error {
+	if len(errs) == 1 {
+		return errs[0]
+	}
+	return errors.Join(errs...)
+}
+
+func gracePeriod(pod *v1.Pod, override *int64) int64 {
+	switch {
+	case override != nil:
+		return *override
+	case pod != nil && pod.Spec.TerminationGracePeriodSeconds != nil:
+		return *pod.Spec.TerminationGracePeriodSeconds
+	default:
+		return defaultStopGracePeriod
+	}
+}
+
+func (m *Manager) sandboxIP(ctx context.Context, svc *services, id string) (string, error) {
+	resp, err := svc.runtime.PodSandboxStatus(ctx, id, false)
+	if err != nil {
+		return "", fmt.Errorf("status of sandbox %s: %w", id, m.conn.classify(err))
+	}
+	return resp.GetStatus().GetNetwork().GetIp(), nil
+}
+
+type startRequest struct {
+	pod       *v1.Pod
+	container *v1.Container
+	init      bool
+	status    *PodStatus
+	sandboxID string
+	sandbox   *runtimeapi.PodSandboxConfig
+	podIP     string
+	volumes   map[string]string
+	objects   ObjectSource
+	backoff   RestartBackoff
+	events    EventRecorder
+}
+
+// startContainer creates and starts the next attempt of one container,
+// unless its crash-loop backoff says to wait.
+func (m *Manager) startContainer(ctx context.Context, svc *services, r startRequest) error {
+	pod, c := r.pod, r.container
+	restartCount := 0
+	if prev := latestByName(r.status, r.init)[c.Name]; prev != nil {
+		restartCount = prev.RestartCount + 1
+		if prev.State == ContainerExited && r.backoff != nil {
+			key := BackoffKey(pod, c.Name)
+			if wait, d := r.backoff.InBackoff(key, prev.FinishedAt); wait {
+				be := &BackoffError{Container: c.Name, Wait: d}
+				// The wait stays out of the event message (as in kubelet), so each
+				// crash counts into the same event instead of a new one per delay.
+				r.events.Event(pod, v1.EventTypeWarning, "BackOff",
+					fmt.Sprintf("Back-off restarting failed container %s in pod %s/%s", c.Name, pod.Namespace, pod.Name))
+				return be
+			}
+		}
+	}
+	what := fmt.Sprintf("container %s of pod %s/%s", c.Name, pod.Namespace, pod.Name)
+	fail := func(reason string, err error) error {
+		return &ContainerError{Container: c.Name, Reason: reason, Err: err}
+	}
+	imageRef, err := m.ensureImage(ctx, svc, pod, c, r.sandbox, r.objects, r.events)
+	if err != nil {
+		var ce *ContainerError
+		if errors.As(err, &ce) {
+			ce.Err = fmt.Errorf("%s: %w", what, ce.Err)
+			return ce
+		}
+		reason := "ErrImagePull"
+		switch {
+		case errors.Is(err, ErrImageNeverPull):
+			reason = "ErrImageNeverPull"
+		case errors.Is(err, ErrUnavailable):
+			reason = "ContainerCreating"
+		}
+		return fail(reason, fmt.Errorf("%s: %w", what, err))
+	}
+	m.imageUse.record(imageRef, time.Now())
+	// The restart counts once the image is there: a pull in flight or in
+	// backoff does not use up a crash-loop step.
+	if prev := latestByName(r.status, r.init)[c.Name]; prev != nil && prev.State == ContainerExited && r.backoff != nil {
+		r.backoff.Next(BackoffKey(pod, c.Name), prev.FinishedAt)
+	}
+	configError := func(err error) error {
+		r.events.Event(pod, v1.EventTypeWarning, "Failed", fmt.Sprintf("Error: %v", err))
+		return fail("CreateContainerConfigError", fmt.Errorf("%s: %w", what, err))
+	}
+	env, err := resolveEnv(pod, c, r.podIP, r.objects)
+	if err != nil {
+		return configError(fmt.Errorf("resolve environment: %w", err))
+	}
+	imageUID, imageUser, err := m.imageUser(ctx, svc, imageRef)
+	if err != nil {
+		return fail("CreateContainerConfigError", fmt.Errorf("%s: %w", what, err))
+	}
+	if err := checkRunAsNonRoot(pod, c, imageUID, imageUser); err != nil {
+		return configError(err)
+	}
+	mounts, err := m.containerMounts(pod, c, r.volumes, env)
+	if err != nil {
+		return configError(err)
+	}
+	cfg, err := m.buildContainerConfig(pod, c, containerParams{
+		restartCount: restartCount, init: r.init, podIP: r.podIP, imageRef: imageRef, mounts: mounts, env: env,
+	}, r.objects)
+	if err != nil {
+		r.events.Event(pod, v1.EventTypeWarning, "Failed", fmt.Sprintf("Error: %v", err))
+		return fail("CreateContainerConfigError", fmt.Errorf("build config of %s: %w", what, err))
+	}
+	id, err := svc.runtime.CreateContainer(ctx, r.sandboxID, cfg, r.sandbox)
+	if err != nil {
+		err = m.conn.classify(err)
+		r.events.Event(pod, v1.EventTypeWarning, "Failed", fmt.Sprintf("Error: %v", err))
+		return fail("CreateContainerError", fmt.Errorf("create %s: %w", what, err))
+	}
+	r.events.Event(pod, v1.EventTypeNormal, "Created", "Created container "+c.Name)
+	if err := svc.runtime.StartContainer(ctx, id); err != nil {
+		err = m.conn.classify(err)
+		r.events.Event(pod, v1.EventTypeWarning, "Failed", fmt.Sprintf("Error: %v", err))
+		return fail("RunContainerError", fmt.Errorf("start %s: %w", what, err))
+	}
+	r.events.Event(pod, v1.EventTypeNormal, "Started", "Started container "+c.Name)
+	m.log.Debug().Str("pod", pod.Namespace+"/"+pod.Name).Str("container", c.Name).Int("restartCount", restartCount).Msg("container started")
+	return nil
+}
+
+// imageUser is the user the image runs as: a uid, or a name the image
+// does not map to one; neither set means root.
+func (m *Manager) imageUser(ctx context.Context, svc *services, imageRef string) (*int64, string, error) {
+	resp, err := svc.image.ImageStatus(ctx, &runtimeapi.ImageSpec{Image: imageRef}, false)
+	if err != nil {
+		return nil, "", fmt.Errorf("read the user of image %s: %w", imageRef, m.conn.classify(err))
+	}
+	img := resp.GetImage()
+	if img == nil {
+		return nil, "", fmt.Errorf("read the user of image %s: image not found", imageRef)
+	}
+	if uid := img.GetUid(); uid != nil {
+		v := uid.GetValue()
+		return &v, "", nil
+	}
+	return nil, img.GetUsername(), nil
+}
+
+// hostPortErrors reports a refused hostPort on each container declaring
+// it, so each container's waiting state names the port.
+func hostPortErrors(pod *v1.Pod, err error) error {
+	var inUse *HostPortInUseError
+	if !errors.As(err, &inUse) {
+		return fmt.Errorf("check hostPorts of pod %s/%s: %w", pod.Namespace, pod.Name, err)
+	}
+	var errs []error
+	for _, c := range pod.Spec.Containers {
+		for _, p := range c.Ports {
+			proto := string(p.Protocol)
+			if proto == "" {
+				proto = string(v1.ProtocolTCP)
+			}
+			if p.HostPort == inUse.Port && proto == inUse.Protocol {
+				errs = append(errs, &ContainerError{Container: c.Name, Reason: "CreateContainerConfigError",
+					Err: fmt.Errorf("container %s of pod %s/%s: %w", c.Name, pod.Namespace, pod.Name, err)})
+			}
+		}
+	}
+	return joinSyncErrors(errs)
+}
+
+// podConfigErrors reports err on every container of the pod (the next to
+// run), so each waiting state says why none can start.
+func podConfigErrors(pod *v1.Pod, err error) error {
+	var errs []error
+	for _, list := range [][]v1.Container{pod.Spec.InitContainers, pod.Spec.Containers} {
+		for _, c := range list {
+			errs = append(errs, &ContainerError{Container: c.Name, Reason: "CreateContainerConfigError", Err: err})
+		}
+	}
+	return joinSyncErrors(errs)
+}
+
+// stopContainer stops one container, giving it grace seconds after SIGTERM.
+func (m *Manager) stopContainer(ctx context.Context, svc *services, id string, grace int64) error {
+	ctx, cancel := context.WithTimeout(ctx, time.Duration(grace)*time.Second+m.cfg.RequestTimeout)
+	defer cancel()
+	if err := svc.runtime.StopContainer(ctx, id, grace); err != nil && !isNotFound(err) {
+		return m.conn.classify(err)
+	}
+	return nil
+}
+
+// checkHostUsers refuses a pod that asks for a user namespace: the CRI
+// config mqlet sends has none, so its containers would run with the
+// host's uids while admission (the Pod Security Standards) relaxed
+// runAsNonRoot, runAsUser and procMount for it.
+func checkHostUsers(pod *v1.Pod) error {
+	if pod.Spec.HostUsers != nil && !*pod.Spec.HostUsers {
+		return fmt.Errorf("hostUsers: false is not supported: this node runs no pod in a user namespace: %w", errRefused)
+	}
+	return nil
+}
