@@ -12,7 +12,9 @@ import (
 	apiv1 "github.com/mqlet/mqlet/api/v1"
 )
 
-func (in *Intake) get(id string, payload []byte) {
+// handleGet answers with desired objects and the status of pods.
+func (in *Intake) handleGet(r request) {
+	id, payload := r.id, r.payload
 	var args apiv1.GetRequest
 	if len(strings.TrimSpace(string(payload))) > 0 {
 		if err := manifest.DecodeArgs(payload, &args); err != nil {
