@@ -88,16 +88,19 @@ func (in *Intake) applyObjects(id string, payload []byte, replaceAll bool) {
 		}
 	}
 	_ = in.replies.Send(apiv1.Reply{RequestID: id, Verb: verb, Phase: apiv1.Accepted, Message: "stored: " + strings.Join(summary, ", "), Result: results})
-	in.tracker.Add(id, verb, want, in.now().Add(in.opts.ApplyDeadline))
 	keys := sortedKeys(want)
+	// in_progress goes out before the tracker hears of the request: the
+	// tracker may answer it at once (a re-apply of a running pod), and no
+	// reply may follow the final one.
+	if len(keys) > 0 {
+		_ = in.replies.Send(apiv1.Reply{RequestID: id, Verb: verb, Phase: apiv1.InProgress, Message: "waiting for " + strings.Join(keys, ", ")})
+	}
+	in.tracker.Add(id, verb, want, in.now().Add(in.opts.ApplyDeadline))
 	for _, key := range keys {
 		in.pods.Enqueue(key)
 	}
 	for _, pod := range created {
 		in.events.Event(pod, v1.EventTypeNormal, "Scheduled", "Successfully assigned "+pod.Namespace+"/"+pod.Name+" to "+in.opts.Topics.Node)
-	}
-	if len(keys) > 0 {
-		_ = in.replies.Send(apiv1.Reply{RequestID: id, Verb: verb, Phase: apiv1.InProgress, Message: "waiting for " + strings.Join(keys, ", ")})
 	}
 }
 

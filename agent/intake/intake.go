@@ -143,10 +143,8 @@ func (in *Intake) Handle(cmd Command) {
 	in.received.Add(1)
 	topicName, payload := cmd.Topic, cmd.Payload
 	verb, id, err := in.opts.Topics.ParseCommand(topicName)
-	if id == "" {
-		id = DeriveRequestID(topicName, payload)
-	}
-	if err != nil && apiv1.ValidateRequestID(id) != nil {
+	derived := id == ""
+	if derived {
 		id = DeriveRequestID(topicName, payload)
 	}
 	log := in.log.With().Str("requestId", id).Str("verb", verb).Logger()
@@ -173,6 +171,16 @@ func (in *Intake) Handle(cmd Command) {
 	if err != nil {
 		in.fail(id, verb, fmt.Errorf("bad command topic %q: %w", topicName, err))
 		return
+	}
+	// A command without a request id is named by its topic and payload, so
+	// a deliberate repeat (the same delete after the pod was applied again)
+	// gets the first one's id: only the broker's redelivery (the DUP flag)
+	// is the same command, answered from the record; a repeat runs again
+	// under that id, and its replies replace the record.
+	// One that stopped the agent keeps its answer: it must not crash it twice.
+	if handled && derived && !cmd.Duplicate && !stoppedAgent(recorded) {
+		log.Info().Msg("repeat of a command without a request id; running it again")
+		handled = false
 	}
 	if handled {
 		log.Info().Msg("request already handled; answering again")
@@ -259,6 +267,13 @@ func (in *Intake) Recover(marks []string) {
 // Stats returns how many commands were received and rejected.
 func (in *Intake) Stats() (received, rejected uint64) {
 	return in.received.Load(), in.rejected.Load()
+}
+
+// stoppedAgent reports whether a recorded reply is Recover's answer to a
+// command that was being handled when the agent died.
+func stoppedAgent(recorded []byte) bool {
+	r, err := apiv1.DecodeReply(recorded)
+	return err == nil && r.Phase == apiv1.Failed && r.Message == MsgStoppedAgent
 }
 
 // DeriveRequestID names a request that came without an id: the same topic
