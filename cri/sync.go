@@ -99,7 +99,6 @@ func (m *Manager) SyncPod(ctx context.Context, in SyncInput) (err error) {
 		log.Info().Str("reason", act.reasonText()).Uint32("attempt", act.SandboxAttempt).Msg("creating sandbox")
 		sandboxID, err = svc.runtime.RunPodSandbox(ctx, sandboxCfg, "")
 		if err != nil {
-			err = m.conn.classify(err)
 			events.Event(pod, v1.EventTypeWarning, "FailedCreatePodSandBox", fmt.Sprintf("Failed to create pod sandbox: %v", err))
 			return fmt.Errorf("create sandbox of pod %s/%s: %w", pod.Namespace, pod.Name, err)
 		}
@@ -165,7 +164,7 @@ func gracePeriod(pod *v1.Pod, override *int64) int64 {
 func (m *Manager) sandboxIP(ctx context.Context, svc *services, id string) (string, error) {
 	resp, err := svc.runtime.PodSandboxStatus(ctx, id, false)
 	if err != nil {
-		return "", fmt.Errorf("status of sandbox %s: %w", id, m.conn.classify(err))
+		return "", fmt.Errorf("status of sandbox %s: %w", id, err)
 	}
 	return resp.GetStatus().GetNetwork().GetIp(), nil
 }
@@ -257,13 +256,11 @@ func (m *Manager) startContainer(ctx context.Context, svc *services, r startRequ
 	}
 	id, err := svc.runtime.CreateContainer(ctx, r.sandboxID, cfg, r.sandbox)
 	if err != nil {
-		err = m.conn.classify(err)
 		r.events.Event(pod, v1.EventTypeWarning, "Failed", fmt.Sprintf("Error: %v", err))
 		return fail("CreateContainerError", fmt.Errorf("create %s: %w", what, err))
 	}
 	r.events.Event(pod, v1.EventTypeNormal, "Created", "Created container "+c.Name)
 	if err := svc.runtime.StartContainer(ctx, id); err != nil {
-		err = m.conn.classify(err)
 		r.events.Event(pod, v1.EventTypeWarning, "Failed", fmt.Sprintf("Error: %v", err))
 		return fail("RunContainerError", fmt.Errorf("start %s: %w", what, err))
 	}
@@ -277,7 +274,7 @@ func (m *Manager) startContainer(ctx context.Context, svc *services, r startRequ
 func (m *Manager) imageUser(ctx context.Context, svc *services, imageRef string) (*int64, string, error) {
 	resp, err := svc.image.ImageStatus(ctx, &runtimeapi.ImageSpec{Image: imageRef}, false)
 	if err != nil {
-		return nil, "", fmt.Errorf("read the user of image %s: %w", imageRef, m.conn.classify(err))
+		return nil, "", fmt.Errorf("read the user of image %s: %w", imageRef, err)
 	}
 	img := resp.GetImage()
 	if img == nil {
@@ -325,12 +322,11 @@ func podConfigErrors(pod *v1.Pod, err error) error {
 	return joinSyncErrors(errs)
 }
 
-// stopContainer stops one container, giving it grace seconds after SIGTERM.
+// stopContainer stops one container, giving it grace seconds after SIGTERM
+// (the call's deadline grows by as much: see instrumentedRuntime).
 func (m *Manager) stopContainer(ctx context.Context, svc *services, id string, grace int64) error {
-	ctx, cancel := context.WithTimeout(ctx, time.Duration(grace)*time.Second+m.cfg.RequestTimeout)
-	defer cancel()
 	if err := svc.runtime.StopContainer(ctx, id, grace); err != nil && !isNotFound(err) {
-		return m.conn.classify(err)
+		return err
 	}
 	return nil
 }
