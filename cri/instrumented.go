@@ -263,7 +263,9 @@ func (r *instrumentedRuntime) GetContainerEvents(ctx context.Context, ch chan *r
 }
 
 // Close ends the client's connection; it is no CRI call.
-func (r *instrumentedRuntime) Close(ctx context.Context) error { return r.next.Close(quietContext(ctx)) }
+func (r *instrumentedRuntime) Close(ctx context.Context) error {
+	return r.next.Close(quietContext(ctx))
+}
 
 type instrumentedImage struct {
 	next imageClient
