@@ -9,17 +9,16 @@ import (
 
 	"github.com/go-logr/logr"
 	"github.com/rs/zerolog"
-	"google.golang.org/grpc/codes"
-	"google.golang.org/grpc/status"
-	internalapi "k8s.io/cri-api/pkg/apis"
 	criclient "k8s.io/cri-client/pkg"
 	"k8s.io/klog/v2"
 )
 
-// services is one live connection to the CRI runtime.
+// services is one live connection to the CRI runtime. The connection
+// hands it out wrapped (see instrumented.go): every call through it has a
+// deadline, a classified error, a log line and a count.
 type services struct {
-	runtime internalapi.RuntimeService
-	image   internalapi.ImageManagerService
+	runtime runtimeClient
+	image   imageClient
 }
 
 // dialFunc opens a connection; swapped in unit tests.
@@ -39,15 +38,26 @@ type connection struct {
 	changed chan struct{} // closed (and replaced) whenever ready or version changes
 
 	recheck chan struct{} // a call saw the runtime unavailable
+	instr   *instrumentation
 }
 
 func newConnection(cfg Config, log zerolog.Logger, dial dialFunc) *connection {
-	return &connection{
+	c := &connection{
 		cfg:     cfg,
 		log:     log,
 		dial:    dial,
 		changed: make(chan struct{}),
 		recheck: make(chan struct{}, 1),
+	}
+	c.instr = newInstrumentation(cfg, log, c.askRecheck)
+	return c
+}
+
+// askRecheck makes run check the runtime now (a call found it unavailable).
+func (c *connection) askRecheck() {
+	select {
+	case c.recheck <- struct{}{}:
+	default:
 	}
 }
 
@@ -90,6 +100,12 @@ func (c *connection) run(ctx context.Context) {
 		wait := c.cfg.HealthInterval
 		if err != nil {
 			c.drop(ctx, err)
+			// The failed handshake itself asked for a re-check: the
+			// backoff decides when the next one is.
+			select {
+			case <-c.recheck:
+			default:
+			}
 			wait = delay
 			c.log.Warn().Err(err).Str("endpoint", c.cfg.Endpoint).Dur("retryIn", wait).Msg("container runtime unreachable")
 			delay = min(delay*2, c.cfg.RuntimeRetryMax)
@@ -114,15 +130,16 @@ func (c *connection) check(ctx context.Context) error {
 	svc := c.svc
 	c.mu.RUnlock()
 	if svc == nil {
-		var err error
-		if svc, err = c.dial(ctx, c.cfg); err != nil {
+		raw, err := c.dial(ctx, c.cfg)
+		if err != nil {
 			return err
 		}
+		svc = c.instr.wrap(raw)
 		c.mu.Lock()
 		c.svc = svc
 		c.mu.Unlock()
 	}
-	vctx, cancel := context.WithTimeout(quietContext(ctx), c.cfg.ConnectTimeout)
+	vctx, cancel := context.WithTimeout(ctx, c.cfg.ConnectTimeout)
 	defer cancel()
 	v, err := svc.runtime.Version(vctx, "v1")
 	if err != nil {
@@ -152,8 +169,8 @@ func (c *connection) drop(ctx context.Context, reason error) {
 	}
 	c.mu.Unlock()
 	if svc != nil {
-		_ = svc.runtime.Close(quietContext(ctx))
-		_ = svc.image.Close(quietContext(ctx))
+		_ = svc.runtime.Close(ctx)
+		_ = svc.image.Close(ctx)
 	}
 }
 
@@ -188,20 +205,4 @@ func (c *connection) get() (*services, error) {
 		return nil, fmt.Errorf("%w: %s is not connected", ErrUnavailable, c.cfg.Endpoint)
 	}
 	return c.svc, nil
-}
-
-// classify marks errors that mean the runtime went away and asks run to
-// re-check at once.
-func (c *connection) classify(err error) error {
-	if err == nil {
-		return nil
-	}
-	if code := status.Code(err); code == codes.Unavailable {
-		select {
-		case c.recheck <- struct{}{}:
-		default:
-		}
-		return fmt.Errorf("%w: %w", ErrUnavailable, err)
-	}
-	return err
 }

@@ -28,11 +28,11 @@ func (m *Manager) ContainerFilesystems(ctx context.Context) (map[string]Containe
 	qctx := quietContext(ctx)
 	containers, err := svc.runtime.ListContainers(qctx, &runtimeapi.ContainerFilter{LabelSelector: managedSelector()})
 	if err != nil {
-		return nil, fmt.Errorf("list containers for disk usage: %w", m.conn.classify(err))
+		return nil, fmt.Errorf("list containers for disk usage: %w", err)
 	}
 	stats, err := svc.runtime.ListContainerStats(qctx, &runtimeapi.ContainerStatsFilter{LabelSelector: managedSelector()})
 	if err != nil {
-		return nil, fmt.Errorf("list container stats: %w", m.conn.classify(err))
+		return nil, fmt.Errorf("list container stats: %w", err)
 	}
 	byID := make(map[string]*runtimeapi.ContainerStats, len(stats))
 	for _, s := range stats {

@@ -62,7 +62,7 @@ func (m *Manager) GarbageCollect(ctx context.Context, policy GCPolicy, isDesired
 func (m *Manager) gcContainers(ctx context.Context, svc *services, policy GCPolicy, isDesired func(string) bool) error {
 	containers, err := svc.runtime.ListContainers(ctx, &runtimeapi.ContainerFilter{LabelSelector: managedSelector()})
 	if err != nil {
-		return fmt.Errorf("gc: list containers: %w", m.conn.classify(err))
+		return fmt.Errorf("gc: list containers: %w", err)
 	}
 	groups := map[string][]*runtimeapi.Container{}
 	for _, c := range containers {
@@ -91,7 +91,7 @@ func (m *Manager) gcContainers(ctx context.Context, svc *services, policy GCPoli
 				continue
 			}
 			if err := svc.runtime.RemoveContainer(ctx, c.Id); err != nil && !isNotFound(err) {
-				errs = append(errs, fmt.Errorf("gc: remove container %s: %w", c.Id, m.conn.classify(err)))
+				errs = append(errs, fmt.Errorf("gc: remove container %s: %w", c.Id, err))
 			}
 		}
 	}
@@ -101,11 +101,11 @@ func (m *Manager) gcContainers(ctx context.Context, svc *services, policy GCPoli
 func (m *Manager) gcSandboxes(ctx context.Context, svc *services, isDesired func(string) bool) error {
 	sandboxes, err := svc.runtime.ListPodSandbox(ctx, &runtimeapi.PodSandboxFilter{LabelSelector: managedSelector()})
 	if err != nil {
-		return fmt.Errorf("gc: list sandboxes: %w", m.conn.classify(err))
+		return fmt.Errorf("gc: list sandboxes: %w", err)
 	}
 	containers, err := svc.runtime.ListContainers(ctx, &runtimeapi.ContainerFilter{LabelSelector: managedSelector()})
 	if err != nil {
-		return fmt.Errorf("gc: list containers: %w", m.conn.classify(err))
+		return fmt.Errorf("gc: list containers: %w", err)
 	}
 	inUse := map[string]bool{}
 	alive := map[string]bool{} // sandboxes with a container not yet exited
@@ -153,7 +153,7 @@ func (m *Manager) gcPodDirs(ctx context.Context, svc *services, isDesired func(s
 	present := map[string]bool{}
 	sandboxes, err := svc.runtime.ListPodSandbox(ctx, &runtimeapi.PodSandboxFilter{LabelSelector: managedSelector()})
 	if err != nil {
-		return fmt.Errorf("gc: list sandboxes: %w", m.conn.classify(err))
+		return fmt.Errorf("gc: list sandboxes: %w", err)
 	}
 	for _, sb := range sandboxes {
 		present[sb.Labels[LabelPodUID]] = true
@@ -203,7 +203,7 @@ func (m *Manager) gcImages(ctx context.Context, svc *services, policy GCPolicy) 
 	}
 	fs, err := svc.image.ImageFsInfo(ctx)
 	if err != nil {
-		return fmt.Errorf("gc: image filesystem info: %w", m.conn.classify(err))
+		return fmt.Errorf("gc: image filesystem info: %w", err)
 	}
 	if len(fs.GetImageFilesystems()) == 0 {
 		return nil
@@ -220,7 +220,7 @@ func (m *Manager) gcImages(ctx context.Context, svc *services, policy GCPolicy) 
 	// Images used by any container of any client stay.
 	containers, err := svc.runtime.ListContainers(ctx, nil)
 	if err != nil {
-		return fmt.Errorf("gc: list containers: %w", m.conn.classify(err))
+		return fmt.Errorf("gc: list containers: %w", err)
 	}
 	used1 := map[string]bool{}
 	for _, c := range containers {
@@ -238,7 +238,7 @@ func (m *Manager) gcImages(ctx context.Context, svc *services, policy GCPolicy) 
 	}
 	images, err := svc.image.ListImages(ctx, nil)
 	if err != nil {
-		return fmt.Errorf("gc: list images: %w", m.conn.classify(err))
+		return fmt.Errorf("gc: list images: %w", err)
 	}
 	now := time.Now()
 	var candidates []*runtimeapi.Image
@@ -260,7 +260,7 @@ func (m *Manager) gcImages(ctx context.Context, svc *services, policy GCPolicy) 
 		}
 		m.log.Info().Strs("tags", img.RepoTags).Uint64("bytes", img.Size).Msg("removing unused image")
 		if err := svc.image.RemoveImage(ctx, &runtimeapi.ImageSpec{Image: img.Id}); err != nil && !isNotFound(err) {
-			errs = append(errs, fmt.Errorf("gc: remove image %s: %w", img.Id, m.conn.classify(err)))
+			errs = append(errs, fmt.Errorf("gc: remove image %s: %w", img.Id, err))
 			continue
 		}
 		used -= int64(img.Size)

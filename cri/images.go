@@ -48,7 +48,7 @@ func (m *Manager) ensureImage(ctx context.Context, svc *services, pod *v1.Pod, c
 	if policy != v1.PullAlways {
 		resp, err := svc.image.ImageStatus(ctx, spec, false)
 		if err != nil {
-			return "", fmt.Errorf("check image %q: %w", c.Image, m.conn.classify(err))
+			return "", fmt.Errorf("check image %q: %w", c.Image, err)
 		}
 		if img := resp.GetImage(); img != nil {
 			if pl := m.puller.take(string(pod.UID), c.Image); pl != nil {
@@ -113,7 +113,7 @@ func (m *Manager) pullImage(ctx context.Context, w pullWork, auth *runtimeapi.Au
 	ctx = quietContext(ctx)
 	ref, err := svc.image.PullImage(ctx, &runtimeapi.ImageSpec{Image: w.image}, auth, w.sandbox)
 	if err != nil {
-		return "", 0, m.conn.classify(err)
+		return "", 0, err
 	}
 	var size uint64
 	if resp, err := svc.image.ImageStatus(ctx, &runtimeapi.ImageSpec{Image: ref}, false); err == nil {
@@ -214,7 +214,7 @@ func (m *Manager) NodeImages(ctx context.Context) ([]v1.ContainerImage, error) {
 	}
 	images, err := svc.image.ListImages(quietContext(ctx), nil)
 	if err != nil {
-		return nil, fmt.Errorf("list images: %w", m.conn.classify(err))
+		return nil, fmt.Errorf("list images: %w", err)
 	}
 	out := make([]v1.ContainerImage, 0, len(images))
 	for _, img := range images {

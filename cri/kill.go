@@ -67,7 +67,7 @@ func (m *Manager) stopPod(ctx context.Context, svc *services, pod *v1.Pod, statu
 			continue
 		}
 		if err := svc.runtime.StopPodSandbox(ctx, sb.ID); err != nil && !isNotFound(err) {
-			return fmt.Errorf("stop sandbox %s: %w", sb.ID, m.conn.classify(err))
+			return fmt.Errorf("stop sandbox %s: %w", sb.ID, err)
 		}
 	}
 	return nil
@@ -136,7 +136,7 @@ func (m *Manager) killPod(ctx context.Context, pod *v1.Pod, uid, name, namespace
 func (m *Manager) removePodRuntimeObjects(ctx context.Context, svc *services, status *PodStatus) error {
 	for _, c := range status.Containers {
 		if err := svc.runtime.RemoveContainer(ctx, c.ID); err != nil && !isNotFound(err) {
-			return fmt.Errorf("remove container %s: %w", c.Name, m.conn.classify(err))
+			return fmt.Errorf("remove container %s: %w", c.Name, err)
 		}
 	}
 	for _, sb := range status.Sandboxes {
@@ -149,10 +149,10 @@ func (m *Manager) removePodRuntimeObjects(ctx context.Context, svc *services, st
 
 func (m *Manager) removeSandbox(ctx context.Context, svc *services, id string) error {
 	if err := svc.runtime.StopPodSandbox(ctx, id); err != nil && !isNotFound(err) {
-		return fmt.Errorf("stop sandbox %s: %w", id, m.conn.classify(err))
+		return fmt.Errorf("stop sandbox %s: %w", id, err)
 	}
 	if err := svc.runtime.RemovePodSandbox(ctx, id); err != nil && !isNotFound(err) {
-		return fmt.Errorf("remove sandbox %s: %w", id, m.conn.classify(err))
+		return fmt.Errorf("remove sandbox %s: %w", id, err)
 	}
 	return nil
 }

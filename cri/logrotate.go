@@ -43,7 +43,7 @@ func (m *Manager) RotateLogs(ctx context.Context, r LogRotation) error {
 		State:         &runtimeapi.ContainerStateValue{State: runtimeapi.ContainerState_CONTAINER_RUNNING},
 	})
 	if err != nil {
-		return fmt.Errorf("list containers to rotate logs: %w", m.conn.classify(err))
+		return fmt.Errorf("list containers to rotate logs: %w", err)
 	}
 	var errs []error
 	for _, c := range containers {
@@ -85,7 +85,7 @@ func (m *Manager) rotateLog(ctx context.Context, svc *services, id, path string,
 	if err := svc.runtime.ReopenContainerLog(ctx, id); err != nil {
 		// The runtime still writes the renamed file: put it back.
 		_ = os.Rename(rotated, path)
-		return fmt.Errorf("reopen: %w", m.conn.classify(err))
+		return fmt.Errorf("reopen: %w", err)
 	}
 	old, err := filepath.Glob(path + ".*")
 	if err != nil {

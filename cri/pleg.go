@@ -119,13 +119,11 @@ func (r *relister) relist(ctx context.Context) {
 	qctx := quietContext(ctx)
 	list, err := svc.runtime.ListContainers(qctx, &runtimeapi.ContainerFilter{LabelSelector: managedSelector()})
 	if err != nil {
-		r.m.conn.classify(err)
 		r.m.log.Debug().Err(err).Msg("PLEG relist containers")
 		return
 	}
 	sbs, err := svc.runtime.ListPodSandbox(qctx, &runtimeapi.PodSandboxFilter{LabelSelector: managedSelector()})
 	if err != nil {
-		r.m.conn.classify(err)
 		r.m.log.Debug().Err(err).Msg("PLEG relist sandboxes")
 		return
 	}

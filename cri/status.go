@@ -22,11 +22,11 @@ func (m *Manager) GetPodStatus(ctx context.Context, uid, name, namespace string)
 	qctx := quietContext(ctx)
 	sandboxes, err := svc.runtime.ListPodSandbox(qctx, &runtimeapi.PodSandboxFilter{LabelSelector: podSelector(uid)})
 	if err != nil {
-		return nil, fmt.Errorf("list sandboxes of pod %s/%s: %w", namespace, name, m.conn.classify(err))
+		return nil, fmt.Errorf("list sandboxes of pod %s/%s: %w", namespace, name, err)
 	}
 	containers, err := svc.runtime.ListContainers(qctx, &runtimeapi.ContainerFilter{LabelSelector: podSelector(uid)})
 	if err != nil {
-		return nil, fmt.Errorf("list containers of pod %s/%s: %w", namespace, name, m.conn.classify(err))
+		return nil, fmt.Errorf("list containers of pod %s/%s: %w", namespace, name, err)
 	}
 	st := &PodStatus{UID: uid, Name: name, Namespace: namespace}
 	for _, sb := range sandboxes {
@@ -43,7 +43,7 @@ func (m *Manager) GetPodStatus(ctx context.Context, uid, name, namespace string)
 				continue // removed since the listing
 			}
 			if err != nil {
-				return nil, fmt.Errorf("status of sandbox %s of pod %s/%s: %w", sb.Id, namespace, name, m.conn.classify(err))
+				return nil, fmt.Errorf("status of sandbox %s of pod %s/%s: %w", sb.Id, namespace, name, err)
 			}
 			if n := resp.GetStatus().GetNetwork(); n != nil {
 				s.IP = n.Ip
@@ -96,7 +96,7 @@ func (m *Manager) containerStatus(ctx context.Context, svc *services, c *runtime
 		if isNotFound(err) {
 			return nil, nil
 		}
-		return nil, m.conn.classify(err)
+		return nil, err
 	}
 	s := resp.GetStatus()
 	if s == nil {
@@ -164,11 +164,11 @@ func (m *Manager) ListPods(ctx context.Context) ([]PodRef, error) {
 	qctx := quietContext(ctx)
 	sandboxes, err := svc.runtime.ListPodSandbox(qctx, &runtimeapi.PodSandboxFilter{LabelSelector: managedSelector()})
 	if err != nil {
-		return nil, fmt.Errorf("list mqlet sandboxes: %w", m.conn.classify(err))
+		return nil, fmt.Errorf("list mqlet sandboxes: %w", err)
 	}
 	containers, err := svc.runtime.ListContainers(qctx, &runtimeapi.ContainerFilter{LabelSelector: managedSelector()})
 	if err != nil {
-		return nil, fmt.Errorf("list mqlet containers: %w", m.conn.classify(err))
+		return nil, fmt.Errorf("list mqlet containers: %w", err)
 	}
 	seen := map[string]bool{}
 	var refs []PodRef

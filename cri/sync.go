@@ -14,11 +14,26 @@ type noEvents struct{}
 
 func (noEvents) Event(*v1.Pod, string, string, string) {}
 
-// SyncPod moves pod towards its spec given its runtime status (from
-// GetPodStatus): it (re)creates the sandbox, kills changed containers, runs
-// init containers in order and starts app containers per restart policy,
-// gated by backoff. A container waiting in backoff yields a *BackoffError.
-func (m *Manager) SyncPod(ctx context.Context, pod *v1.Pod, status *PodStatus, objects ObjectSource, backoff RestartBackoff, events EventRecorder) (err error) {
+// SyncInput is everything one sync of one pod acts on.
+type SyncInput struct {
+	Pod *v1.Pod
+	// Status is the pod's runtime status (from GetPodStatus).
+	Status *PodStatus
+	// Probes are the latest probe results by container ID; nil means none
+	// known. A failed liveness or startup result kills the container.
+	Probes  ProbeResults
+	Objects ObjectSource
+	Backoff RestartBackoff
+	Events  EventRecorder
+}
+
+// SyncPod moves the pod towards its spec given its runtime status and probe
+// results: it (re)creates the sandbox, kills changed or failing containers,
+// runs init containers in order and starts app containers per restart
+// policy, gated by backoff. A container waiting in backoff yields a
+// *BackoffError.
+func (m *Manager) SyncPod(ctx context.Context, in SyncInput) (err error) {
+	pod, status, objects, backoff, events := in.Pod, in.Status, in.Objects, in.Backoff, in.Events
 	if events == nil {
 		events = noEvents{}
 	}
@@ -34,20 +49,20 @@ func (m *Manager) SyncPod(ctx context.Context, pod *v1.Pod, status *PodStatus, o
 		return err
 	}
 	ctx = quietContext(ctx)
-	act := computePodActions(pod, status)
+	act := computePodActions(pod, status, in.Probes)
 	log := m.log.With().Str("pod", pod.Namespace+"/"+pod.Name).Str("uid", string(pod.UID)).Logger()
 
 	if act.KillPod {
-		log.Info().Str("reason", act.Reason).Msg("stopping pod")
+		log.Info().Str("reason", act.reasonText()).Msg("stopping pod")
 		if err := m.stopPod(ctx, svc, pod, status, nil, events); err != nil {
-			return fmt.Errorf("stop pod %s/%s (%s): %w", pod.Namespace, pod.Name, act.Reason, err)
+			return fmt.Errorf("stop pod %s/%s (%s): %w", pod.Namespace, pod.Name, act.reasonText(), err)
 		}
 	}
 	if act.PodFailed {
 		return nil
 	}
 	for id, why := range act.ContainersToKill {
-		events.Event(pod, v1.EventTypeNormal, "Killing", fmt.Sprintf("Stopping container %s: %s", why.Name, why.Message))
+		events.Event(pod, v1.EventTypeNormal, "Killing", fmt.Sprintf("Stopping container %s: %s", why.Name, why.Message()))
 		if err := m.stopContainer(ctx, svc, id, gracePeriod(pod, nil)); err != nil {
 			return fmt.Errorf("stop container %s of pod %s/%s: %w", why.Name, pod.Namespace, pod.Name, err)
 		}
@@ -81,10 +96,9 @@ func (m *Manager) SyncPod(ctx context.Context, pod *v1.Pod, status *PodStatus, o
 		if err := m.createPodDirs(pod); err != nil {
 			return err
 		}
-		log.Info().Str("reason", act.Reason).Uint32("attempt", act.SandboxAttempt).Msg("creating sandbox")
+		log.Info().Str("reason", act.reasonText()).Uint32("attempt", act.SandboxAttempt).Msg("creating sandbox")
 		sandboxID, err = svc.runtime.RunPodSandbox(ctx, sandboxCfg, "")
 		if err != nil {
-			err = m.conn.classify(err)
 			events.Event(pod, v1.EventTypeWarning, "FailedCreatePodSandBox", fmt.Sprintf("Failed to create pod sandbox: %v", err))
 			return fmt.Errorf("create sandbox of pod %s/%s: %w", pod.Namespace, pod.Name, err)
 		}
@@ -150,7 +164,7 @@ func gracePeriod(pod *v1.Pod, override *int64) int64 {
 func (m *Manager) sandboxIP(ctx context.Context, svc *services, id string) (string, error) {
 	resp, err := svc.runtime.PodSandboxStatus(ctx, id, false)
 	if err != nil {
-		return "", fmt.Errorf("status of sandbox %s: %w", id, m.conn.classify(err))
+		return "", fmt.Errorf("status of sandbox %s: %w", id, err)
 	}
 	return resp.GetStatus().GetNetwork().GetIp(), nil
 }
@@ -242,13 +256,11 @@ func (m *Manager) startContainer(ctx context.Context, svc *services, r startRequ
 	}
 	id, err := svc.runtime.CreateContainer(ctx, r.sandboxID, cfg, r.sandbox)
 	if err != nil {
-		err = m.conn.classify(err)
 		r.events.Event(pod, v1.EventTypeWarning, "Failed", fmt.Sprintf("Error: %v", err))
 		return fail("CreateContainerError", fmt.Errorf("create %s: %w", what, err))
 	}
 	r.events.Event(pod, v1.EventTypeNormal, "Created", "Created container "+c.Name)
 	if err := svc.runtime.StartContainer(ctx, id); err != nil {
-		err = m.conn.classify(err)
 		r.events.Event(pod, v1.EventTypeWarning, "Failed", fmt.Sprintf("Error: %v", err))
 		return fail("RunContainerError", fmt.Errorf("start %s: %w", what, err))
 	}
@@ -262,7 +274,7 @@ func (m *Manager) startContainer(ctx context.Context, svc *services, r startRequ
 func (m *Manager) imageUser(ctx context.Context, svc *services, imageRef string) (*int64, string, error) {
 	resp, err := svc.image.ImageStatus(ctx, &runtimeapi.ImageSpec{Image: imageRef}, false)
 	if err != nil {
-		return nil, "", fmt.Errorf("read the user of image %s: %w", imageRef, m.conn.classify(err))
+		return nil, "", fmt.Errorf("read the user of image %s: %w", imageRef, err)
 	}
 	img := resp.GetImage()
 	if img == nil {
@@ -310,12 +322,11 @@ func podConfigErrors(pod *v1.Pod, err error) error {
 	return joinSyncErrors(errs)
 }
 
-// stopContainer stops one container, giving it grace seconds after SIGTERM.
+// stopContainer stops one container, giving it grace seconds after SIGTERM
+// (the call's deadline grows by as much: see instrumentedRuntime).
 func (m *Manager) stopContainer(ctx context.Context, svc *services, id string, grace int64) error {
-	ctx, cancel := context.WithTimeout(ctx, time.Duration(grace)*time.Second+m.cfg.RequestTimeout)
-	defer cancel()
 	if err := svc.runtime.StopContainer(ctx, id, grace); err != nil && !isNotFound(err) {
-		return m.conn.classify(err)
+		return err
 	}
 	return nil
 }

@@ -170,6 +170,43 @@ func TestSummaryPublishesMqletCountersAsSystemContainer(t *testing.T) {
 	}
 }
 
+func TestSummaryPublishesLabelledCountersUnderOneName(t *testing.T) {
+	c := newTestCollector(t, time.Hour)
+	key := LabelledName("cri_calls", map[string]string{"method": "RunPodSandbox", "a": "b"})
+	if key != "cri_calls{a=b,method=RunPodSandbox}" {
+		t.Fatalf("LabelledName = %q", key)
+	}
+	s, err := c.Summary(context.Background(), nil, map[string]uint64{
+		key: 4, LabelledName("cri_calls", map[string]string{"method": "StopContainer"}): 2, "plain": 1,
+	})
+	if err != nil {
+		t.Fatalf("Summary: %v", err)
+	}
+	got := decodeStrict(t, s).Node.SystemContainers[0].UserDefinedMetrics
+	if len(got) != 3 {
+		t.Fatalf("userDefinedMetrics = %+v", got)
+	}
+	for i, w := range []struct {
+		name   string
+		labels map[string]string
+		value  float64
+	}{
+		{"cri_calls", map[string]string{"a": "b", "method": "RunPodSandbox"}, 4},
+		{"cri_calls", map[string]string{"method": "StopContainer"}, 2},
+		{"plain", nil, 1},
+	} {
+		m := got[i]
+		if m.Name != w.name || m.Value != w.value || len(m.Labels) != len(w.labels) {
+			t.Fatalf("metric %d = %+v, want %s %v %v", i, m, w.name, w.labels, w.value)
+		}
+		for k, v := range w.labels {
+			if m.Labels[k] != v {
+				t.Fatalf("metric %d labels %v, want %v", i, m.Labels, w.labels)
+			}
+		}
+	}
+}
+
 func TestSummaryReportsPodWithoutCgroupWithoutUsage(t *testing.T) {
 	c := newTestCollector(t, time.Hour)
 	s, err := c.Summary(context.Background(), []PodInfo{{

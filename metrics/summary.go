@@ -293,7 +293,8 @@ func (c *Collector) userDefinedMetrics(extra map[string]uint64, now time.Time) [
 	}
 	sort.Strings(names)
 	out := make([]statsv1alpha1.UserDefinedMetric, 0, len(names))
-	for _, name := range names {
+	for _, key := range names {
+		name, labels := splitLabelledName(key)
 		kind := statsv1alpha1.MetricCumulative
 		if c.gauges[name] {
 			kind = statsv1alpha1.MetricGauge
@@ -303,12 +304,49 @@ func (c *Collector) userDefinedMetrics(extra map[string]uint64, now time.Time) [
 			units = "bytes"
 		}
 		out = append(out, statsv1alpha1.UserDefinedMetric{
-			UserDefinedMetricDescriptor: statsv1alpha1.UserDefinedMetricDescriptor{Name: name, Type: kind, Units: units},
+			UserDefinedMetricDescriptor: statsv1alpha1.UserDefinedMetricDescriptor{Name: name, Type: kind, Units: units, Labels: labels},
 			Time:                        metav1.NewTime(now),
-			Value:                       float64(extra[name]),
+			Value:                       float64(extra[key]),
 		})
 	}
 	return out
+}
+
+// LabelledName is the key of a counter that is one of several under the
+// same name, told apart by labels: name{k1=v1,k2=v2} (keys sorted). It is
+// published as name with those labels.
+func LabelledName(name string, labels map[string]string) string {
+	keys := make([]string, 0, len(labels))
+	for k := range labels {
+		keys = append(keys, k)
+	}
+	sort.Strings(keys)
+	var b strings.Builder
+	b.WriteString(name)
+	b.WriteByte('{')
+	for i, k := range keys {
+		if i > 0 {
+			b.WriteByte(',')
+		}
+		b.WriteString(k + "=" + labels[k])
+	}
+	b.WriteByte('}')
+	return b.String()
+}
+
+// splitLabelledName undoes LabelledName; a plain name has no labels.
+func splitLabelledName(key string) (string, map[string]string) {
+	open := strings.IndexByte(key, '{')
+	if open < 0 || !strings.HasSuffix(key, "}") {
+		return key, nil
+	}
+	labels := map[string]string{}
+	for _, kv := range strings.Split(key[open+1:len(key)-1], ",") {
+		if k, v, ok := strings.Cut(kv, "="); ok {
+			labels[k] = v
+		}
+	}
+	return key[:open], labels
 }
 
 // selfRSS reads the resident set size of this process from /proc/self/statm.

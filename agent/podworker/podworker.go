@@ -27,7 +27,7 @@ import (
 // Runtime is what the workers need of the container cri.
 type Runtime interface {
 	GetPodStatus(ctx context.Context, uid, name, namespace string) (*cri.PodStatus, error)
-	SyncPod(ctx context.Context, pod *v1.Pod, status *cri.PodStatus, objects cri.ObjectSource, backoff cri.RestartBackoff, events cri.EventRecorder) error
+	SyncPod(ctx context.Context, in cri.SyncInput) error
 	KillPodByRef(ctx context.Context, ref cri.PodRef, gracePeriodOverride *int64) error
 	ListPods(ctx context.Context) ([]cri.PodRef, error)
 	RuntimeInfo() (name, version string)
@@ -418,7 +418,7 @@ func (p *Pool) syncKey(ctx context.Context, key string) (time.Duration, error) {
 		p.publish(pod, nil, podstatus.Hints{RuntimeUnreachable: true}, "")
 		return 0, fmt.Errorf("getting runtime status of pod %s: %w", key, err)
 	}
-	syncErr := p.rt.SyncPod(ctx, pod, rs, p.desired, p.backoff, p.events)
+	syncErr := p.rt.SyncPod(ctx, cri.SyncInput{Pod: pod, Status: rs, Objects: p.desired, Backoff: p.backoff, Events: p.events})
 	after, err := p.rt.GetPodStatus(ctx, string(pod.UID), pod.Name, pod.Namespace)
 	if err != nil {
 		after = rs

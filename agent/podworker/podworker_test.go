@@ -38,7 +38,8 @@ func (f *scriptedRuntime) GetPodStatus(_ context.Context, uid, name, ns string) 
 	return &cri.PodStatus{UID: uid, Name: name, Namespace: ns}, nil
 }
 
-func (f *scriptedRuntime) SyncPod(_ context.Context, pod *v1.Pod, _ *cri.PodStatus, _ cri.ObjectSource, _ cri.RestartBackoff, _ cri.EventRecorder) error {
+func (f *scriptedRuntime) SyncPod(_ context.Context, in cri.SyncInput) error {
+	pod := in.Pod
 	key := pod.Namespace + "/" + pod.Name
 	f.mu.Lock()
 	f.active[key]++

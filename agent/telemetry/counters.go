@@ -1,6 +1,7 @@
 package telemetry
 
 import (
+	"github.com/mqlet/mqlet/cri"
 	"github.com/mqlet/mqlet/metrics"
 	"github.com/mqlet/mqlet/mqtt/outbox"
 	"github.com/mqlet/mqlet/mqtt/session"
@@ -51,6 +52,43 @@ func Counters(agent CounterSource, box OutboxStats, sess SessionStats) CounterSo
 				connected = 1
 			}
 			out["mqtt_connected"] = connected
+		}
+		return out
+	}
+}
+
+// CRICallStats is the runtime manager's count of CRI calls by method.
+type CRICallStats interface {
+	CallStats() map[string]cri.CallStat
+}
+
+// CRICounters publishes src's counts as cri_calls and cri_call_errors, one
+// of each per method, labelled method=<name> (see metrics.LabelledName).
+func CRICounters(src CRICallStats) CounterSource {
+	return func() map[string]uint64 {
+		stats := src.CallStats()
+		out := make(map[string]uint64, 2*len(stats))
+		for method, st := range stats {
+			labels := map[string]string{"method": method}
+			out[metrics.LabelledName("cri_calls", labels)] = st.Calls
+			out[metrics.LabelledName("cri_call_errors", labels)] = st.Errors
+		}
+		return out
+	}
+}
+
+// Merge returns one CounterSource with the counters of all sources (nil
+// ones skipped); a later source wins a name two share.
+func Merge(sources ...CounterSource) CounterSource {
+	return func() map[string]uint64 {
+		out := map[string]uint64{}
+		for _, src := range sources {
+			if src == nil {
+				continue
+			}
+			for k, v := range src() {
+				out[k] = v
+			}
 		}
 		return out
 	}

@@ -280,3 +280,27 @@ func TestMetricsCarryContainerDiskUse(t *testing.T) {
 		t.Fatalf("filesystems %+v: want only the running container's, %+v", got, want)
 	}
 }
+
+type fixedCallStats map[string]cri.CallStat
+
+func (f fixedCallStats) CallStats() map[string]cri.CallStat { return f }
+
+func TestCRICountersPerMethodAndMerge(t *testing.T) {
+	src := fixedCallStats{"RunPodSandbox": {Calls: 3, Errors: 1}, "ListContainers": {Calls: 40}}
+	got := Merge(func() map[string]uint64 { return map[string]uint64{"pod_syncs": 2} }, nil, CRICounters(src))()
+	want := map[string]uint64{
+		"pod_syncs":                              2,
+		"cri_calls{method=RunPodSandbox}":        3,
+		"cri_call_errors{method=RunPodSandbox}":  1,
+		"cri_calls{method=ListContainers}":       40,
+		"cri_call_errors{method=ListContainers}": 0,
+	}
+	if len(got) != len(want) {
+		t.Fatalf("counters %v, want %v", got, want)
+	}
+	for k, v := range want {
+		if n, ok := got[k]; !ok || n != v {
+			t.Fatalf("counter %s = %d (present %v), want %d (all: %v)", k, n, ok, v, got)
+		}
+	}
+}

@@ -150,7 +150,7 @@ func runAgent(ctx context.Context, cfg *config.Config, log zerolog.Logger, secre
 	if err != nil {
 		return fmt.Errorf("configuring the MQTT session: %w", err)
 	}
-	tel, err := telemetry.New(runCtx, telemetryConfig(cfg, topics), telemetry.Deps{Runtime: rt, Out: out, Events: a.Events(), Counters: telemetry.Counters(a.Counters, box, sess)}, log)
+	tel, err := telemetry.New(runCtx, telemetryConfig(cfg, topics), telemetry.Deps{Runtime: rt, Out: out, Events: a.Events(), Counters: telemetry.Counters(telemetry.Merge(a.Counters, telemetry.CRICounters(rt)), box, sess)}, log)
 	if err != nil {
 		return fmt.Errorf("setting up telemetry: %w", err)
 	}

@@ -98,12 +98,24 @@ spec:
 		t.Errorf("summary node name %q, want %q", n.NodeName, e.node)
 	}
 	counters := map[string]float64{}
+	criCalls := map[string]float64{} // cri_calls by method label
 	for _, sc := range n.SystemContainers {
 		if sc.Name != "mqlet" {
 			continue
 		}
 		for _, u := range sc.UserDefinedMetrics {
+			if u.Name == "cri_calls" {
+				criCalls[u.Labels["method"]] = u.Value
+				continue
+			}
 			counters[u.Name] = u.Value
+		}
+	}
+	t.Logf("mqlet CRI calls: %v", criCalls)
+	// Running burn took at least these calls, each counted by the CRI wrapper.
+	for _, method := range []string{"RunPodSandbox", "CreateContainer", "StartContainer", "ListContainers"} {
+		if criCalls[method] <= 0 {
+			t.Errorf("cri_calls{method=%s} = %v, want > 0", method, criCalls[method])
 		}
 	}
 	t.Logf("mqlet counters: %v", counters)
