@@ -48,7 +48,7 @@ func canonicalKind(s string) (string, bool) {
 }
 
 func runGet(ctx context.Context, cfg *globalConfig, args []string, e env) error {
-	fs := newFlagSet("get", cfg, e.stderr)
+	fs := newFlagSet("get", cfg)
 	ns := namespaceFlag(fs)
 	cfg.registerOutput(fs, "json, yaml or wide (default: table)")
 	pos, err := parseInterleaved(fs, args)
@@ -88,7 +88,7 @@ func runGet(ctx context.Context, cfg *globalConfig, args []string, e env) error 
 	if err != nil {
 		return err
 	}
-	p := printer{w: e.stdout, now: e.now, wide: cfg.Output == "wide", showNamespace: *ns == ""}
+	p := printer{w: e.stdout, errw: e.stderr, namespace: *ns, now: e.now, wide: cfg.Output == "wide", showNamespace: *ns == ""}
 	switch cfg.Output {
 	case "json", "yaml":
 		return printObjects(e.stdout, cfg.Output, res.objects(req.Name != ""))
@@ -108,7 +108,7 @@ func requestGet(ctx context.Context, cfg *globalConfig, payload []byte, e env) (
 	defer c.close()
 	var final wireReply
 	var all [][]byte // a large result comes in parts before the final reply
-	if _, err := c.request(ctx, "get", payload, func(r wireReply) bool {
+	if _, err := c.request(ctx, "get", payload, cfg.RetainedWait, func(r wireReply) bool {
 		final = r
 		if b, err := json.Marshal(r); err == nil {
 			all = append(all, b)

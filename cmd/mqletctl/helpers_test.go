@@ -135,6 +135,9 @@ func startFakeAgent(t *testing.T, url string, answer func(received) []fakeReply)
 	if !tok.WaitTimeout(5*time.Second) || tok.Error() != nil {
 		t.Fatalf("fake agent subscribing: %v", tok.Error())
 	}
+	// Like the agent, say the node exists: mqletctl gives up early on a
+	// node without retained state.
+	mustPublish(t, c, scheme.State(), true, []byte(`{"state":"online","bootId":"b1","version":"test"}`))
 	return a
 }
 
