@@ -45,6 +45,14 @@ type globalConfig struct {
 	SignKey      string
 	KeyID        string
 	SignTTL      time.Duration
+	ConfigFile   string // mqletctl's own config file (contexts)
+	Context      string // the context to use from it
+
+	// explicit names the global flags given on the command line, and the
+	// settings taken from the environment: a context fills only the rest.
+	explicit    map[string]bool
+	getenv      func(string) string
+	contextName string // the context in use, "" for none
 
 	// signer signs every command when SignKey is given (loaded by resolve);
 	// now is the clock of its iat and exp.
@@ -67,10 +75,15 @@ func newGlobalConfig(getenv func(string) string) *globalConfig {
 		SignKey:      getenv(envSignKey),
 		SignTTL:      defaultSignTTL,
 		now:          time.Now,
+		explicit:     map[string]bool{},
+		getenv:       getenv,
 	}
 	if b := getenv(envBroker); b != "" {
 		c.Broker = b
 	}
+	c.explicit["broker"] = c.Broker != defaultBroker
+	c.explicit["node"] = c.Node != ""
+	c.explicit["sign-key"] = c.SignKey != ""
 	c.password = getenv(envPassword)
 	return c
 }
@@ -78,6 +91,19 @@ func newGlobalConfig(getenv func(string) string) *globalConfig {
 // register adds the global flags to fs, bound to c. Each subcommand's flag
 // set registers them too, so they may come before or after the subcommand.
 func (c *globalConfig) register(fs *flag.FlagSet) {
+	all := flag.NewFlagSet("", flag.ContinueOnError)
+	c.registerOn(all)
+	if c.explicit == nil {
+		c.explicit = map[string]bool{}
+	}
+	all.VisitAll(func(f *flag.Flag) {
+		fs.Var(&trackedValue{Value: f.Value, name: f.Name, set: c.explicit}, f.Name, f.Usage)
+	})
+}
+
+func (c *globalConfig) registerOn(fs *flag.FlagSet) {
+	fs.StringVar(&c.ConfigFile, "config", c.ConfigFile, "mqletctl config file with contexts (env "+envConfig+"; default $XDG_CONFIG_HOME/mqletctl/config.yaml)")
+	fs.StringVar(&c.Context, "context", c.Context, "context of the config file to use (env "+envContext+"; default: its currentContext)")
 	fs.StringVar(&c.Broker, "broker", c.Broker, "MQTT broker URL: tcp://, ssl://, ws:// or wss:// (env "+envBroker+")")
 	fs.StringVar(&c.Node, "node", c.Node, "node name to command (required; env "+envNode+")")
 	fs.StringVar(&c.Prefix, "prefix", c.Prefix, "topic prefix")
@@ -115,8 +141,14 @@ func (c *globalConfig) checkOutput(allowed ...string) error {
 
 // resolve validates the configuration and loads the password file.
 func (c *globalConfig) resolve() error {
+	if c.getenv == nil {
+		c.getenv = func(string) string { return "" }
+	}
+	if err := c.applyContext(); err != nil {
+		return err
+	}
 	if c.Node == "" {
-		return usageError{errors.New("no node given: use --node NAME or set " + envNode)}
+		return usageError{errors.New("no node given: use --node NAME, set " + envNode + " or a context's node")}
 	}
 	scheme := topic.Scheme{Prefix: c.Prefix, Node: c.Node}
 	if err := scheme.Validate(); err != nil {

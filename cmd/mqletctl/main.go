@@ -207,10 +207,10 @@ func printFlags(w io.Writer, flags []*flag.Flag) {
 				names = append(names, dash+g.Name)
 			}
 		}
-		kind, usage := flag.UnquoteUsage(f)
+		kind, usage := flag.UnquoteUsage(unwrapFlag(f))
 		for _, g := range flags {
 			if g != f && g.Value == f.Value && !strings.HasPrefix(g.Usage, "same as") {
-				_, usage = flag.UnquoteUsage(g)
+				_, usage = flag.UnquoteUsage(unwrapFlag(g))
 			}
 		}
 		line := "  " + strings.Join(names, ", ")
@@ -223,6 +223,17 @@ func printFlags(w io.Writer, flags []*flag.Flag) {
 		}
 		fmt.Fprintln(w)
 	}
+}
+
+// unwrapFlag returns f with its tracked value unwrapped, so the help names
+// its type (duration, string).
+func unwrapFlag(f *flag.Flag) *flag.Flag {
+	if u, ok := f.Value.(interface{ Unwrap() flag.Value }); ok {
+		g := *f
+		g.Value = u.Unwrap()
+		return &g
+	}
+	return f
 }
 
 // globalFlagNames are the flags every command accepts.
