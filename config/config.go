@@ -14,8 +14,8 @@ import (
 
 	"k8s.io/apimachinery/pkg/util/validation"
 
+	apiv1 "github.com/mqlet/mqlet/api/v1"
 	"github.com/mqlet/mqlet/mqtt/session"
-	"github.com/mqlet/mqlet/mqtt/topic"
 )
 
 // Duration is a time.Duration written as a Go duration string ("30s", "2m").
@@ -252,7 +252,7 @@ func (c *Config) Validate() error {
 		bad("node", "must not be empty")
 	} else if strings.ContainsAny(c.Node, "/+#$") || c.Node != strings.TrimSpace(c.Node) {
 		bad("node", "%q must not contain '/', '+', '#', '$' or spaces", c.Node)
-	} else if err := topic.ValidateNodeName(c.Node); err != nil {
+	} else if err := apiv1.ValidateNodeName(c.Node); err != nil {
 		bad("node", "%v", err)
 	}
 	if c.StateDir == "" {
@@ -271,7 +271,7 @@ func (c *Config) Validate() error {
 	if err := session.ValidateBrokerURL(c.MQTT.Broker); err != nil {
 		bad("mqtt.broker", "%v", err)
 	}
-	if err := topic.ValidatePrefix(c.MQTT.TopicPrefix); err != nil {
+	if err := apiv1.ValidatePrefix(c.MQTT.TopicPrefix); err != nil {
 		bad("mqtt.topicPrefix", "%v", err)
 	} else if strings.HasSuffix(c.MQTT.TopicPrefix, "/") {
 		bad("mqtt.topicPrefix", "%q must not end with '/'", c.MQTT.TopicPrefix)

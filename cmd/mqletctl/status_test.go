@@ -13,6 +13,8 @@ import (
 	paho "github.com/eclipse/paho.mqtt.golang"
 
 	"github.com/mqlet/mqlet/mqtt/broker"
+
+	apiv1 "github.com/mqlet/mqlet/api/v1"
 )
 
 func publishNode(t *testing.T, url string, state string) {
@@ -23,7 +25,7 @@ func publishNode(t *testing.T, url string, state string) {
 // publishNodeWith publishes node n1's retained state and node object.
 func publishNodeWith(t *testing.T, c paho.Client, state string) {
 	t.Helper()
-	st, _ := json.Marshal(nodeState{State: state, BootID: "b00t-1", Seq: 42, Version: "v1.2.3",
+	st, _ := json.Marshal(apiv1.NodeState{State: state, BootID: "b00t-1", Seq: 42, Version: "v1.2.3",
 		StartedAt: testNow.Add(-2 * time.Hour), TS: testNow.Add(-time.Minute)})
 	node := v1.Node{
 		ObjectMeta: metav1.ObjectMeta{Name: "n1"},
