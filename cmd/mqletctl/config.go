@@ -139,19 +139,33 @@ func (c *globalConfig) checkOutput(allowed ...string) error {
 	return usageError{fmt.Errorf("unknown output format %q (want one of: %s)", c.Output, strings.Join(allowed, ", "))}
 }
 
-// resolve validates the configuration and loads the password file.
+// resolve validates the configuration for commanding one node and loads
+// the password file.
 func (c *globalConfig) resolve() error {
+	return c.resolveFor(true)
+}
+
+// resolveFleet is resolve for commands that read every node under the
+// prefix (get nodes) and need no --node.
+func (c *globalConfig) resolveFleet() error {
+	return c.resolveFor(false)
+}
+
+func (c *globalConfig) resolveFor(needNode bool) error {
 	if c.getenv == nil {
 		c.getenv = func(string) string { return "" }
 	}
 	if err := c.applyContext(); err != nil {
 		return err
 	}
-	if c.Node == "" {
-		return usageError{errors.New("no node given: use --node NAME, set " + envNode + " or a context's node")}
-	}
-	scheme := apiv1.Scheme{Prefix: c.Prefix, Node: c.Node}
-	if err := scheme.Validate(); err != nil {
+	if needNode {
+		if c.Node == "" {
+			return usageError{errors.New("no node given: use --node NAME, set " + envNode + " or a context's node")}
+		}
+		if err := c.scheme().Validate(); err != nil {
+			return usageError{err}
+		}
+	} else if err := apiv1.ValidatePrefix(c.Prefix); err != nil {
 		return usageError{err}
 	}
 	if err := session.ValidateBrokerURL(c.Broker); err != nil {
