@@ -74,6 +74,9 @@ func watchPods(ctx context.Context, cfg *globalConfig, req apiv1.GetRequest, sel
 	if cfg.Output != "name" {
 		fmt.Fprintln(e.stdout, line(header))
 	}
+	// A republished status that shows no change (a resync, a redelivery)
+	// prints nothing, as a row per message would only repeat itself.
+	last := map[string]string{}
 	for {
 		select {
 		case m := <-inbox:
@@ -111,7 +114,12 @@ func watchPods(ctx context.Context, cfg *globalConfig, req apiv1.GetRequest, sel
 			for i := range cells {
 				cells[i] = printable(cells[i])
 			}
-			if _, err := fmt.Fprintln(e.stdout, line(cells)); err != nil {
+			row := line(cells)
+			if last[m.Topic] == row {
+				continue
+			}
+			last[m.Topic] = row
+			if _, err := fmt.Fprintln(e.stdout, row); err != nil {
 				return err
 			}
 		case <-ctx.Done():
