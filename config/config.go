@@ -13,6 +13,9 @@ import (
 	"time"
 
 	"k8s.io/apimachinery/pkg/util/validation"
+
+	apiv1 "github.com/mqlet/mqlet/api/v1"
+	"github.com/mqlet/mqlet/mqtt/session"
 )
 
 // Duration is a time.Duration written as a Go duration string ("30s", "2m").
@@ -243,10 +246,14 @@ func (c *Config) Validate() error {
 	bad := func(field, format string, args ...any) {
 		errs = append(errs, &FieldError{Field: field, Reason: fmt.Sprintf(format, args...)})
 	}
+	// The same checks as the topic scheme and the session run later, so
+	// whatever passes here also starts (exit 2 here, not 1 there).
 	if c.Node == "" {
 		bad("node", "must not be empty")
 	} else if strings.ContainsAny(c.Node, "/+#$") || c.Node != strings.TrimSpace(c.Node) {
 		bad("node", "%q must not contain '/', '+', '#', '$' or spaces", c.Node)
+	} else if err := apiv1.ValidateNodeName(c.Node); err != nil {
+		bad("node", "%v", err)
 	}
 	if c.StateDir == "" {
 		bad("stateDir", "must not be empty")
@@ -261,17 +268,13 @@ func (c *Config) Validate() error {
 	default:
 		bad("logFormat", "%q is not one of auto, json, console", c.LogFormat)
 	}
-	if u, err := url.Parse(c.MQTT.Broker); err != nil || u.Host == "" {
-		bad("mqtt.broker", "%q is not a URL like tcp://host:1883", c.MQTT.Broker)
-	} else {
-		switch u.Scheme {
-		case "tcp", "ssl", "tls", "mqtt", "mqtts", "ws", "wss":
-		default:
-			bad("mqtt.broker", "scheme %q is not one of tcp, ssl, ws, wss", u.Scheme)
-		}
+	if err := session.ValidateBrokerURL(c.MQTT.Broker); err != nil {
+		bad("mqtt.broker", "%v", err)
 	}
-	if c.MQTT.TopicPrefix == "" || strings.ContainsAny(c.MQTT.TopicPrefix, "+#") || strings.HasPrefix(c.MQTT.TopicPrefix, "$") || strings.HasSuffix(c.MQTT.TopicPrefix, "/") {
-		bad("mqtt.topicPrefix", "%q must be non-empty, without wildcards, not start with '$' nor end with '/'", c.MQTT.TopicPrefix)
+	if err := apiv1.ValidatePrefix(c.MQTT.TopicPrefix); err != nil {
+		bad("mqtt.topicPrefix", "%v", err)
+	} else if strings.HasSuffix(c.MQTT.TopicPrefix, "/") {
+		bad("mqtt.topicPrefix", "%q must not end with '/'", c.MQTT.TopicPrefix)
 	}
 	if (c.MQTT.CertFile == "") != (c.MQTT.KeyFile == "") {
 		bad("mqtt.certFile", "certFile and keyFile must be given together")

@@ -68,6 +68,19 @@ func TestInvalidConfigNamesTheField(t *testing.T) {
 		"bad host port":   {"admission:\n  allowedHostPorts: [\"8080\", \"70000\"]\n", "admission.allowedHostPorts[1]"},
 		"reversed range":  {"admission:\n  allowedHostPorts: [\"9000-8000\"]\n", "admission.allowedHostPorts[0]"},
 		"relative path":   {"admission:\n  allowedHostPaths: [data]\n", "admission.allowedHostPaths[0]"},
+		// The YAML path of the problem, not just the key's last level.
+		"nested unknown":  {"mqtt:\n  brokr: tcp://x:1\n", "mqtt.brokr: unknown field"},
+		"case mismatch":   {"mqtt:\n  Broker: tcp://x:1\n", `mqtt.Broker: unknown field (did you mean "broker"?`},
+		"top-level case":  {"LogLevel: debug\n", "LogLevel: unknown field"},
+		"duration path":   {"mqtt:\n  keepAlive: soon\n", "mqtt.keepAlive"},
+		"type path":       {"pods:\n  workers: many\n", "pods.workers"},
+		"list item field": {"security:\n  trustedKeys:\n  - keyid: x\n", "security.trustedKeys[0].keyid: unknown field"},
+		// Schemes and prefixes the session and topic scheme refuse at start.
+		"tls scheme":   {"mqtt:\n  broker: tls://x:8883\n", "mqtt.broker"},
+		"mqtt scheme":  {"mqtt:\n  broker: mqtt://x:1883\n", "mqtt.broker"},
+		"mqtts scheme": {"mqtt:\n  broker: mqtts://x:8883\n", "mqtt.broker"},
+		"no port":      {"mqtt:\n  broker: tcp://x\n", "mqtt.broker"},
+		"empty level":  {"mqtt:\n  topicPrefix: a//b\n", "mqtt.topicPrefix"},
 	}
 	for name, tc := range cases {
 		t.Run(name, func(t *testing.T) {

@@ -7,8 +7,6 @@ import (
 	"os"
 	"strings"
 	"time"
-
-	"sigs.k8s.io/yaml"
 )
 
 // Flags are the command-line overrides. A flag that was not given leaves
@@ -66,8 +64,8 @@ func Load(f *Flags, getenv func(string) string) (*Config, error) {
 		if err != nil {
 			return nil, fmt.Errorf("reading config file: %w", err)
 		}
-		if err := yaml.UnmarshalStrict(data, &cfg); err != nil {
-			return nil, fmt.Errorf("parsing config file %s: %w", f.ConfigFile, err)
+		if err := decodeStrict(data, &cfg); err != nil {
+			return nil, fmt.Errorf("config file %s:\n%w", f.ConfigFile, err)
 		}
 	}
 	for _, k := range flagKeys {

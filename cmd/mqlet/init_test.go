@@ -89,6 +89,11 @@ func TestCheckConfigExitCodes(t *testing.T) {
 		{write("embedded.yaml", "node: n\nembeddedBroker:\n  enabled: true\n"), true, exitConfigOK},
 		{write("bad.yaml", "node: n\npods:\n  workers: 0\n"), false, exitConfigInvalid},
 		{write("unknown.yaml", "node: n\nnoSuchKey: 1\n"), false, exitConfigInvalid},
+		// Refused by the session or the topic scheme at start (exit 1 there):
+		// the check must refuse them too.
+		{write("tls.yaml", "node: n\nmqtt:\n  broker: tls://x:8883\n"), false, exitConfigInvalid},
+		{write("mqtts.yaml", "node: n\nmqtt:\n  broker: mqtts://x:8883\n"), false, exitConfigInvalid},
+		{write("prefix.yaml", "node: n\nmqtt:\n  topicPrefix: a//b\n"), false, exitConfigInvalid},
 	} {
 		var out, errb bytes.Buffer
 		flags, err := config.ParseFlags("mqlet", []string{"--config", tc.file, "--node", "n"}, &errb)
@@ -105,5 +110,28 @@ func TestSplitCheckFlags(t *testing.T) {
 	cf, rest := splitCheckFlags([]string{"--config", "f", "--check-config", "-require-broker", "--node", "check-config"})
 	if !cf.check || !cf.requireBroker || strings.Join(rest, " ") != "--config f --node check-config" {
 		t.Fatalf("got %+v %q", cf, rest)
+	}
+}
+
+func TestCheckConfigNamesTheYAMLPath(t *testing.T) {
+	file := filepath.Join(t.TempDir(), "c.yaml")
+	if err := os.WriteFile(file, []byte("node: n\nmqtt:\n  brokr: tcp://x:1\n  KeepAlive: 5s\n"), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	var out, errb bytes.Buffer
+	flags, err := config.ParseFlags("mqlet", []string{"--config", file}, &errb)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if got := checkConfig(flags, checkFlags{check: true}, noEnv, &out, &errb); got != exitConfigInvalid {
+		t.Fatalf("exit %d, want %d", got, exitConfigInvalid)
+	}
+	for _, want := range []string{"mqtt.brokr: unknown field", "mqtt.KeepAlive: unknown field (did you mean \"keepAlive\"?"} {
+		if !strings.Contains(errb.String(), want) {
+			t.Errorf("stderr does not say %q:\n%s", want, errb.String())
+		}
+	}
+	if out.Len() != 0 {
+		t.Errorf("an invalid config printed on stdout: %q", out.String())
 	}
 }

@@ -22,7 +22,7 @@ func runSync(ctx context.Context, cfg *globalConfig, args []string, e env) error
 
 // runManifestVerb runs apply or sync: both send a manifest file as is.
 func runManifestVerb(ctx context.Context, cfg *globalConfig, verb string, args []string, e env) error {
-	fs := newFlagSet(verb, cfg, e.stderr)
+	fs := newFlagSet(verb, cfg)
 	file := fs.String("f", "", "manifest file (YAML or JSON; - for stdin)")
 	fs.StringVar(file, "filename", "", "same as -f")
 	noWait := fs.Bool("no-wait", false, "return once the agent accepted (stored) the request")
@@ -51,7 +51,7 @@ func runManifestVerb(ctx context.Context, cfg *globalConfig, verb string, args [
 }
 
 func runDelete(ctx context.Context, cfg *globalConfig, args []string, e env) error {
-	fs := newFlagSet("delete", cfg, e.stderr)
+	fs := newFlagSet("delete", cfg)
 	file := fs.String("f", "", "manifest file naming what to delete (- for stdin)")
 	fs.StringVar(file, "filename", "", "same as -f")
 	ns := namespaceFlag(fs)
@@ -135,7 +135,7 @@ func sendAndWait(ctx context.Context, cfg *globalConfig, verb string, payload []
 	defer c.close()
 	var failed bool
 	var printErr error
-	_, err = c.request(ctx, verb, payload, func(r apiv1.Reply) bool {
+	_, err = c.request(ctx, verb, payload, cfg.RetainedWait, func(r apiv1.Reply) bool {
 		if r.Phase == apiv1.Failed {
 			failed = true
 		}

@@ -285,3 +285,38 @@ func TestPasswordFromEnvAndFileNeverPrinted(t *testing.T) {
 		t.Errorf("output contains the password: %v", res)
 	}
 }
+
+func TestApplyToUnknownNodeFailsAfterRetainedWait(t *testing.T) {
+	url := startBroker(t, broker.Options{})
+	start := time.Now()
+	res := runCLI(t, url, podManifest, "apply", "-f", "-", "--timeout", "30s", "--retained-wait", "300ms")
+	if res.code != 1 || !strings.Contains(res.stderr, `no node named "n1" under prefix mqlet/v1`) {
+		t.Fatalf("apply to a node that never published state: %v", res)
+	}
+	if took := time.Since(start); took > 15*time.Second {
+		t.Errorf("gave up after %v; --retained-wait is 300ms and --timeout 30s", took)
+	}
+}
+
+func TestHelpAndBadUsage(t *testing.T) {
+	for _, args := range [][]string{{"help", "get"}, {"get", "--help"}, {"get", "-h"}, {"help", "certs"}, {"keys", "--help"}, {"version", "--help"}} {
+		res := runCLIEnv(t, map[string]string{}, "", args...)
+		name := args[0]
+		if name == "help" {
+			name = args[1]
+		}
+		if res.code != 0 || !strings.Contains(res.stdout, "Usage:\n  mqletctl "+name) || !strings.Contains(res.stdout, "Example:\n  mqletctl ") || res.stderr != "" {
+			t.Errorf("%v: want the command's help on stdout and exit 0: %v", args, res)
+		}
+	}
+	res := runCLIEnv(t, map[string]string{}, "", "help", "delete")
+	if !strings.Contains(res.stdout, "-f, --filename string") || !strings.Contains(res.stdout, "--grace-period int") || strings.Contains(res.stdout, "--broker string") {
+		t.Errorf("help delete lists its own flags, not the global ones: %v", res)
+	}
+	for _, args := range [][]string{{"get", "--bogus"}, {"--bogus"}, {"help", "nope"}, {"get", "pods", "-n"}} {
+		res := runCLIEnv(t, map[string]string{envNode: "n1"}, "", args...)
+		if res.code != 2 || res.stdout != "" || strings.Count(res.stderr, "\n") > 3 || !strings.Contains(res.stderr, "See 'mqletctl help") {
+			t.Errorf("%v: want exit 2 and a short message: %v", args, res)
+		}
+	}
+}

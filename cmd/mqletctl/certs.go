@@ -34,12 +34,18 @@ func runCerts(_ context.Context, cfg *globalConfig, args []string, e env) error 
 		return usageError{errors.New("certs: want `certs ca|broker|node NAME|operator [--dir DIR]`")}
 	}
 	kind := args[0]
-	fs := newFlagSet("certs "+kind, cfg, e.stderr)
+	if isHelpFlag(kind) {
+		kind = "" // `certs --help`: list every kind's flags
+	}
+	fs := newFlagSet("certs "+kind, cfg)
 	dir := fs.String("dir", defaultCertDir, "directory holding ca.crt/ca.key and the issued files")
 	days := fs.Int("days", 0, "validity in days (default: CA 3650, others 825; never past the CA)")
 	var hosts hostList
-	if kind == "broker" {
+	if kind == "broker" || kind == "" {
 		fs.Var(&hosts, "host", "DNS name or IP the gateways dial (repeat, or comma-separate)")
+	}
+	if kind == "" {
+		args = append([]string{""}, args...)
 	}
 	pos, err := parseInterleaved(fs, args[1:])
 	if err != nil {

@@ -131,7 +131,11 @@ var errNoReply = errors.New("no final reply")
 // request sends one command and hands every reply to onReply until a final
 // one arrives, or until onReply returns true (stop early). The reply topic
 // is subscribed before the command is published so no reply is missed.
-func (c *client) request(ctx context.Context, verb string, payload []byte, onReply func(apiv1.Reply) (stop bool)) (requestID string, err error) {
+// The node's retained state topic is read too: a node that never published
+// one does not exist under this prefix, so after retainedWait without it
+// (and without a reply) the request fails at once instead of waiting for
+// the whole timeout.
+func (c *client) request(ctx context.Context, verb string, payload []byte, retainedWait time.Duration, onReply func(apiv1.Reply) (stop bool)) (requestID string, err error) {
 	requestID = newRequestID()
 	payload, err = c.seal(verb, requestID, payload)
 	if err != nil {
@@ -141,17 +145,29 @@ func (c *client) request(ctx context.Context, verb string, payload []byte, onRep
 	defer cancel()
 	inbox := make(chan message, 16)
 	replyTopic := c.topics.Reply(requestID)
-	if err := c.subscribe(subCtx, inbox, replyTopic); err != nil {
+	if err := c.subscribe(subCtx, inbox, replyTopic, c.topics.State()); err != nil {
 		return requestID, err
 	}
-	defer c.mqtt.Unsubscribe(replyTopic)
+	defer c.mqtt.Unsubscribe(replyTopic, c.topics.State())
 	if err := c.publish(ctx, c.topics.Command(verb, requestID), payload); err != nil {
 		return requestID, err
+	}
+	var noNode <-chan time.Time
+	if retainedWait > 0 {
+		t := time.NewTimer(retainedWait)
+		defer t.Stop()
+		noNode = t.C
 	}
 	last := ""
 	for {
 		select {
 		case m := <-inbox:
+			if m.Topic == c.topics.State() {
+				if len(m.Payload) > 0 {
+					noNode = nil // the node exists; wait for its reply
+				}
+				continue
+			}
 			r, err := apiv1.DecodeReply(m.Payload)
 			if err != nil {
 				return requestID, fmt.Errorf("request %s: undecodable reply on %s: %w", requestID, m.Topic, err)
@@ -159,10 +175,13 @@ func (c *client) request(ctx context.Context, verb string, payload []byte, onRep
 			if r.RequestID != "" && r.RequestID != requestID {
 				continue // not ours; a well-behaved agent never does this
 			}
+			noNode = nil
 			last = r.Phase
 			if onReply(r) || r.Final() {
 				return requestID, nil
 			}
+		case <-noNode:
+			return requestID, fmt.Errorf("%w: no node named %q under prefix %s on %s (no retained state after --retained-wait %v; check --node, --prefix and --context)", errNoReply, c.topics.Node, c.topics.Prefix, c.broker, retainedWait)
 		case <-ctx.Done():
 			if !errors.Is(ctx.Err(), context.DeadlineExceeded) {
 				return requestID, fmt.Errorf("request %s: %w", requestID, ctx.Err())

@@ -45,6 +45,14 @@ type globalConfig struct {
 	SignKey      string
 	KeyID        string
 	SignTTL      time.Duration
+	ConfigFile   string // mqletctl's own config file (contexts)
+	Context      string // the context to use from it
+
+	// explicit names the global flags given on the command line, and the
+	// settings taken from the environment: a context fills only the rest.
+	explicit    map[string]bool
+	getenv      func(string) string
+	contextName string // the context in use, "" for none
 
 	// signer signs every command when SignKey is given (loaded by resolve);
 	// now is the clock of its iat and exp.
@@ -67,10 +75,15 @@ func newGlobalConfig(getenv func(string) string) *globalConfig {
 		SignKey:      getenv(envSignKey),
 		SignTTL:      defaultSignTTL,
 		now:          time.Now,
+		explicit:     map[string]bool{},
+		getenv:       getenv,
 	}
 	if b := getenv(envBroker); b != "" {
 		c.Broker = b
 	}
+	c.explicit["broker"] = c.Broker != defaultBroker
+	c.explicit["node"] = c.Node != ""
+	c.explicit["sign-key"] = c.SignKey != ""
 	c.password = getenv(envPassword)
 	return c
 }
@@ -78,6 +91,19 @@ func newGlobalConfig(getenv func(string) string) *globalConfig {
 // register adds the global flags to fs, bound to c. Each subcommand's flag
 // set registers them too, so they may come before or after the subcommand.
 func (c *globalConfig) register(fs *flag.FlagSet) {
+	all := flag.NewFlagSet("", flag.ContinueOnError)
+	c.registerOn(all)
+	if c.explicit == nil {
+		c.explicit = map[string]bool{}
+	}
+	all.VisitAll(func(f *flag.Flag) {
+		fs.Var(&trackedValue{Value: f.Value, name: f.Name, set: c.explicit}, f.Name, f.Usage)
+	})
+}
+
+func (c *globalConfig) registerOn(fs *flag.FlagSet) {
+	fs.StringVar(&c.ConfigFile, "config", c.ConfigFile, "mqletctl config file with contexts (env "+envConfig+"; default $XDG_CONFIG_HOME/mqletctl/config.yaml)")
+	fs.StringVar(&c.Context, "context", c.Context, "context of the config file to use (env "+envContext+"; default: its currentContext)")
 	fs.StringVar(&c.Broker, "broker", c.Broker, "MQTT broker URL: tcp://, ssl://, ws:// or wss:// (env "+envBroker+")")
 	fs.StringVar(&c.Node, "node", c.Node, "node name to command (required; env "+envNode+")")
 	fs.StringVar(&c.Prefix, "prefix", c.Prefix, "topic prefix")
@@ -88,7 +114,7 @@ func (c *globalConfig) register(fs *flag.FlagSet) {
 	fs.StringVar(&c.KeyFile, "key-file", c.KeyFile, "PEM client key for mTLS")
 	fs.DurationVar(&c.Timeout, "timeout", c.Timeout, "how long to wait for the broker and the agent's reply")
 	fs.DurationVar(&c.RetainedWait, "retained-wait", c.RetainedWait, "how long status waits for retained topics that may not exist")
-	fs.StringVar(&c.SignKey, "sign-key", c.SignKey, "Ed25519 private key file (from `keys generate`): sign every command for the node (env "+envSignKey+")")
+	fs.StringVar(&c.SignKey, "sign-key", c.SignKey, "Ed25519 private key file (from 'keys generate'): sign every command for the node (env "+envSignKey+")")
 	fs.StringVar(&c.KeyID, "key-id", c.KeyID, "key id put in signed commands (default: derived from the key, as the node derives it)")
 	fs.DurationVar(&c.SignTTL, "sign-ttl", c.SignTTL, "how long a signed command stays valid")
 }
@@ -113,13 +139,33 @@ func (c *globalConfig) checkOutput(allowed ...string) error {
 	return usageError{fmt.Errorf("unknown output format %q (want one of: %s)", c.Output, strings.Join(allowed, ", "))}
 }
 
-// resolve validates the configuration and loads the password file.
+// resolve validates the configuration for commanding one node and loads
+// the password file.
 func (c *globalConfig) resolve() error {
-	if c.Node == "" {
-		return usageError{errors.New("no node given: use --node NAME or set " + envNode)}
+	return c.resolveFor(true)
+}
+
+// resolveFleet is resolve for commands that read every node under the
+// prefix (get nodes) and need no --node.
+func (c *globalConfig) resolveFleet() error {
+	return c.resolveFor(false)
+}
+
+func (c *globalConfig) resolveFor(needNode bool) error {
+	if c.getenv == nil {
+		c.getenv = func(string) string { return "" }
 	}
-	scheme := apiv1.Scheme{Prefix: c.Prefix, Node: c.Node}
-	if err := scheme.Validate(); err != nil {
+	if err := c.applyContext(); err != nil {
+		return err
+	}
+	if needNode {
+		if c.Node == "" {
+			return usageError{errors.New("no node given: use --node NAME, set " + envNode + " or a context's node")}
+		}
+		if err := c.scheme().Validate(); err != nil {
+			return usageError{err}
+		}
+	} else if err := apiv1.ValidatePrefix(c.Prefix); err != nil {
 		return usageError{err}
 	}
 	if err := session.ValidateBrokerURL(c.Broker); err != nil {

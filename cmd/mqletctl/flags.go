@@ -1,17 +1,34 @@
 package main
 
 import (
+	"errors"
 	"flag"
+	"fmt"
 	"io"
+	"strings"
 )
 
 // newFlagSet returns a subcommand's flag set with the global flags
-// registered, writing its usage to w.
-func newFlagSet(name string, cfg *globalConfig, w io.Writer) *flag.FlagSet {
+// registered. It prints nothing itself: run prints the help on stdout for
+// --help, and a one-line complaint on stderr for a bad flag.
+func newFlagSet(name string, cfg *globalConfig) *flag.FlagSet {
 	fs := flag.NewFlagSet("mqletctl "+name, flag.ContinueOnError)
-	fs.SetOutput(w)
+	fs.SetOutput(io.Discard)
+	fs.Usage = func() {}
 	cfg.register(fs)
 	return fs
+}
+
+// flagError rewords the flag package's complaints the way kubectl says them.
+func flagError(err error) error {
+	msg := err.Error()
+	if name, ok := strings.CutPrefix(msg, "flag provided but not defined: -"); ok {
+		return fmt.Errorf("unknown flag: --%s", strings.TrimPrefix(name, "-"))
+	}
+	if name, ok := strings.CutPrefix(msg, "flag needs an argument: -"); ok {
+		return fmt.Errorf("flag needs an argument: --%s", strings.TrimPrefix(name, "-"))
+	}
+	return err
 }
 
 // parseInterleaved parses flags that may appear before, between and after
@@ -21,7 +38,10 @@ func parseInterleaved(fs *flag.FlagSet, args []string) ([]string, error) {
 	var positional []string
 	for {
 		if err := fs.Parse(args); err != nil {
-			return nil, err
+			if errors.Is(err, flag.ErrHelp) {
+				return nil, helpRequest{fs}
+			}
+			return nil, usageError{flagError(err)}
 		}
 		rest := fs.Args()
 		if len(rest) == 0 {

@@ -8,6 +8,7 @@ import (
 	"strings"
 
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/labels"
 
 	apiv1 "github.com/mqlet/mqlet/api/v1"
 )
@@ -32,25 +33,39 @@ func canonicalKind(s string) (string, bool) {
 }
 
 func runGet(ctx context.Context, cfg *globalConfig, args []string, e env) error {
-	fs := newFlagSet("get", cfg, e.stderr)
+	fs := newFlagSet("get", cfg)
 	ns := namespaceFlag(fs)
-	cfg.registerOutput(fs, "json, yaml or wide (default: table)")
+	selector := fs.String("l", "", "label selector, e.g. app=web,tier!=db (applied by mqletctl to what the agent returns)")
+	fs.StringVar(selector, "selector", "", "same as -l")
+	watch := fs.Bool("w", false, "pods only: list, then print a line for every change until Ctrl-C")
+	fs.BoolVar(watch, "watch", false, "same as -w")
+	cfg.registerOutput(fs, "json, yaml, wide or name (default: table)")
 	pos, err := parseInterleaved(fs, args)
 	if err != nil {
 		return err
 	}
-	if err := cfg.checkOutput("json", "yaml", "wide"); err != nil {
+	if err := cfg.checkOutput("json", "yaml", "wide", "name"); err != nil {
 		return err
 	}
 	var req apiv1.GetRequest
 	switch len(pos) {
 	case 0:
-		return usageError{fmt.Errorf("get: what? (pods, configmaps, secrets or all)")}
+		return usageError{fmt.Errorf("get: what? (pods, configmaps, secrets, nodes or all)")}
 	case 1, 2:
+		if k := strings.ToLower(pos[0]); k == "nodes" || k == "node" || k == "no" {
+			if *watch {
+				return usageError{fmt.Errorf("get nodes: -w is not supported (use `mqletctl watch all`)")}
+			}
+			name := ""
+			if len(pos) == 2 {
+				name = pos[1]
+			}
+			return runGetNodes(ctx, cfg, name, *selector, e)
+		}
 		if strings.ToLower(pos[0]) != "all" {
 			kind, ok := canonicalKind(pos[0])
 			if !ok {
-				return usageError{fmt.Errorf("get: unknown kind %q (pods, configmaps, secrets, all)", pos[0])}
+				return usageError{fmt.Errorf("get: unknown kind %q (pods, configmaps, secrets, nodes, all)", pos[0])}
 			}
 			req.Kind = kind
 		}
@@ -64,20 +79,92 @@ func runGet(ctx context.Context, cfg *globalConfig, args []string, e env) error 
 		return usageError{fmt.Errorf("get: too many arguments %q (want KIND [NAME])", pos)}
 	}
 	req.Namespace = *ns
+	sel, err := parseSelector(*selector)
+	if err != nil {
+		return err
+	}
+	if *watch {
+		if req.Kind != apiv1.KindPod {
+			return usageError{fmt.Errorf("get -w: only pods can be watched (their status topics are retained)")}
+		}
+		if cfg.Output != "" && cfg.Output != "wide" && cfg.Output != "name" {
+			return usageError{fmt.Errorf("get -w: -o %s is not supported while watching (use `mqletctl watch pods -o json`)", cfg.Output)}
+		}
+		if err := cfg.resolve(); err != nil {
+			return err
+		}
+		return watchPods(ctx, cfg, req, sel, e)
+	}
 	if err := cfg.resolve(); err != nil {
 		return err
 	}
+	// The agent does not take labelSelector yet: mqletctl filters.
 	payload, _ := json.Marshal(req) // strings always encode
 	res, err := requestGet(ctx, cfg, payload, e)
 	if err != nil {
 		return err
 	}
-	p := printer{w: e.stdout, now: e.now, wide: cfg.Output == "wide", showNamespace: *ns == ""}
+	filterResult(res, sel)
+	p := printer{w: e.stdout, errw: e.stderr, namespace: *ns, now: e.now, wide: cfg.Output == "wide", showNamespace: *ns == ""}
 	switch cfg.Output {
 	case "json", "yaml":
 		return printObjects(e.stdout, cfg.Output, resultObjects(res, req.Name != ""))
+	case "name":
+		return printNames(e, res, *ns)
 	}
 	return p.printGet(res, req.Kind)
+}
+
+// filterResult keeps the objects whose labels match sel.
+func filterResult(res *apiv1.GetResult, sel labels.Selector) {
+	if sel.Empty() {
+		return
+	}
+	pods := res.Pods[:0]
+	for _, p := range res.Pods {
+		if p != nil && sel.Matches(labels.Set(p.Labels)) {
+			pods = append(pods, p)
+		}
+	}
+	res.Pods = pods
+	cms := res.ConfigMaps[:0]
+	for _, c := range res.ConfigMaps {
+		if c != nil && sel.Matches(labels.Set(c.Labels)) {
+			cms = append(cms, c)
+		}
+	}
+	res.ConfigMaps = cms
+	secrets := res.Secrets[:0]
+	for _, s := range res.Secrets {
+		if s != nil && sel.Matches(labels.Set(s.Labels)) {
+			secrets = append(secrets, s)
+		}
+	}
+	res.Secrets = secrets
+}
+
+// printNames prints kind/name lines, as kubectl -o name does.
+func printNames(e env, res *apiv1.GetResult, ns string) error {
+	var names []string
+	for _, p := range res.Pods {
+		names = append(names, "pod/"+printable(p.Name))
+	}
+	for _, c := range res.ConfigMaps {
+		names = append(names, "configmap/"+printable(c.Name))
+	}
+	for _, s := range res.Secrets {
+		names = append(names, "secret/"+printable(s.Name))
+	}
+	if len(names) == 0 {
+		p := printer{errw: e.stderr, namespace: ns}
+		return p.printGet(res, "")
+	}
+	for _, n := range names {
+		if _, err := fmt.Fprintln(e.stdout, n); err != nil {
+			return err
+		}
+	}
+	return nil
 }
 
 // requestGet sends a get and decodes the succeeded reply's result. A
@@ -92,7 +179,7 @@ func requestGet(ctx context.Context, cfg *globalConfig, payload []byte, e env) (
 	defer c.close()
 	var final apiv1.Reply
 	var all [][]byte // a large result comes in parts before the final reply
-	if _, err := c.request(ctx, "get", payload, func(r apiv1.Reply) bool {
+	if _, err := c.request(ctx, "get", payload, cfg.RetainedWait, func(r apiv1.Reply) bool {
 		final = r
 		if b, err := json.Marshal(r); err == nil {
 			all = append(all, b)

@@ -112,8 +112,12 @@ func TestGetEmpty(t *testing.T) {
 	url := startBroker(t, broker.Options{})
 	getAgent(t, url, apiv1.GetResult{})
 	res := runCLI(t, url, "", "get", "all")
-	if res.code != 0 || res.stdout != "No resources found.\n" {
+	if res.code != 0 || res.stdout != "" || res.stderr != "No resources found\n" {
 		t.Fatalf("get all with nothing: %v", res)
+	}
+	res = runCLI(t, url, "", "get", "pods", "-n", "kube-system")
+	if res.code != 0 || res.stdout != "" || res.stderr != "No resources found in kube-system namespace.\n" {
+		t.Fatalf("get pods -n kube-system with nothing: %v", res)
 	}
 }
 

@@ -46,7 +46,17 @@ func startBroker(t *testing.T, opts broker.Options) string {
 // testClient connects a plain paho client for the test's own use.
 func testClient(t *testing.T, url, id string) paho.Client {
 	t.Helper()
-	c := paho.NewClient(paho.NewClientOptions().AddBroker(url).SetClientID(id).
+	return testClientAuth(t, url, id, "")
+}
+
+// testClientAuth connects as user id with password (none when empty).
+func testClientAuth(t *testing.T, url, id, password string) paho.Client {
+	t.Helper()
+	opts := paho.NewClientOptions().AddBroker(url).SetClientID(id)
+	if password != "" {
+		opts.SetUsername(id).SetPassword(password)
+	}
+	c := paho.NewClient(opts.
 		SetCleanSession(true).SetAutoReconnect(false).SetConnectTimeout(5 * time.Second))
 	tok := c.Connect()
 	if !tok.WaitTimeout(5*time.Second) || tok.Error() != nil {
@@ -125,6 +135,9 @@ func startFakeAgent(t *testing.T, url string, answer func(received) []fakeReply)
 	if !tok.WaitTimeout(5*time.Second) || tok.Error() != nil {
 		t.Fatalf("fake agent subscribing: %v", tok.Error())
 	}
+	// Like the agent, say the node exists: mqletctl gives up early on a
+	// node without retained state.
+	mustPublish(t, c, scheme.State(), true, []byte(`{"state":"online","bootId":"b1","version":"test"}`))
 	return a
 }
 

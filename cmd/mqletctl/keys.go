@@ -17,10 +17,13 @@ func runKeys(_ context.Context, cfg *globalConfig, args []string, e env) error {
 	if len(args) > 0 && args[0] == "show" {
 		return showKey(cfg, args[1:], e)
 	}
+	if len(args) > 0 && isHelpFlag(args[0]) {
+		args = append([]string{"generate"}, args...)
+	}
 	if len(args) == 0 || args[0] != "generate" {
 		return usageError{errors.New("keys: want `keys generate [--out FILE]` or `keys show --sign-key FILE`")}
 	}
-	fs := newFlagSet("keys generate", cfg, e.stderr)
+	fs := newFlagSet("keys generate", cfg)
 	out := fs.String("out", defaultKeyFile, "file for the new private key (created 0600; never overwritten)")
 	pos, err := parseInterleaved(fs, args[1:])
 	if err != nil {
@@ -46,7 +49,7 @@ func runKeys(_ context.Context, cfg *globalConfig, args []string, e env) error {
 }
 
 func showKey(cfg *globalConfig, args []string, e env) error {
-	fs := newFlagSet("keys show", cfg, e.stderr)
+	fs := newFlagSet("keys show", cfg)
 	pos, err := parseInterleaved(fs, args)
 	if err != nil {
 		return err
@@ -73,7 +76,7 @@ func printTrustedKey(e env, s *signing.Signer) {
 // runSign prints a signed envelope instead of sending it, for a dashboard
 // or mosquitto_pub on a node that wants signed commands.
 func runSign(_ context.Context, cfg *globalConfig, args []string, e env) error {
-	fs := newFlagSet("sign", cfg, e.stderr)
+	fs := newFlagSet("sign", cfg)
 	file := fs.String("f", "", "the command body: manifest or JSON args (- for stdin)")
 	id := fs.String("request-id", "", "request id of the topic it will be sent on (default: a new one)")
 	pos, err := parseInterleaved(fs, args)

@@ -11,6 +11,7 @@ import (
 	"io"
 	"os"
 	"os/signal"
+	"strings"
 	"syscall"
 	"time"
 
@@ -41,24 +42,46 @@ type env struct {
 
 // command is one subcommand: it parses its own flags and runs.
 type command struct {
-	name    string
-	summary string
-	run     func(ctx context.Context, cfg *globalConfig, args []string, e env) error
+	name     string
+	synopsis string // usage line(s), after "mqletctl "
+	summary  string // one line for the command list
+	example  string // shown by `help CMD` and `CMD --help`
+	run      func(ctx context.Context, cfg *globalConfig, args []string, e env) error
 }
 
 func commands() []command {
 	return []command{
-		{"apply", "apply -f FILE|- [--no-wait]        send manifests; wait for the agent's verdict", runApply},
-		{"delete", "delete -f FILE | delete pod NAME [-n NS] [--grace-period N]", runDelete},
-		{"sync", "sync -f FILE|- [--no-wait]         replace the node's whole desired state with a List", runSync},
-		{"get", "get pods|configmaps|secrets [NAME] [-n NS] [-o json|yaml|wide]", runGet},
-		{"status", "status [-o json|yaml]              online/offline, boot id, node readiness, capacity", runStatus},
-		{"watch", "watch [pods|events|all] [--count N] print updates until Ctrl-C", runWatch},
-		{"sign", "sign VERB -f FILE [--request-id ID] print a command signed with --sign-key, for mosquitto_pub", runSign},
-		{"keys", "keys generate [--out FILE] | show  new Ed25519 signing key (show: of --sign-key); prints the node's trustedKeys entry", runKeys},
-		{"certs", "certs ca|broker --host H|node NAME|operator [--dir D]  fleet CA and mTLS certificates; says where each goes", runCerts},
-		{"version", "version                            print the mqletctl version", runVersion},
+		{"apply", "apply -f FILE|DIR|- [--no-wait]", "send manifests; wait for the agent's verdict",
+			"  mqletctl apply -f web.yaml --node gw1\n  mqletctl apply -f manifests/    # every .yaml, .yml and .json file, in name order", runApply},
+		{"delete", "delete -f FILE|DIR|- | delete KIND NAME [-n NS] [--grace-period N]", "delete what a manifest names, or one object",
+			"  mqletctl delete pod web -n default\n  mqletctl delete -f web.yaml    # every object in the file", runDelete},
+		{"sync", "sync -f FILE|- [--no-wait]", "replace the node's whole desired state with a List",
+			"  mqletctl sync -f desired.yaml", runSync},
+		{"get", "get pods|configmaps|secrets|nodes|all [NAME] [-n NS] [-l SELECTOR] [-o json|yaml|wide|name] [-w]", "list objects of a node, or every node under the prefix",
+			"  mqletctl get pods -n default -l app=web\n  mqletctl get nodes\n  mqletctl get pods -w", runGet},
+		{"status", "status [-o json|yaml]", "online/offline, boot id, node readiness, capacity",
+			"  mqletctl status --node gw1 || echo offline", runStatus},
+		{"watch", "watch [pods|events|all] [--count N] [-o json]", "print updates until Ctrl-C",
+			"  mqletctl watch events --count 10", runWatch},
+		{"sign", "sign VERB -f FILE [--request-id ID]", "print a command signed with --sign-key, for mosquitto_pub",
+			"  mqletctl sign apply -f web.yaml --sign-key op.key", runSign},
+		{"keys", "keys generate [--out FILE] | keys show --sign-key FILE", "new Ed25519 signing key (show: of --sign-key); prints the node's trustedKeys entry",
+			"  mqletctl keys generate --out op.key", runKeys},
+		{"certs", "certs ca|broker --host H|node NAME|operator [--dir D]", "fleet CA and mTLS certificates; says where each goes",
+			"  mqletctl certs ca && mqletctl certs node gw1", runCerts},
+		{"completion", "completion bash|zsh", "print a shell completion script",
+			"  source <(mqletctl completion bash)", runCompletion},
+		{"version", "version", "print the mqletctl version", "  mqletctl version", runVersion},
 	}
+}
+
+func findCommand(name string) (command, bool) {
+	for _, c := range commands() {
+		if c.name == name {
+			return c, true
+		}
+	}
+	return command{}, false
 }
 
 // run executes one command line and returns the exit code.
@@ -66,15 +89,16 @@ func run(ctx context.Context, args []string, e env) int {
 	cfg := newGlobalConfig(e.getenv)
 	cfg.now = e.now
 	top := flag.NewFlagSet("mqletctl", flag.ContinueOnError)
-	top.SetOutput(e.stderr)
+	top.SetOutput(io.Discard)
+	top.Usage = func() {}
 	cfg.register(top)
 	showVersion := top.Bool("version", false, "print the version and exit")
-	top.Usage = func() { usage(e.stderr, top) }
 	if err := top.Parse(args); err != nil {
 		if errors.Is(err, flag.ErrHelp) {
+			usage(e.stdout, top)
 			return exitOK
 		}
-		return exitUsage
+		return badUsage(e, flagError(err), "")
 	}
 	if *showVersion {
 		fmt.Fprintln(e.stdout, "mqletctl", version.Version)
@@ -87,32 +111,145 @@ func run(ctx context.Context, args []string, e env) int {
 	}
 	name, rest := rest[0], rest[1:]
 	if name == "help" {
-		usage(e.stdout, top)
+		if len(rest) == 0 {
+			usage(e.stdout, top)
+			return exitOK
+		}
+		name, rest = rest[0], []string{"--help"}
+	}
+	c, ok := findCommand(name)
+	if !ok {
+		return badUsage(e, fmt.Errorf("unknown command %q", name), "")
+	}
+	err := c.run(ctx, cfg, rest, e)
+	var help helpRequest
+	var ue usageError
+	switch {
+	case errors.As(err, &help):
+		printCommandHelp(e.stdout, c, help.fs)
 		return exitOK
-	}
-	for _, c := range commands() {
-		if c.name != name {
-			continue
-		}
-		err := c.run(ctx, cfg, rest, e)
-		switch {
-		case err == nil:
-			return exitOK
-		case errors.Is(err, flag.ErrHelp):
-			return exitOK
-		case errors.Is(err, errReported):
-			return exitFail
-		}
-		fmt.Fprintln(e.stderr, "error:", err)
-		var ue usageError
-		if errors.As(err, &ue) {
-			return exitUsage
-		}
+	case err == nil:
+		return exitOK
+	case errors.Is(err, errReported):
 		return exitFail
+	case errors.As(err, &ue):
+		return badUsage(e, err, c.name)
 	}
-	fmt.Fprintf(e.stderr, "error: unknown command %q (run `mqletctl help`)\n", name)
+	fmt.Fprintln(e.stderr, "error:", err)
+	return exitFail
+}
+
+// badUsage prints a short complaint and where to read more, kubectl style,
+// and returns the usage exit code.
+func badUsage(e env, err error, cmd string) int {
+	fmt.Fprintln(e.stderr, "error:", err)
+	if cmd == "" {
+		fmt.Fprintln(e.stderr, "See 'mqletctl help' for usage.")
+	} else {
+		fmt.Fprintf(e.stderr, "See 'mqletctl help %s' for usage.\n", cmd)
+	}
 	return exitUsage
 }
+
+func wantsHelp(args []string) bool {
+	for _, a := range args {
+		if a == "--" {
+			return false
+		}
+		if isHelpFlag(a) {
+			return true
+		}
+	}
+	return false
+}
+
+func isHelpFlag(a string) bool { return a == "-h" || a == "--help" || a == "-help" }
+
+// printCommandHelp writes a command's synopsis, its own flags (not the
+// global ones, which `mqletctl help` lists) and its example.
+func printCommandHelp(w io.Writer, c command, fs *flag.FlagSet) {
+	fmt.Fprintf(w, "%s: %s\n\nUsage:\n  mqletctl %s\n", c.name, c.summary, c.synopsis)
+	if fs != nil {
+		global := globalFlagNames()
+		var own []*flag.Flag
+		fs.VisitAll(func(f *flag.Flag) {
+			if !global[f.Name] {
+				own = append(own, f)
+			}
+		})
+		if len(own) > 0 {
+			fmt.Fprintln(w, "\nFlags:")
+			printFlags(w, own)
+		}
+	}
+	if c.example != "" {
+		fmt.Fprintf(w, "\nExample:\n%s\n", c.example)
+	}
+	fmt.Fprintln(w, "\nGlobal flags (--node, --broker, --context, --timeout, ...): see 'mqletctl help'.")
+}
+
+// printFlags prints one line per flag; spellings bound to the same value
+// (-n and --namespace) share a line.
+func printFlags(w io.Writer, flags []*flag.Flag) {
+	done := map[*flag.Flag]bool{}
+	for _, f := range flags {
+		if done[f] {
+			continue
+		}
+		var names []string
+		for _, g := range flags {
+			if g.Value == f.Value && !done[g] {
+				done[g] = true
+				dash := "--"
+				if len(g.Name) == 1 {
+					dash = "-"
+				}
+				names = append(names, dash+g.Name)
+			}
+		}
+		kind, usage := flag.UnquoteUsage(unwrapFlag(f))
+		for _, g := range flags {
+			if g != f && g.Value == f.Value && !strings.HasPrefix(g.Usage, "same as") {
+				_, usage = flag.UnquoteUsage(unwrapFlag(g))
+			}
+		}
+		line := "  " + strings.Join(names, ", ")
+		if kind != "" {
+			line += " " + kind
+		}
+		fmt.Fprintf(w, "%-28s %s", line, usage)
+		if f.DefValue != "" && f.DefValue != "false" && f.DefValue != "0" {
+			fmt.Fprintf(w, " (default %s)", f.DefValue)
+		}
+		fmt.Fprintln(w)
+	}
+}
+
+// unwrapFlag returns f with its tracked value unwrapped, so the help names
+// its type (duration, string).
+func unwrapFlag(f *flag.Flag) *flag.Flag {
+	if u, ok := f.Value.(interface{ Unwrap() flag.Value }); ok {
+		g := *f
+		g.Value = u.Unwrap()
+		return &g
+	}
+	return f
+}
+
+// globalFlagNames are the flags every command accepts.
+func globalFlagNames() map[string]bool {
+	fs := flag.NewFlagSet("", flag.ContinueOnError)
+	(&globalConfig{}).register(fs)
+	names := map[string]bool{}
+	fs.VisitAll(func(f *flag.Flag) { names[f.Name] = true })
+	return names
+}
+
+// helpRequest is returned by a command's flag parsing when -h or --help
+// was given; run prints that command's help.
+type helpRequest struct{ fs *flag.FlagSet }
+
+func (helpRequest) Error() string { return "help requested" }
 
 // errReported means the command failed and already printed why.
 var errReported = errors.New("failure already reported")
@@ -122,17 +259,26 @@ func usage(w io.Writer, top *flag.FlagSet) {
 	fmt.Fprintln(w, "\nUsage: mqletctl [global flags] COMMAND [flags] [args]")
 	fmt.Fprintln(w, "\nCommands:")
 	for _, c := range commands() {
-		fmt.Fprintln(w, "  "+c.summary)
+		fmt.Fprintf(w, "  %-11s %s\n", c.name, c.summary)
 	}
+	fmt.Fprintln(w, "\nRun 'mqletctl help COMMAND' (or COMMAND --help) for a command's flags and an example.")
 	fmt.Fprintln(w, "\nGlobal flags (accepted before or after the command):")
-	top.SetOutput(w)
-	top.PrintDefaults()
+	var all []*flag.Flag
+	top.VisitAll(func(f *flag.Flag) { all = append(all, f) })
+	printFlags(w, all)
 	fmt.Fprintln(w, "\nThe MQTT password is read from $"+envPassword+" or --password-file, never from a flag.")
 	fmt.Fprintln(w, "With --sign-key FILE (env "+envSignKey+") every command is signed for its node, verb and request id.")
 	fmt.Fprintln(w, "Exit codes: 0 success, 1 command failed / timed out / broker unreachable, 2 bad usage.")
 }
 
-func runVersion(_ context.Context, _ *globalConfig, _ []string, e env) error {
+func runVersion(_ context.Context, cfg *globalConfig, args []string, e env) error {
+	pos, err := parseInterleaved(newFlagSet("version", cfg), args)
+	if err != nil {
+		return err
+	}
+	if len(pos) > 0 {
+		return usageError{fmt.Errorf("version: unexpected arguments %q", pos)}
+	}
 	fmt.Fprintln(e.stdout, "mqletctl", version.Version)
 	return nil
 }

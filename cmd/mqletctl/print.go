@@ -37,6 +37,8 @@ func printObjects(w io.Writer, format string, v any) error {
 // printer writes kubectl-like tables.
 type printer struct {
 	w             io.Writer
+	errw          io.Writer // for "No resources found"
+	namespace     string    // the -n asked for, "" for all
 	now           func() time.Time
 	wide          bool
 	showNamespace bool
@@ -54,23 +56,28 @@ func (p printer) printGet(res *apiv1.GetResult, kind string) error {
 		print(tw)
 		return tw.Flush()
 	}
-	if (kind == "Pod" || kind == "") && (len(res.Pods) > 0 || kind == "Pod") {
+	if (kind == "Pod" || kind == "") && len(res.Pods) > 0 {
 		if err := section(func(tw *tabwriter.Writer) { p.podTable(tw, res.Pods) }); err != nil {
 			return err
 		}
 	}
-	if (kind == "ConfigMap" || kind == "") && (len(res.ConfigMaps) > 0 || kind == "ConfigMap") {
+	if (kind == "ConfigMap" || kind == "") && len(res.ConfigMaps) > 0 {
 		if err := section(func(tw *tabwriter.Writer) { p.configMapTable(tw, res.ConfigMaps) }); err != nil {
 			return err
 		}
 	}
-	if (kind == "Secret" || kind == "") && (len(res.Secrets) > 0 || kind == "Secret") {
+	if (kind == "Secret" || kind == "") && len(res.Secrets) > 0 {
 		if err := section(func(tw *tabwriter.Writer) { p.secretTable(tw, res.Secrets) }); err != nil {
 			return err
 		}
 	}
 	if sections == 0 {
-		_, err := fmt.Fprintln(p.w, "No resources found.")
+		// kubectl says so on stderr, so a script reading stdout sees nothing.
+		if p.namespace != "" {
+			_, err := fmt.Fprintf(p.errw, "No resources found in %s namespace.\n", p.namespace)
+			return err
+		}
+		_, err := fmt.Fprintln(p.errw, "No resources found")
 		return err
 	}
 	return nil

@@ -25,7 +25,7 @@ type statusReport struct {
 }
 
 func runStatus(ctx context.Context, cfg *globalConfig, args []string, e env) error {
-	fs := newFlagSet("status", cfg, e.stderr)
+	fs := newFlagSet("status", cfg)
 	cfg.registerOutput(fs, "json or yaml (default: text)")
 	pos, err := parseInterleaved(fs, args)
 	if err != nil {

@@ -10,6 +10,8 @@ import (
 	"k8s.io/apimachinery/pkg/api/resource"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 
+	paho "github.com/eclipse/paho.mqtt.golang"
+
 	"github.com/mqlet/mqlet/mqtt/broker"
 
 	apiv1 "github.com/mqlet/mqlet/api/v1"
@@ -17,7 +19,12 @@ import (
 
 func publishNode(t *testing.T, url string, state string) {
 	t.Helper()
-	c := testClient(t, url, "publisher")
+	publishNodeWith(t, testClient(t, url, "publisher"), state)
+}
+
+// publishNodeWith publishes node n1's retained state and node object.
+func publishNodeWith(t *testing.T, c paho.Client, state string) {
+	t.Helper()
 	st, _ := json.Marshal(apiv1.NodeState{State: state, BootID: "b00t-1", Seq: 42, Version: "v1.2.3",
 		StartedAt: testNow.Add(-2 * time.Hour), TS: testNow.Add(-time.Minute)})
 	node := v1.Node{

@@ -13,7 +13,7 @@ import (
 )
 
 func runWatch(ctx context.Context, cfg *globalConfig, args []string, e env) error {
-	fs := newFlagSet("watch", cfg, e.stderr)
+	fs := newFlagSet("watch", cfg)
 	count := fs.Int("count", 0, "stop after N messages (0: until Ctrl-C)")
 	cfg.registerOutput(fs, "json (one message per line; default: text)")
 	pos, err := parseInterleaved(fs, args)

@@ -16,8 +16,9 @@ fi
 if [ -x /etc/init.d/docker-registry ] && pidof docker-registry >/dev/null 2>&1; then
 	/etc/init.d/docker-registry stop >/dev/null 2>&1 || true
 fi
-# The Debian package may start a system-wide mosquitto; tests and the demo
-# run their own brokers.
-if pidof mosquitto >/dev/null 2>&1 && [ -x /etc/init.d/mosquitto ]; then
+# The Debian package may start a system-wide mosquitto; the tests run their
+# own brokers and stop it, saying so. The demo keeps it (it checks its port).
+if [ -z "${MQLET_DEPS_KEEP_MOSQUITTO:-}" ] && pidof mosquitto >/dev/null 2>&1 && [ -x /etc/init.d/mosquitto ]; then
+	echo "install-deps: stopping the system mosquitto (/etc/init.d/mosquitto start brings it back)" >&2
 	/etc/init.d/mosquitto stop >/dev/null 2>&1 || true
 fi
