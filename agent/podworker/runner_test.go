@@ -7,6 +7,7 @@ import (
 	"time"
 
 	"github.com/rs/zerolog"
+	"go.uber.org/goleak"
 	v1 "k8s.io/api/core/v1"
 	"k8s.io/apimachinery/pkg/types"
 
@@ -76,6 +77,8 @@ type hangRuntime struct {
 	started chan string
 	mu      sync.Mutex
 	graces  map[string]*int64
+	// killHangs makes every kill wait until its context ends.
+	killHangs bool
 }
 
 func (h *hangRuntime) SyncPod(ctx context.Context, pod *v1.Pod, st *cri.PodStatus, o cri.ObjectSource, tr cri.RestartBackoff, e cri.EventRecorder) error {
@@ -91,6 +94,10 @@ func (h *hangRuntime) KillPodByRef(ctx context.Context, ref cri.PodRef, grace *i
 	h.mu.Lock()
 	h.graces[ref.Name] = grace
 	h.mu.Unlock()
+	if h.killHangs {
+		<-ctx.Done()
+		return ctx.Err()
+	}
 	return h.scriptedRuntime.KillPodByRef(ctx, ref, grace)
 }
 
@@ -223,5 +230,37 @@ func TestResyncSyncsKnownPodsAgain(t *testing.T) {
 	waitUntil(t, "three syncs from one enqueue", func() bool { return rt.syncCount("ns/a") >= 3 })
 	if rt.syncCount("ns/b") != 0 {
 		t.Fatal("an unknown pod was synced")
+	}
+}
+
+// Once Run returns, no goroutine of the pool is left: not the per-key
+// ones (one hanging in a sync, one waiting for a slot), not a kill in
+// flight, not the queue's timers nor the resync loop.
+func TestNoGoroutineLeftAfterThePoolStops(t *testing.T) {
+	defer goleak.VerifyNone(t, goleak.IgnoreCurrent())
+	hang := &hangRuntime{scriptedRuntime: newScriptedRuntime(), hang: map[string]bool{"stuck": true}, started: make(chan string, 4), graces: map[string]*int64{}, killHangs: true}
+	hang.pods = []cri.PodRef{{UID: "uid-stubborn", Name: "stubborn", Namespace: "ns"}}
+	d := &mapDesired{pods: map[string]*v1.Pod{"ns/stuck": testPod("stuck"), "ns/next": testPod("next")}}
+	st, out := &fakeStatus{set: map[string]v1.PodStatus{}}, &outcomes{got: map[string][]pending.Outcome{}}
+	pool := New(Options{Workers: 1, Resync: time.Hour}, hang, d, st, out, noEvents{}, zerolog.Nop())
+	ctx, cancel := context.WithCancel(context.Background())
+	done := make(chan struct{})
+	go func() { pool.Run(ctx); close(done) }()
+	pool.Enqueue("ns/stuck")
+	waitStarted(t, hang, "stuck")
+	pool.Enqueue("ns/next")                // waits for the slot
+	pool.EnqueueDelete("ns/stubborn", nil) // its kill blocks
+	pool.queue.AddAfter("ns/later", time.Hour)
+	waitUntil(t, "the kill started", func() bool {
+		pool.mu.Lock()
+		defer pool.mu.Unlock()
+		r := pool.runners["ns/stubborn"]
+		return r != nil && !r.idle()
+	})
+	cancel()
+	select {
+	case <-done:
+	case <-time.After(10 * time.Second):
+		t.Fatal("Run did not return after its context ended")
 	}
 }
