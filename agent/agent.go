@@ -192,6 +192,7 @@ func (a *Agent) Counters() map[string]uint64 {
 		"pod_status_unchanged": skipped,
 		"events_emitted":       es.Emitted,
 		"events_dropped":       es.Dropped,
+		"events_overflowed":    es.Overflowed,
 		"pending_commands":     uint64(a.tracker.Len()),
 		"commands_waiting":     uint64(a.cmds.Waiting()),
 	}
