@@ -264,3 +264,56 @@ func TestNoGoroutineLeftAfterThePoolStops(t *testing.T) {
 		t.Fatal("Run did not return after its context ended")
 	}
 }
+
+// exitedRuntime reports the pod's only container exited 0 with the
+// sandbox still up; its SyncPod (which stops the sandbox) waits until
+// released.
+type exitedRuntime struct {
+	*scriptedRuntime
+	inSync, release chan struct{}
+}
+
+func (e *exitedRuntime) GetPodStatus(_ context.Context, uid, name, ns string) (*cri.PodStatus, error) {
+	now := time.Now()
+	return &cri.PodStatus{UID: uid, Name: name, Namespace: ns,
+		Sandboxes:  []cri.SandboxStatus{{ID: "sb", Ready: true, CreatedAt: now.Add(-time.Minute)}},
+		Containers: []cri.ContainerStatus{{ID: "c1", Name: "c", State: cri.ContainerExited, CreatedAt: now.Add(-time.Minute), StartedAt: now.Add(-time.Minute), FinishedAt: now, Reason: "Completed"}},
+	}, nil
+}
+
+func (e *exitedRuntime) SyncPod(ctx context.Context, _ *v1.Pod, _ *cri.PodStatus, _ cri.ObjectSource, _ cri.RestartBackoff, _ cri.EventRecorder) error {
+	close(e.inSync)
+	select {
+	case <-e.release:
+	case <-ctx.Done():
+	}
+	return nil
+}
+
+// The terminal status of a pod whose containers are done is published as
+// soon as the sync sees it, before the sandbox is stopped.
+func TestTerminalStatusIsPublishedBeforeTheCleanUp(t *testing.T) {
+	rt := &exitedRuntime{scriptedRuntime: newScriptedRuntime(), inSync: make(chan struct{}), release: make(chan struct{})}
+	pod := testPod("job")
+	pod.Spec.RestartPolicy = v1.RestartPolicyNever
+	d := &mapDesired{pods: map[string]*v1.Pod{"ns/job": pod}}
+	st, out := &fakeStatus{set: map[string]v1.PodStatus{}}, &outcomes{got: map[string][]pending.Outcome{}}
+	pool := New(Options{Workers: 1}, rt, d, st, out, noEvents{}, zerolog.Nop())
+	ctx, cancel := context.WithCancel(context.Background())
+	done := make(chan struct{})
+	go func() { pool.Run(ctx); close(done) }()
+	t.Cleanup(func() { cancel(); <-done })
+	pool.Enqueue("ns/job")
+	select {
+	case <-rt.inSync:
+	case <-time.After(5 * time.Second):
+		t.Fatal("never synced")
+	}
+	st.mu.Lock()
+	phase := st.set["ns/job"].Phase
+	st.mu.Unlock()
+	close(rt.release)
+	if phase != v1.PodSucceeded {
+		t.Fatalf("phase while the sandbox is being stopped: %q, want Succeeded", phase)
+	}
+}

@@ -72,6 +72,12 @@ func (p *Pool) syncPod(ctx context.Context, pod *v1.Pod, backoff cri.RestartBack
 		p.publish(pod, nil, podstatus.Hints{RuntimeUnreachable: true}, "")
 		return 0, fmt.Errorf("getting runtime status of pod %s: %w", key, err)
 	}
+	// A pod whose containers are all done is reported before its sandbox is
+	// stopped (as kubelet does): the stop takes a few hundred milliseconds
+	// that the one waiting for the exit need not wait.
+	if st := p.build(pod, rs, podstatus.Hints{}); st.Phase == v1.PodSucceeded || st.Phase == v1.PodFailed {
+		p.set(pod, st, "")
+	}
 	syncErr := p.rt.SyncPod(ctx, pod, rs, p.desired, backoff, p.events)
 	if ctx.Err() != nil {
 		// A delete cancelled it: what it leaves is removed next, and a
@@ -227,13 +233,22 @@ func (p *Pool) publishQuarantined(r *runner, pod *v1.Pod, q store.Quarantine) {
 // when set, is why the pod will not start without a change (an image the
 // registry refused), which fails an apply at once.
 func (p *Pool) publish(pod *v1.Pod, rs *cri.PodStatus, hints podstatus.Hints, definite string) {
+	p.set(pod, p.build(pod, rs, hints), definite)
+}
+
+// build is the pod's status from the runtime's, after the one published.
+func (p *Pool) build(pod *v1.Pod, rs *cri.PodStatus, hints podstatus.Hints) v1.PodStatus {
 	name, _ := p.rt.RuntimeInfo()
 	hints.RuntimeName = name
 	hints.HostIPs = p.opts.HostIPs
 	if prev, ok := p.status.Get(pod.Namespace, pod.Name); ok && prev.UID == pod.UID && prev.Generation == pod.Generation {
 		hints.Previous = &prev.Status
 	}
-	st := podstatus.Build(pod, rs, hints, time.Now())
+	return podstatus.Build(pod, rs, hints, time.Now())
+}
+
+// set publishes st and tells the pending commands (see publish).
+func (p *Pool) set(pod *v1.Pod, st v1.PodStatus, definite string) {
 	if err := p.status.Set(pod, st); err != nil {
 		p.log.Warn().Err(err).Str("pod", pod.Namespace+"/"+pod.Name).Msg("publishing pod status")
 	}
