@@ -71,6 +71,7 @@ type Options struct {
 	Policy          validate.Policy
 	Workers         int
 	Restart         restart.Policy
+	PodResync       time.Duration // every known pod synced again (jittered); 0: never
 	ApplyDeadline   time.Duration
 	PLEGPeriod      time.Duration
 	GCInterval      time.Duration
@@ -112,7 +113,6 @@ type Agent struct {
 	intake  *intake.Intake
 	cmds    *intake.Pipeline // the only caller of intake.Handle
 	group   *intake.Group
-	backoff *restart.Tracker
 }
 
 // New builds the agent; Run starts it.
@@ -128,8 +128,8 @@ func New(opts Options, st Store, out Publisher, rt Runtime, log zerolog.Logger) 
 	}
 	sender := reply.NewSender(opts.Topics, a.group.Publisher(), a.group.Recorder(), nil, log.With().Str("component", "reply").Logger(), replyOpts...)
 	a.tracker = pending.New(sender, nil)
-	a.backoff = restart.New(opts.Restart, nil)
-	poolOpts := podworker.Options{Workers: opts.Workers, BackoffBase: opts.Restart.Base, BackoffMax: opts.Restart.Max, HostIPs: opts.HostIPs, Quarantines: st}
+	poolOpts := podworker.Options{Workers: opts.Workers, BackoffBase: opts.Restart.Base, BackoffMax: opts.Restart.Max, Restart: opts.Restart,
+		Resync: opts.PodResync, HostIPs: opts.HostIPs, Quarantines: st}
 	intakeOpts := intake.Options{Topics: opts.Topics, MaxPayloadBytes: opts.MaxPayloadBytes, Policy: opts.Policy, ApplyDeadline: opts.ApplyDeadline, MaxPods: opts.MaxPods,
 		Opener: opts.Opener, ProfilePolicy: opts.ProfilePolicy}
 	// Set only when present: a nil *inflight.File in an interface is not nil.
@@ -139,7 +139,7 @@ func New(opts Options, st Store, out Publisher, rt Runtime, log zerolog.Logger) 
 	if opts.CommandMarks != nil {
 		intakeOpts.Marks = opts.CommandMarks
 	}
-	a.pool = podworker.New(poolOpts, rt, desired{st}, a.status, a.tracker, a.backoff, a.events, log.With().Str("component", "podworker").Logger())
+	a.pool = podworker.New(poolOpts, rt, desired{st}, a.status, a.tracker, a.events, log.With().Str("component", "podworker").Logger())
 	a.intake = intake.New(intakeOpts, st, sender, a.tracker, a.pool, a.events, a.status, log.With().Str("component", "intake").Logger())
 	a.cmds = intake.NewPipeline(a.intake, st, out, sender, intake.PipelineOptions{MaxBacklog: opts.MaxBacklog, MaxBacklogBytes: opts.MaxBacklogBytes, Group: a.group}, log.With().Str("component", "intake").Logger())
 	a.recoverInFlight()
@@ -192,6 +192,7 @@ func (a *Agent) Counters() map[string]uint64 {
 		"pod_status_unchanged": skipped,
 		"events_emitted":       es.Emitted,
 		"events_dropped":       es.Dropped,
+		"events_overflowed":    es.Overflowed,
 		"pending_commands":     uint64(a.tracker.Len()),
 		"commands_waiting":     uint64(a.cmds.Waiting()),
 	}

@@ -115,7 +115,11 @@ type Pods struct {
 	BackoffMax        Duration `json:"backoffMax"`
 	BackoffResetAfter Duration `json:"backoffResetAfter"`
 	ApplyDeadline     Duration `json:"applyDeadline"`
-	MaxPods           int      `json:"maxPods"`
+	// Resync is how often every known pod is synced again without a cause
+	// (jittered up to half of it), catching drift the lifecycle events
+	// missed; 0 turns it off.
+	Resync  Duration `json:"resync"`
+	MaxPods int      `json:"maxPods"`
 	// PidsLimit caps the processes of each pod (pids.max of its cgroup); 0: none.
 	PidsLimit int64 `json:"pidsLimit"`
 }
@@ -207,6 +211,7 @@ func Default() Config {
 			BackoffMax:        Duration{300 * time.Second},
 			BackoffResetAfter: Duration{10 * time.Minute},
 			ApplyDeadline:     Duration{5 * time.Minute},
+			Resync:            Duration{time.Minute},
 			MaxPods:           110,
 			PidsLimit:         4096,
 		},
@@ -324,6 +329,9 @@ func (c *Config) Validate() error {
 	}
 	positive("pods.backoffResetAfter", c.Pods.BackoffResetAfter)
 	positive("pods.applyDeadline", c.Pods.ApplyDeadline)
+	if c.Pods.Resync.Duration < 0 {
+		bad("pods.resync", "must not be negative (0: off), got %s", c.Pods.Resync.Duration)
+	}
 	if c.Runtime.ContainerLogMaxBytes < 0 {
 		bad("runtime.containerLogMaxBytes", "must not be negative (0: never rotate), got %d", c.Runtime.ContainerLogMaxBytes)
 	}

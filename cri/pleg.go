@@ -62,14 +62,38 @@ func (m *Manager) RunPLEG(ctx context.Context, period time.Duration, out chan<- 
 
 // streamEvents forwards mqlet containers' events until the stream fails.
 func (m *Manager) streamEvents(ctx context.Context, svc *services, out chan<- PodLifecycleEvent) error {
-	ctx, cancel := context.WithCancel(quietContext(ctx))
-	defer cancel()
+	return forwardEvents(quietContext(ctx), svc.runtime, out)
+}
+
+// eventSource is the runtime's container event stream (cri-client's
+// GetContainerEvents, which sends on ch without a select).
+type eventSource interface {
+	GetContainerEvents(ctx context.Context, ch chan *runtimeapi.ContainerEventResponse, connected func(runtimeapi.RuntimeService_GetContainerEventsClient)) error
+}
+
+// forwardEvents turns src's events into lifecycle events on out until the
+// stream fails or ctx ends. It returns only once src has: src blocks on ch
+// until it is read, so ch is drained until then.
+func forwardEvents(ctx context.Context, src eventSource, out chan<- PodLifecycleEvent) (err error) {
+	ctx, cancel := context.WithCancel(ctx)
 	events := make(chan *runtimeapi.ContainerEventResponse)
 	done := make(chan error, 1)
-	go func() { done <- svc.runtime.GetContainerEvents(ctx, events, nil) }()
+	go func() { done <- src.GetContainerEvents(ctx, events, nil) }()
+	ended := false
+	defer func() {
+		cancel()
+		for !ended {
+			select {
+			case <-events:
+			case <-done:
+				ended = true
+			}
+		}
+	}()
 	for {
 		select {
 		case err := <-done:
+			ended = true
 			return err
 		case ev := <-events:
 			labels := ev.GetPodSandboxStatus().GetLabels()

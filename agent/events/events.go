@@ -21,8 +21,9 @@ import (
 
 // Sink receives every event the Recorder lets through, including re-emissions
 // of a deduplicated event with a higher count (same name). Emit is called
-// with the Recorder's lock held, in order: it must be quick (enqueue) and
-// must not call back into the Recorder. The event is the sink's to keep.
+// in order, one call at a time, outside the Recorder's lock: it may be slow
+// (a write to disk) without holding up other callers of the Recorder, whose
+// events wait in a bounded queue meanwhile. The event is the sink's to keep.
 type Sink interface {
 	Emit(ev *v1.Event)
 }
@@ -35,6 +36,8 @@ const (
 	DefaultMaxKeys           = 4096
 	DefaultAggregateMax      = 10
 	DefaultAggregateInterval = 10 * time.Minute
+	// DefaultQueueSize bounds the events waiting for a slow sink.
+	DefaultQueueSize = 1024
 	// MaxMessageBytes bounds a message (the events.k8s.io note limit), so
 	// one runaway error text cannot make a huge payload.
 	MaxMessageBytes = 1024
@@ -62,6 +65,9 @@ type Options struct {
 	// previous one after this long; zero keeps counting as long as the
 	// cache remembers it (as Kubernetes does).
 	DedupeWindow time.Duration
+	// QueueSize bounds the events waiting for the sink; past it new ones
+	// are dropped and counted (Stats.Overflowed).
+	QueueSize int
 	// Clock returns the current time; time.Now when nil.
 	Clock func() time.Time
 }
@@ -85,6 +91,9 @@ func (o Options) withDefaults() Options {
 	if o.AggregateInterval <= 0 {
 		o.AggregateInterval = DefaultAggregateInterval
 	}
+	if o.QueueSize <= 0 {
+		o.QueueSize = DefaultQueueSize
+	}
 	if o.Clock == nil {
 		o.Clock = time.Now
 	}
@@ -93,13 +102,17 @@ func (o Options) withDefaults() Options {
 
 // Stats counts what the Recorder did since it was created.
 type Stats struct {
-	Emitted  uint64 // handed to the sink (re-emissions included)
-	Dropped  uint64 // held back by the spam filter
-	Combined uint64 // emitted as a "(combined from similar events)" event
+	Emitted    uint64 // handed to the sink (re-emissions included)
+	Dropped    uint64 // held back by the spam filter
+	Combined   uint64 // emitted as a "(combined from similar events)" event
+	Overflowed uint64 // dropped because the queue to a slow sink was full
 }
 
 // Recorder turns calls into deduplicated, rate-limited events. It is safe
-// for concurrent use.
+// for concurrent use. Events are queued under the lock and written to the
+// sink outside it, by the caller that found no write in progress: the
+// others only queue and return, so a slow sink holds up one caller, not
+// all of them, and the order is kept.
 type Recorder struct {
 	sink Sink
 	opts Options
@@ -111,6 +124,8 @@ type Recorder struct {
 	buckets    *lru[*bucket]    // spam key -> token bucket
 	lastSuffix int64
 	stats      Stats
+	queue      []*v1.Event // waiting for the sink
+	writing    bool        // a caller is handing the queue to the sink
 }
 
 type observed struct {
@@ -180,6 +195,14 @@ func (r *Recorder) ObjectEvent(ref v1.ObjectReference, eventType, reason, messag
 		r.log.Warn().Str("type", eventType).Str("reason", reason).Msg("unknown event type, recording as Warning")
 		eventType = v1.EventTypeWarning
 	}
+	if r.record(ref, eventType, reason, message) {
+		r.write()
+	}
+}
+
+// record turns the call into an event and queues it; it reports whether
+// the caller is to write the queue out (no one else is).
+func (r *Recorder) record(ref v1.ObjectReference, eventType, reason, message string) bool {
 	r.mu.Lock()
 	defer r.mu.Unlock()
 	now := r.opts.Clock()
@@ -190,13 +213,56 @@ func (r *Recorder) ObjectEvent(ref v1.ObjectReference, eventType, reason, messag
 	if !r.allow(ev, now) {
 		r.stats.Dropped++
 		r.log.Debug().Str("object", ref.Kind+"/"+ref.Namespace+"/"+ref.Name).Str("reason", reason).Int32("count", ev.Count).Msg("event dropped by the spam filter")
-		return
+		return false
+	}
+	if len(r.queue) >= r.opts.QueueSize {
+		r.stats.Overflowed++
+		r.log.Debug().Str("object", ref.Kind+"/"+ref.Namespace+"/"+ref.Name).Str("reason", reason).Msg("event dropped: the sink is behind")
+		return false
 	}
 	if strings.HasPrefix(ev.Message, combinedPrefix) {
 		r.stats.Combined++
 	}
 	r.stats.Emitted++
-	r.sink.Emit(ev)
+	r.queue = append(r.queue, ev)
+	if r.writing {
+		return false
+	}
+	r.writing = true
+	return true
+}
+
+// write hands the queue to the sink until it is empty, outside the lock.
+func (r *Recorder) write() {
+	for {
+		r.mu.Lock()
+		batch := r.queue
+		r.queue = nil
+		if len(batch) == 0 {
+			r.writing = false
+			r.mu.Unlock()
+			return
+		}
+		r.mu.Unlock()
+		r.emit(batch)
+	}
+}
+
+// emit hands batch to the sink; a panic in the sink lets the next caller
+// write instead of leaving the queue stuck.
+func (r *Recorder) emit(batch []*v1.Event) {
+	done := false
+	defer func() {
+		if !done {
+			r.mu.Lock()
+			r.writing = false
+			r.mu.Unlock()
+		}
+	}()
+	for _, ev := range batch {
+		r.sink.Emit(ev)
+	}
+	done = true
 }
 
 // Stats returns the counters so far.

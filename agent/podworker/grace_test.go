@@ -70,12 +70,6 @@ func (nopStatus) Remove(string, string) error           { return nil }
 func (nopStatus) Observe(string, pending.Outcome)       {}
 func (nopStatus) Event(*v1.Pod, string, string, string) {}
 
-type nopBackoff struct{}
-
-func (nopBackoff) InBackoff(string, time.Time) (bool, time.Duration) { return false, 0 }
-func (nopBackoff) Next(string, time.Time)                            {}
-func (nopBackoff) Forget(func(string) bool)                          {}
-
 // A pod deleted from the desired state is gone from the store when its
 // worker kills it; its own terminationGracePeriodSeconds must still apply,
 // not the runtime's 30 s default.
@@ -95,7 +89,7 @@ func TestDeletedPodKeepsItsOwnGracePeriod(t *testing.T) {
 			pod.Spec.TerminationGracePeriodSeconds = ptr(int64(2))
 			desired := &fakeDesired{pod: pod}
 			pool := New(Options{Workers: 1, BackoffBase: time.Millisecond, BackoffMax: time.Millisecond},
-				rt, desired, nopStatus{}, nopStatus{}, nopBackoff{}, nopStatus{}, zerolog.Nop())
+				rt, desired, nopStatus{}, nopStatus{}, nopStatus{}, zerolog.Nop())
 			ctx, cancel := context.WithCancel(context.Background())
 			done := make(chan struct{})
 			go func() { pool.Run(ctx); close(done) }()

@@ -14,7 +14,6 @@ import (
 	"k8s.io/apimachinery/pkg/types"
 
 	"github.com/mqlet/mqlet/agent/pending"
-	"github.com/mqlet/mqlet/agent/restart"
 	"github.com/mqlet/mqlet/cri"
 )
 
@@ -162,8 +161,7 @@ func start(t *testing.T, rt *scriptedRuntime, pods ...*v1.Pod) *rig {
 		d.pods[p.Namespace+"/"+p.Name] = p
 	}
 	r := &rig{rt: rt, desired: d, status: &fakeStatus{set: map[string]v1.PodStatus{}}, out: &outcomes{got: map[string][]pending.Outcome{}}, done: make(chan struct{})}
-	r.pool = New(Options{Workers: 4, BackoffBase: 5 * time.Millisecond, BackoffMax: 40 * time.Millisecond}, rt, d, r.status, r.out,
-		restart.New(restart.DefaultPolicy, nil), noEvents{}, zerolog.Nop())
+	r.pool = New(Options{Workers: 4, BackoffBase: 5 * time.Millisecond, BackoffMax: 40 * time.Millisecond}, rt, d, r.status, r.out, noEvents{}, zerolog.Nop())
 	ctx, cancel := context.WithCancel(context.Background())
 	r.cancel = cancel
 	go func() { r.pool.Run(ctx); close(r.done) }()

@@ -13,7 +13,6 @@ import (
 
 	"github.com/mqlet/mqlet/agent/inflight"
 	"github.com/mqlet/mqlet/agent/pending"
-	"github.com/mqlet/mqlet/agent/restart"
 	"github.com/mqlet/mqlet/agent/store"
 	"github.com/mqlet/mqlet/cri"
 )
@@ -65,8 +64,7 @@ func startGuarded(t *testing.T, rt Runtime, marks Marker, st *store.Store, left 
 	}
 	ev := &recEvents{}
 	r := &rig{desired: d, status: &fakeStatus{set: map[string]v1.PodStatus{}}, out: &outcomes{got: map[string][]pending.Outcome{}}, done: make(chan struct{})}
-	r.pool = New(Options{Workers: 2, BackoffBase: 5 * time.Millisecond, BackoffMax: 40 * time.Millisecond, Marks: marks, Quarantines: st}, rt, d, r.status, r.out,
-		restart.New(restart.DefaultPolicy, nil), ev, zerolog.Nop())
+	r.pool = New(Options{Workers: 2, BackoffBase: 5 * time.Millisecond, BackoffMax: 40 * time.Millisecond, Marks: marks, Quarantines: st}, rt, d, r.status, r.out, ev, zerolog.Nop())
 	if err := r.pool.Recover(left); err != nil {
 		t.Fatal(err)
 	}

@@ -10,7 +10,6 @@ import (
 	v1 "k8s.io/api/core/v1"
 
 	"github.com/mqlet/mqlet/agent/pending"
-	"github.com/mqlet/mqlet/agent/restart"
 	"github.com/mqlet/mqlet/cri"
 )
 
@@ -46,8 +45,7 @@ func TestStubbornTerminationDoesNotHoldTheWorkers(t *testing.T) {
 	rt.pods = []cri.PodRef{{UID: "uid-stubborn", Name: "stubborn", Namespace: "ns"}}
 	d := &mapDesired{pods: map[string]*v1.Pod{"ns/next": testPod("next")}}
 	st, out := &fakeStatus{set: map[string]v1.PodStatus{}}, &outcomes{got: map[string][]pending.Outcome{}}
-	pool := New(Options{Workers: 1, BackoffBase: 5 * time.Millisecond, BackoffMax: 40 * time.Millisecond}, rt, d, st, out,
-		restart.New(restart.DefaultPolicy, nil), noEvents{}, zerolog.Nop())
+	pool := New(Options{Workers: 1, BackoffBase: 5 * time.Millisecond, BackoffMax: 40 * time.Millisecond}, rt, d, st, out, noEvents{}, zerolog.Nop())
 	ctx, cancel := context.WithCancel(context.Background())
 	done := make(chan struct{})
 	go func() { pool.Run(ctx); close(done) }()

@@ -282,6 +282,7 @@ func agentOptions(cfg *config.Config, topics apiv1.Scheme) agent.Options {
 		MaxPayloadBytes: cfg.MQTT.MaxPayloadBytes,
 		Policy:          policyFrom(cfg.Admission),
 		Workers:         cfg.Pods.Workers,
+		PodResync:       cfg.Pods.Resync.Duration,
 		Restart:         restart.Policy{Base: cfg.Pods.BackoffBase.Duration, Max: cfg.Pods.BackoffMax.Duration, ResetAfter: cfg.Pods.BackoffResetAfter.Duration},
 		ApplyDeadline:   cfg.Pods.ApplyDeadline.Duration,
 		PLEGPeriod:      cfg.Runtime.PLEGPeriod.Duration,

@@ -38,15 +38,15 @@ type Options struct {
 	AllowAnonymous bool        // allow anonymous clients on a non-loopback address
 }
 
-// Broker is a running embedded broker.
+// Broker is a running embedded broker. One goroutine of its own (run)
+// waits for the end and closes the server; Done says when it has ended.
 type Broker struct {
 	server    *mqtt.Server
 	listener  *listeners.TCP
 	closeOnce sync.Once
 	stop      chan struct{}
-	watchDone chan struct{}
 	closed    chan struct{}
-	closeErr  error
+	closeErr  error // set by run before it closes closed
 }
 
 // Start binds the listener and starts serving. The broker closes when ctx
@@ -90,8 +90,8 @@ func Start(ctx context.Context, opts Options, log zerolog.Logger) (*Broker, erro
 		_ = server.Close()
 		return nil, fmt.Errorf("start broker on %s: %w", opts.Listen, err)
 	}
-	b := &Broker{server: server, listener: tcp, stop: make(chan struct{}), watchDone: make(chan struct{}), closed: make(chan struct{})}
-	go b.closeWhenDone(ctx)
+	b := &Broker{server: server, listener: tcp, stop: make(chan struct{}), closed: make(chan struct{})}
+	go b.run(ctx)
 	log.Info().Str("addr", b.Addr()).Bool("tls", opts.TLS != nil).Bool("passwords", users != nil).Msg("embedded broker started")
 	return b, nil
 }
@@ -102,38 +102,35 @@ func (b *Broker) Addr() string { return b.listener.Address() }
 // closeTimeout bounds how long Close waits for the broker to stop.
 const closeTimeout = 5 * time.Second
 
-// Close stops the broker and disconnects its clients.
+// Close stops the broker and disconnects its clients. It waits at most
+// closeTimeout: mochi's Close was seen to hang under load (a client
+// connecting while it runs), and the agent's shutdown must not hang with
+// it; Done then tells when the broker has really stopped.
 func (b *Broker) Close() error {
-	b.closeOnce.Do(func() {
-		close(b.stop)
-		<-b.watchDone
-		// mochi's Close was seen to hang under load (a client connecting
-		// while it runs); the agent's shutdown must not hang with it.
-		done := make(chan error, 1)
-		go func() { done <- b.server.Close() }()
-		select {
-		case err := <-done:
-			if err != nil {
-				b.closeErr = fmt.Errorf("close broker: %w", err)
-			}
-		case <-time.After(closeTimeout):
-			b.closeErr = fmt.Errorf("close broker: not stopped after %v; giving up on it", closeTimeout)
-		}
-		close(b.closed)
-	})
-	return b.closeErr
+	b.closeOnce.Do(func() { close(b.stop) })
+	t := time.NewTimer(closeTimeout)
+	defer t.Stop()
+	select {
+	case <-b.closed:
+		return b.closeErr
+	case <-t.C:
+		return fmt.Errorf("close broker: not stopped after %v; giving up waiting for it", closeTimeout)
+	}
 }
 
 // Done is closed once the broker has shut down (after Close or the end of
 // Start's context).
 func (b *Broker) Done() <-chan struct{} { return b.closed }
 
-func (b *Broker) closeWhenDone(ctx context.Context) {
-	defer close(b.watchDone)
+// run closes the server when ctx ends or Close is called.
+func (b *Broker) run(ctx context.Context) {
+	defer close(b.closed)
 	select {
 	case <-ctx.Done():
-		go func() { _ = b.Close() }() // Close waits for this goroutine to end
 	case <-b.stop:
+	}
+	if err := b.server.Close(); err != nil {
+		b.closeErr = fmt.Errorf("close broker: %w", err)
 	}
 }
 

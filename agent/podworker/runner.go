@@ -1,0 +1,164 @@
+package podworker
+
+import (
+	"context"
+	"sync"
+
+	"github.com/mqlet/mqlet/agent/restart"
+	"github.com/mqlet/mqlet/cri"
+)
+
+// runner is one pod's state across syncs (the shape of kubelet's
+// podSyncStatus): the runtime uid it runs, the grace periods that apply to
+// its termination, its crash-loop tracker, the cancel function of its sync
+// in flight and its runtime pods being killed. It lives from the pod's
+// first sync or delete until its runtime pods are gone and it is no longer
+// desired.
+type runner struct {
+	key    string
+	policy restart.Policy
+
+	mu          sync.Mutex
+	uid         string           // runtime uid last synced; "" before the first sync
+	restarts    *restart.Tracker // crash-loop backoff of uid's containers
+	ownGrace    *int64           // the pod's terminationGracePeriodSeconds, kept for after its spec is gone
+	deleteGrace *int64           // grace period asked by a delete command
+	told        int64            // generation whose quarantine this process announced
+	cancel      context.CancelFunc
+	kills       map[string]*kill // runtime pod uid → its termination, running or finished
+}
+
+// kill is one runtime pod being terminated outside the sync slots: a pod
+// that ignores SIGTERM holds its termination for its whole grace period,
+// and with a slot waiting, as many such pods as slots stopped every other
+// pod's sync on the node (starts, restarts, deletes) for that long.
+type kill struct {
+	done bool
+	err  error
+}
+
+func newRunner(key string, policy restart.Policy) *runner {
+	return &runner{key: key, policy: policy, kills: map[string]*kill{}}
+}
+
+// begin records the cancel function of the work starting on the pod; a
+// delete asked before it cancels it at once.
+func (r *runner) begin(cancel context.CancelFunc) {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	r.cancel = cancel
+}
+
+func (r *runner) end() {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	r.cancel = nil
+}
+
+// deleteRequested records a delete's grace period and cancels the sync in
+// flight (the pod is already gone from the desired state, so the work that
+// follows removes it; work that starts later reads that state afresh).
+func (r *runner) deleteRequested(grace *int64) {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	r.deleteGrace = grace
+	if r.cancel != nil {
+		r.cancel()
+	}
+}
+
+func (r *runner) hasUID(uid string) bool {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	return r.uid == uid
+}
+
+// syncing records the pod about to be synced and returns the restart
+// tracker of its uid (a new one when the uid changed: a re-created pod
+// starts its crash-loop count afresh).
+func (r *runner) syncing(uid string, grace *int64) cri.RestartBackoff {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	if r.uid != uid || r.restarts == nil {
+		r.uid, r.restarts = uid, restart.New(r.policy, nil)
+	}
+	r.ownGrace = grace
+	return r.restarts
+}
+
+// grace is the grace period of the pod's termination: the delete
+// command's, else the pod's own.
+func (r *runner) grace() *int64 {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	if r.deleteGrace != nil {
+		return r.deleteGrace
+	}
+	return r.ownGrace
+}
+
+// removed records that the runtime pods to remove are gone.
+func (r *runner) removed() {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	r.deleteGrace = nil
+}
+
+// announce reports whether the quarantine of generation is to be announced
+// (once per process and spec).
+func (r *runner) announce(generation int64) bool {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	first := r.told != generation
+	r.told = generation
+	return first
+}
+
+func (r *runner) quarantineLifted() {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	r.told = 0
+}
+
+// killState returns the termination of runtime pod uid, starting it with
+// start when there is none; done and err are its outcome once finished,
+// when it is forgotten.
+func (r *runner) killState(uid string, start func(k *kill)) (done bool, err error) {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	k, ok := r.kills[uid]
+	if !ok {
+		k = &kill{}
+		r.kills[uid] = k
+		start(k)
+	}
+	if !k.done {
+		return false, nil
+	}
+	delete(r.kills, uid)
+	return true, k.err
+}
+
+func (r *runner) killFinished(k *kill, err error) {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	k.done, k.err = true, err
+}
+
+// pruneKills forgets finished terminations of runtime pods no longer listed.
+func (r *runner) pruneKills(listed map[string]bool) {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	for uid, k := range r.kills {
+		if k.done && !listed[uid] {
+			delete(r.kills, uid)
+		}
+	}
+}
+
+// idle reports whether nothing of the pod is left to track.
+func (r *runner) idle() bool {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	return len(r.kills) == 0
+}

@@ -1,0 +1,260 @@
+package podworker
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"strings"
+	"time"
+
+	v1 "k8s.io/api/core/v1"
+
+	"github.com/mqlet/mqlet/agent/pending"
+	"github.com/mqlet/mqlet/agent/podstatus"
+	"github.com/mqlet/mqlet/agent/store"
+	"github.com/mqlet/mqlet/cri"
+)
+
+// errTerminating says a pod's old runtime pod is still terminating; the
+// key is queued again when it is gone.
+var errTerminating = errors.New("still terminating")
+
+// work brings one pod to its desired state. It returns a delay after which
+// the pod must be looked at again (crash-loop backoff), or an error for a
+// retry with per-pod backoff. ctx ends when a delete cancels the work;
+// life, when the pool stops (kills run on it, so a cancelled sync does
+// not cut a termination short).
+func (p *Pool) work(life, ctx context.Context, r *runner) (time.Duration, error) {
+	key := r.key
+	namespace, name, ok := strings.Cut(key, "/")
+	if !ok {
+		p.dropRunner(r)
+		return 0, nil // not a pod key; dropping it is all we can do
+	}
+	pod, err := p.desired.DesiredPod(namespace, name)
+	if err != nil {
+		return 0, fmt.Errorf("reading desired pod %s: %w", key, err)
+	}
+	if q, ok := p.quarantined(r, pod); ok {
+		p.publishQuarantined(r, pod, q)
+		return 0, nil
+	}
+	if pod == nil {
+		if err := p.removePod(life, ctx, r, namespace, name, ""); !errors.Is(err, errTerminating) {
+			return 0, err
+		}
+		return 0, nil
+	}
+	// A pod re-created under the same name has a new UID: the old one goes first.
+	if err := p.removePod(life, ctx, r, namespace, name, string(pod.UID)); errors.Is(err, errTerminating) {
+		return 0, nil
+	} else if err != nil {
+		return 0, err
+	}
+	// Kept because the spec is gone from the store by the time a deleted pod is killed.
+	backoff := r.syncing(string(pod.UID), pod.Spec.TerminationGracePeriodSeconds)
+	var after time.Duration
+	err = p.withSlot(ctx, key, func() (err error) {
+		after, err = p.syncPod(ctx, pod, backoff)
+		return err
+	})
+	return after, err
+}
+
+// syncPod is one sync of a desired pod, holding a slot.
+func (p *Pool) syncPod(ctx context.Context, pod *v1.Pod, backoff cri.RestartBackoff) (time.Duration, error) {
+	key := pod.Namespace + "/" + pod.Name
+	rs, err := p.rt.GetPodStatus(ctx, string(pod.UID), pod.Name, pod.Namespace)
+	if err != nil {
+		if ctx.Err() != nil {
+			return 0, ctx.Err()
+		}
+		p.publish(pod, nil, podstatus.Hints{RuntimeUnreachable: true}, "")
+		return 0, fmt.Errorf("getting runtime status of pod %s: %w", key, err)
+	}
+	// A pod whose containers are all done is reported before its sandbox is
+	// stopped (as kubelet does): the stop takes a few hundred milliseconds
+	// that the one waiting for the exit need not wait.
+	if st := p.build(pod, rs, podstatus.Hints{}); st.Phase == v1.PodSucceeded || st.Phase == v1.PodFailed {
+		p.set(pod, st, "")
+	}
+	syncErr := p.rt.SyncPod(ctx, cri.SyncInput{Pod: pod, Status: rs, Objects: p.desired, Backoff: backoff, Events: p.events})
+	if ctx.Err() != nil {
+		// A delete cancelled it: what it leaves is removed next, and a
+		// status read now would be stale.
+		return 0, ctx.Err()
+	}
+	after, err := p.rt.GetPodStatus(ctx, string(pod.UID), pod.Name, pod.Namespace)
+	if err != nil {
+		after = rs
+	}
+	p.publish(pod, after, podstatus.Hints{Waiting: waitingFrom(syncErr)}, definiteFrom(syncErr))
+
+	var be *cri.BackoffError
+	switch wait, ok := retryFrom(syncErr); {
+	case syncErr == nil:
+		return 0, nil
+	case ok:
+		// Image pulls in flight or in backoff come back on their own time.
+		return wait, nil
+	case errors.As(syncErr, &be):
+		p.backoffs.Add(1)
+		return be.Wait + 10*time.Millisecond, nil
+	default:
+		return 0, fmt.Errorf("syncing pod %s: %w", key, syncErr)
+	}
+}
+
+// removePod kills every runtime pod named like r's pod whose UID is not
+// keepUID; with keepUID "" the pod is then forgotten and reported gone.
+func (p *Pool) removePod(life, ctx context.Context, r *runner, namespace, name, keepUID string) error {
+	key := r.key
+	refs, err := p.rt.ListPods(ctx)
+	if err != nil {
+		if keepUID != "" {
+			return nil // cannot tell; the sync that follows reports the runtime error
+		}
+		return fmt.Errorf("listing runtime pods to remove %s: %w", key, err)
+	}
+	grace := r.grace()
+	terminating := false
+	listed := map[string]bool{}
+	for _, ref := range refs {
+		if ref.Namespace == namespace && ref.Name == name {
+			listed[ref.UID] = true
+		}
+	}
+	r.pruneKills(listed)
+	for _, ref := range refs {
+		if ref.Namespace != namespace || ref.Name != name || ref.UID == keepUID {
+			continue
+		}
+		if !safePathElement(ref.UID) {
+			// Left by an older mqlet that trusted client uids: killing it
+			// would remove <podDir>/<uid>, a path outside the pods dir.
+			p.log.Error().Str("pod", key).Str("uid", ref.UID).Msg("a runtime pod has a uid that is not a single path element; not removing it: remove its sandbox by hand")
+			continue
+		}
+		done, err := p.killAsync(life, r, ref, grace)
+		if err != nil {
+			return fmt.Errorf("removing pod %s (uid %s): %w", key, ref.UID, err)
+		}
+		if !done {
+			terminating = true
+		}
+	}
+	if terminating {
+		return errTerminating
+	}
+	r.removed()
+	if keepUID != "" {
+		return nil
+	}
+	if r.idle() {
+		p.dropRunner(r)
+	}
+	if err := p.status.Remove(namespace, name); err != nil {
+		p.log.Warn().Err(err).Str("pod", key).Msg("clearing pod status")
+	}
+	p.observe.Observe(key, pending.Outcome{Gone: true})
+	return nil
+}
+
+// killAsync starts terminating the runtime pod ref (once) beside the sync
+// slots and reports whether that has finished, with its error. The key is
+// queued again when it finishes.
+func (p *Pool) killAsync(life context.Context, r *runner, ref cri.PodRef, grace *int64) (bool, error) {
+	return r.killState(ref.UID, func(k *kill) {
+		p.tasks.Add(1)
+		go func() {
+			defer p.tasks.Done()
+			err := p.rt.KillPodByRef(life, ref, grace)
+			r.killFinished(k, err)
+			p.queue.Add(r.key)
+		}()
+	})
+}
+
+// safePathElement reports whether a runtime pod's uid can name a directory
+// of its own.
+func safePathElement(uid string) bool {
+	return uid != "" && uid != "." && uid != ".." && !strings.ContainsAny(uid, "/\\\x00")
+}
+
+// quarantined reports whether pod must not be synced. A quarantine of an
+// older spec or uid is lifted here.
+func (p *Pool) quarantined(r *runner, pod *v1.Pod) (store.Quarantine, bool) {
+	qs := p.opts.Quarantines
+	if qs == nil {
+		return store.Quarantine{}, false
+	}
+	q, ok, err := qs.GetQuarantine(r.key)
+	if err != nil {
+		p.log.Error().Err(err).Str("pod", r.key).Msg("reading quarantine; syncing the pod")
+		return store.Quarantine{}, false
+	}
+	if !ok {
+		return store.Quarantine{}, false
+	}
+	if pod != nil && q.Covers(pod.UID, pod.Generation) {
+		return q, true
+	}
+	if err := qs.LiftQuarantine(r.key); err != nil {
+		p.log.Error().Err(err).Str("pod", r.key).Msg("lifting quarantine")
+	}
+	r.quarantineLifted()
+	if pod != nil {
+		p.log.Info().Str("pod", r.key).Int64("generation", pod.Generation).Msg("quarantine lifted: the pod changed")
+		p.events.Event(pod, v1.EventTypeNormal, ReasonQuarantineLifted, fmt.Sprintf("a new spec (generation %d) or uid was applied; syncing again", pod.Generation))
+	}
+	return store.Quarantine{}, false
+}
+
+// publishQuarantined reports a quarantined pod: a status with reason
+// Quarantined (built without asking the runtime, which is what the pod's
+// sync may have crashed in), a Warning event once per process and spec, and
+// a failed outcome for the commands waiting on it.
+func (p *Pool) publishQuarantined(r *runner, pod *v1.Pod, q store.Quarantine) {
+	msg := fmt.Sprintf("%s (at %s); not synced until a new spec is applied or the pod is re-created", q.Reason, q.Since.Format(time.RFC3339))
+	if r.announce(pod.Generation) {
+		p.events.Event(pod, v1.EventTypeWarning, ReasonQuarantined, q.Reason)
+		p.log.Warn().Str("pod", r.key).Msg("pod is quarantined: " + msg)
+	}
+	name, _ := p.rt.RuntimeInfo()
+	st := podstatus.Build(pod, nil, podstatus.Hints{RuntimeName: name, HostIPs: p.opts.HostIPs}, time.Now())
+	st.Reason, st.Message = ReasonQuarantined, msg
+	if err := p.status.Set(pod, st); err != nil {
+		p.log.Warn().Err(err).Str("pod", r.key).Msg("publishing pod status")
+	}
+	p.observe.Observe(r.key, pending.Outcome{Generation: pod.Generation, Done: true, OK: false, Reason: ReasonQuarantined + ": " + q.Reason})
+}
+
+// publish sets the pod's status and tells the pending commands; definite,
+// when set, is why the pod will not start without a change (an image the
+// registry refused), which fails an apply at once.
+func (p *Pool) publish(pod *v1.Pod, rs *cri.PodStatus, hints podstatus.Hints, definite string) {
+	p.set(pod, p.build(pod, rs, hints), definite)
+}
+
+// build is the pod's status from the runtime's, after the one published.
+func (p *Pool) build(pod *v1.Pod, rs *cri.PodStatus, hints podstatus.Hints) v1.PodStatus {
+	name, _ := p.rt.RuntimeInfo()
+	hints.RuntimeName = name
+	hints.HostIPs = p.opts.HostIPs
+	if prev, ok := p.status.Get(pod.Namespace, pod.Name); ok && prev.UID == pod.UID && prev.Generation == pod.Generation {
+		hints.Previous = &prev.Status
+	}
+	return podstatus.Build(pod, rs, hints, time.Now())
+}
+
+// set publishes st and tells the pending commands (see publish).
+func (p *Pool) set(pod *v1.Pod, st v1.PodStatus, definite string) {
+	if err := p.status.Set(pod, st); err != nil {
+		p.log.Warn().Err(err).Str("pod", pod.Namespace+"/"+pod.Name).Msg("publishing pod status")
+	}
+	done, ok, reason := podstatus.IsRunningOrDone(st, pod)
+	if definite != "" && !done {
+		done, ok, reason = true, false, definite
+	}
+	p.observe.Observe(pod.Namespace+"/"+pod.Name, pending.Outcome{Generation: pod.Generation, Done: done, OK: ok, Reason: reason})
+}
