@@ -90,11 +90,12 @@ func unsupportedVolume(name string) rule {
 
 // supportTable has one row per field of v1.PodSpec and of every type below
 // a field it honours, keyed "<Go type>.<json name>". A field of a rejected
-// or ignored row is refused or skipped whole, so its type needs no rows.
-// Flipping a field to honoured is a change of its row (TestSupportTableCovers
-// then lists the rows its type needs). docs/pod-fields.md is generated from
+// or ignored row is refused or skipped whole, so its type needs no rows
+// (some are written already, see the end). Flipping a field to honoured is a
+// change of its row (TestSupportTableCovers then lists any rows its type
+// still needs). docs/pod-fields.md is generated from
 // it (TestPodFieldsDoc). Read only.
-var supportTable = map[string]rule{
+var supportTable = supportRules{
 	// PodSpec
 	"PodSpec.volumes":                       honoured(""),
 	"PodSpec.initContainers":                honoured("run one at a time, in order, to success"),
@@ -331,44 +332,118 @@ var supportTable = map[string]rule{
 	"PodDNSConfigOption.value": honoured(""),
 
 	"PodOS.name": honoured(""),
+
+	// Rows below fields rejected today. They take effect when the field
+	// above them is honoured (probes, hooks, downward API and /etc/hosts
+	// are being built), so that flipping that one row is the whole change
+	// to this table and what must stay refused stays refused.
+	"Probe.initialDelaySeconds":           honoured(""),
+	"Probe.timeoutSeconds":                honoured(""),
+	"Probe.periodSeconds":                 honoured(""),
+	"Probe.successThreshold":              honoured(""),
+	"Probe.failureThreshold":              honoured(""),
+	"Probe.terminationGracePeriodSeconds": honoured(""),
+	"ProbeHandler.exec":                   honoured(""),
+	"ProbeHandler.httpGet":                honoured(""),
+	"ProbeHandler.tcpSocket":              honoured(""),
+	"ProbeHandler.grpc":                   honoured("the standard gRPC health protocol"),
+	"ExecAction.command":                  honoured(""),
+	"HTTPGetAction.path":                  honoured(""),
+	"HTTPGetAction.port":                  honoured("a number or a container port's name"),
+	"HTTPGetAction.host":                  honoured("if admission allows it"),
+	"HTTPGetAction.scheme":                honoured(""),
+	"HTTPGetAction.httpHeaders":           honoured(""),
+	"HTTPGetAction.protocol": rejected("mqlet does not support an httpGet protocol other than HTTP1").
+		except("HTTP1", stringIn(string(v1.HTTPProtocolHTTP1))),
+	"HTTPHeader.name":      honoured(""),
+	"HTTPHeader.value":     honoured(""),
+	"TCPSocketAction.port": honoured(""),
+	"TCPSocketAction.host": honoured("if admission allows it"),
+	"GRPCAction.port":      honoured(""),
+	"GRPCAction.service":   honoured(""),
+	"GRPCAction.mode":      rejected("mqlet does not support a gRPC probe mode"),
+
+	"Lifecycle.postStart":        honoured(""),
+	"Lifecycle.preStop":          honoured(""),
+	"Lifecycle.stopSignal":       rejected("mqlet does not support stopSignal"),
+	"LifecycleHandler.exec":      honoured(""),
+	"LifecycleHandler.httpGet":   honoured(""),
+	"LifecycleHandler.tcpSocket": rejected("mqlet does not support tcpSocket lifecycle handlers (nor does the kubelet run them)"),
+	"LifecycleHandler.sleep":     honoured(""),
+	"SleepAction.seconds":        honoured(""),
+
+	"DownwardAPIVolumeSource.items":          honoured(""),
+	"DownwardAPIVolumeSource.defaultMode":    honoured("permission bits"),
+	"DownwardAPIVolumeSource.defaultUser":    rejected("mqlet does not support defaultUser (files are owned by root)"),
+	"DownwardAPIVolumeFile.path":             honoured(""),
+	"DownwardAPIVolumeFile.fieldRef":         honoured(""),
+	"DownwardAPIVolumeFile.resourceFieldRef": honoured(""),
+	"DownwardAPIVolumeFile.mode":             honoured("permission bits"),
+	"DownwardAPIVolumeFile.user":             rejected("mqlet does not support a file's user (files are owned by root)"),
+	"ResourceFieldSelector.containerName":    honoured(""),
+	"ResourceFieldSelector.resource":         honoured(""),
+	"ResourceFieldSelector.divisor":          honoured(""),
+
+	"ProjectedVolumeSource.sources":        honoured(""),
+	"ProjectedVolumeSource.defaultMode":    honoured("permission bits"),
+	"ProjectedVolumeSource.defaultUser":    rejected("mqlet does not support defaultUser (files are owned by root)"),
+	"VolumeProjection.secret":              honoured(""),
+	"VolumeProjection.downwardAPI":         honoured(""),
+	"VolumeProjection.configMap":           honoured(""),
+	"VolumeProjection.serviceAccountToken": rejected("mqlet does not support serviceAccountToken projections (" + noAPIServer + " to issue tokens)"),
+	"VolumeProjection.clusterTrustBundle":  rejected("mqlet does not support clusterTrustBundle projections (" + noAPIServer + " to hold ClusterTrustBundles)"),
+	"VolumeProjection.podCertificate":      rejected("mqlet does not support podCertificate projections (" + noAPIServer + " to issue certificates)"),
+	"SecretProjection.items":               honoured(""),
+	"SecretProjection.optional":            honoured(""),
+	"ConfigMapProjection.items":            honoured(""),
+	"ConfigMapProjection.optional":         honoured(""),
+	"DownwardAPIProjection.items":          honoured(""),
+
+	"HostAlias.ip":        honoured(""),
+	"HostAlias.hostnames": honoured(""),
 }
 
 // CheckSupport refuses, each with its path, every field of the pod's spec
 // that the support table rejects and that is set to a value mqlet does not
 // honour, e.g. `spec.volumes[0].nfs: Forbidden: mqlet does not support nfs volumes`.
 // A field with no row (a Kubernetes upgrade added it) is refused too.
-func CheckSupport(pod *v1.Pod) field.ErrorList {
+func CheckSupport(pod *v1.Pod) field.ErrorList { return supportTable.check(pod) }
+
+// supportRules is a support table, keyed "<Go type>.<json name>".
+type supportRules map[string]rule
+
+func (rules supportRules) check(pod *v1.Pod) field.ErrorList {
 	var errs field.ErrorList
-	walkSupport(field.NewPath("spec"), reflect.ValueOf(&pod.Spec).Elem(), &errs)
+	rules.walk(field.NewPath("spec"), reflect.ValueOf(&pod.Spec).Elem(), &errs)
 	return errs
 }
 
 const corePkg = "k8s.io/api/core/v1"
 
-func walkSupport(p *field.Path, v reflect.Value, errs *field.ErrorList) {
+func (rules supportRules) walk(p *field.Path, v reflect.Value, errs *field.ErrorList) {
 	switch v.Kind() {
 	case reflect.Pointer:
 		if !v.IsNil() {
-			walkSupport(p, v.Elem(), errs)
+			rules.walk(p, v.Elem(), errs)
 		}
 	case reflect.Slice:
 		for i := 0; i < v.Len(); i++ {
-			walkSupport(p.Index(i), v.Index(i), errs)
+			rules.walk(p.Index(i), v.Index(i), errs)
 		}
 	case reflect.Map:
 		keys := v.MapKeys()
 		slices.SortFunc(keys, func(a, b reflect.Value) int { return strings.Compare(a.String(), b.String()) })
 		for _, k := range keys {
-			walkSupport(p.Key(k.String()), v.MapIndex(k), errs)
+			rules.walk(p.Key(k.String()), v.MapIndex(k), errs)
 		}
 	case reflect.Struct:
 		if v.Type().PkgPath() == corePkg {
-			walkFields(p, v, errs)
+			rules.walkFields(p, v, errs)
 		}
 	}
 }
 
-func walkFields(p *field.Path, v reflect.Value, errs *field.ErrorList) {
+func (rules supportRules) walkFields(p *field.Path, v reflect.Value, errs *field.ErrorList) {
 	t := v.Type()
 	for i := 0; i < t.NumField(); i++ {
 		f, fv := t.Field(i), v.Field(i)
@@ -376,14 +451,14 @@ func walkFields(p *field.Path, v reflect.Value, errs *field.ErrorList) {
 			continue
 		}
 		if f.Anonymous { // inlined in JSON: its fields are the parent's
-			walkSupport(p, fv, errs)
+			rules.walk(p, fv, errs)
 			continue
 		}
 		if unset(fv) {
 			continue
 		}
 		name := jsonName(f)
-		r, ok := supportTable[t.Name()+"."+name]
+		r, ok := rules[t.Name()+"."+name]
 		fp := p.Child(name)
 		switch {
 		case !ok:
@@ -391,7 +466,7 @@ func walkFields(p *field.Path, v reflect.Value, errs *field.ErrorList) {
 		case r.support == Rejected && (r.allowed == nil || !r.allowed(reflect.Indirect(fv))):
 			*errs = append(*errs, field.Forbidden(fp, r.why))
 		case r.support == Honoured:
-			walkSupport(fp, fv, errs)
+			rules.walk(fp, fv, errs)
 		}
 	}
 }

@@ -3,8 +3,10 @@ package validate
 import (
 	"flag"
 	"fmt"
+	"maps"
 	"os"
 	"reflect"
+	"slices"
 	"strings"
 	"testing"
 
@@ -22,10 +24,11 @@ type supportType struct {
 	paths []string
 }
 
-// supportTypes walks v1.PodSpec the way CheckSupport does: into the type of
-// every honoured field (and inlined structs), not below rejected or ignored
-// ones. Types come in the order they are first met.
-func supportTypes() []*supportType {
+// supportTypes walks v1.PodSpec the way CheckSupport does with rules: into
+// the type of every honoured field (and inlined structs), not below rejected
+// or ignored ones; with all, into every field. Types come in the order they
+// are first met.
+func supportTypes(rules supportRules, all bool) []*supportType {
 	var order []*supportType
 	byType := map[reflect.Type]*supportType{}
 	var visit func(t reflect.Type, path string)
@@ -50,10 +53,8 @@ func supportTypes() []*supportType {
 			byType[t] = st
 			order = append(order, st)
 		}
-		for _, p := range st.paths {
-			if p == path {
-				return
-			}
+		if slices.Contains(st.paths, path) || (all && seen) {
+			return
 		}
 		st.paths = append(st.paths, path)
 		for i := 0; i < t.NumField(); i++ {
@@ -62,7 +63,7 @@ func supportTypes() []*supportType {
 				visit(f.Type, path)
 				continue
 			}
-			if r, ok := supportTable[t.Name()+"."+jsonName(f)]; ok && r.support == Honoured {
+			if r, ok := rules[t.Name()+"."+jsonName(f)]; all || (ok && r.support == Honoured) {
 				visit(f.Type, path+"."+jsonName(f))
 			}
 		}
@@ -71,28 +72,39 @@ func supportTypes() []*supportType {
 	return order
 }
 
-// A field of v1.PodSpec, or of any type below an honoured field, without a
-// row would be refused at run time as unknown: a Kubernetes upgrade that adds
-// a field must decide here what mqlet does with it.
-func TestSupportTableCovers(t *testing.T) {
-	known := map[string]bool{}
-	for _, st := range supportTypes() {
+// missingRows are the fields CheckSupport reaches with rules that have no row.
+func missingRows(rules supportRules) []string {
+	var missing []string
+	for _, st := range supportTypes(rules, false) {
 		for i := 0; i < st.t.NumField(); i++ {
 			f := st.t.Field(i)
 			if f.Anonymous || !f.IsExported() {
 				continue
 			}
-			key := st.t.Name() + "." + jsonName(f)
-			known[key] = true
-			if _, ok := supportTable[key]; !ok {
-				t.Errorf("support table has no row for %s (used at %s): say whether mqlet honours, rejects or ignores it",
-					key, strings.Join(st.paths, ", "))
+			if key := st.t.Name() + "." + jsonName(f); rules[key].support == "" {
+				missing = append(missing, key+" (at "+strings.Join(st.paths, ", ")+")")
 			}
 		}
 	}
+	return missing
+}
+
+// A field of v1.PodSpec, or of any type below an honoured field, without a
+// row would be refused at run time as unknown: a Kubernetes upgrade that adds
+// a field must decide here what mqlet does with it.
+func TestSupportTableCovers(t *testing.T) {
+	for _, m := range missingRows(supportTable) {
+		t.Errorf("support table has no row for %s: say whether mqlet honours, rejects or ignores it", m)
+	}
+	exists := map[string]bool{}
+	for _, st := range supportTypes(supportTable, true) {
+		for i := 0; i < st.t.NumField(); i++ {
+			exists[st.t.Name()+"."+jsonName(st.t.Field(i))] = true
+		}
+	}
 	for key, r := range supportTable {
-		if !known[key] {
-			t.Errorf("support table row %s names no field reachable through honoured fields of v1.PodSpec", key)
+		if !exists[key] {
+			t.Errorf("support table row %s names no field of v1.PodSpec or of a type below it", key)
 		}
 		if r.why == "" && r.support != Honoured {
 			t.Errorf("support table row %s is %s without saying why", key, r.support)
@@ -103,6 +115,37 @@ func TestSupportTableCovers(t *testing.T) {
 		if (r.allowed == nil) != (r.unless == "") {
 			t.Errorf("support table row %s: an exception needs both its test and its description", key)
 		}
+	}
+}
+
+// Honouring probes, hooks, downward API, projected volumes and hostAliases
+// is one row each: the rows below them are written, and what must stay
+// refused (token and trust bundle projections) stays refused.
+func TestSupportFlipsAreOneRow(t *testing.T) {
+	flipped := maps.Clone(supportTable)
+	for _, key := range []string{"Container.livenessProbe", "Container.readinessProbe", "Container.startupProbe", "Container.lifecycle",
+		"VolumeSource.downwardAPI", "VolumeSource.projected", "EnvVarSource.resourceFieldRef", "PodSpec.hostAliases"} {
+		flipped[key] = honoured("")
+	}
+	if m := missingRows(flipped); len(m) > 0 {
+		t.Errorf("flipped rows need more rows: %v", m)
+	}
+	pod := basePod()
+	pod.Spec.Volumes = []v1.Volume{{Name: "t", VolumeSource: v1.VolumeSource{Projected: &v1.ProjectedVolumeSource{Sources: []v1.VolumeProjection{
+		{ConfigMap: &v1.ConfigMapProjection{LocalObjectReference: v1.LocalObjectReference{Name: "cm"}}},
+		{ServiceAccountToken: &v1.ServiceAccountTokenProjection{Path: "token"}},
+		{ClusterTrustBundle: &v1.ClusterTrustBundleProjection{Path: "ca"}}}}}}}
+	pod.Spec.Containers[0].LivenessProbe = &v1.Probe{ProbeHandler: v1.ProbeHandler{Exec: &v1.ExecAction{Command: []string{"true"}}}, PeriodSeconds: 10}
+	var got []string
+	for _, e := range flipped.check(pod) {
+		got = append(got, e.Error())
+	}
+	want := []string{
+		"spec.volumes[0].projected.sources[1].serviceAccountToken: Forbidden: mqlet does not support serviceAccountToken projections (mqlet has no API server to issue tokens)",
+		"spec.volumes[0].projected.sources[2].clusterTrustBundle: Forbidden: mqlet does not support clusterTrustBundle projections (mqlet has no API server to hold ClusterTrustBundles)",
+	}
+	if !slices.Equal(got, want) {
+		t.Errorf("with projected volumes honoured:\n got %q\nwant %q", got, want)
 	}
 }
 
@@ -269,7 +312,7 @@ func TestCheckSupportUnknownField(t *testing.T) {
 	type PodSpec struct { // stands in for a v1.PodSpec with a new field
 		NewThing string `json:"newThing"`
 	}
-	walkFields(field.NewPath("spec"), reflect.ValueOf(PodSpec{NewThing: "x"}), &errs)
+	supportTable.walkFields(field.NewPath("spec"), reflect.ValueOf(PodSpec{NewThing: "x"}), &errs)
 	if len(errs) != 1 || errs[0].Field != "spec.newThing" {
 		t.Fatalf("unknown field: got %v, want one error on spec.newThing", errs)
 	}
@@ -298,8 +341,15 @@ func TestPodFieldsDoc(t *testing.T) {
 func podFieldsMarkdown() string {
 	var b strings.Builder
 	counts := map[Support]int{}
-	for _, r := range supportTable {
-		counts[r.support]++
+	types := supportTypes(supportTable, false)
+	fields := 0
+	for _, st := range types {
+		for i := 0; i < st.t.NumField(); i++ {
+			if f := st.t.Field(i); !f.Anonymous && f.IsExported() {
+				counts[supportTable[st.t.Name()+"."+jsonName(f)].support]++
+				fields++
+			}
+		}
 	}
 	fmt.Fprintf(&b, "# Pod fields: what mqlet does with each\n\n")
 	fmt.Fprintf(&b, "<!-- Generated from agent/validate/support.go by `go generate ./agent/validate`; do not edit. -->\n\n")
@@ -310,8 +360,8 @@ func podFieldsMarkdown() string {
 	fmt.Fprintf(&b, "- **ignored**: accepted and not acted on, because a kubelet on a single node ignores it too (why is given).\n\n")
 	fmt.Fprintf(&b, "Below a rejected or ignored field nothing is listed: it is refused or skipped whole. A field this\n")
 	fmt.Fprintf(&b, "table does not know (a newer Kubernetes) is refused; a unit test fails until it has a row.\n\n")
-	fmt.Fprintf(&b, "%d fields: %d honoured, %d rejected, %d ignored.\n", len(supportTable), counts[Honoured], counts[Rejected], counts[Ignored])
-	for _, st := range supportTypes() {
+	fmt.Fprintf(&b, "%d fields: %d honoured, %d rejected, %d ignored.\n", fields, counts[Honoured], counts[Rejected], counts[Ignored])
+	for _, st := range types {
 		fmt.Fprintf(&b, "\n## %s\n\n", st.t.Name())
 		paths := make([]string, len(st.paths))
 		for i, p := range st.paths {
