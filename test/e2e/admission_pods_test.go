@@ -7,6 +7,7 @@ import (
 	"time"
 
 	v1 "k8s.io/api/core/v1"
+	"k8s.io/apimachinery/pkg/api/resource"
 
 	"github.com/mqlet/mqlet/agent/reply"
 )
@@ -32,7 +33,7 @@ func (e *podEnv) waitWarning(name, reason string, timeout time.Duration) {
 // labels and the well-known ones; a pod whose nodeSelector does not match
 // them is answered failed with the kubelet's reason NodeAffinity (and
 // event) and never reaches containerd, one whose required node affinity
-// matches runs.
+// matches runs, one requesting more cpu than the node has is OutOfcpu.
 func TestAdmissionNodeAffinity(t *testing.T) {
 	e := newPodEnv(t, "nodeLabels: {site: plant-3, example.com/tier: edge}\n")
 	e.waitNode(0, 90*time.Second, "with its labels", func(n *v1.Node) bool {
@@ -63,6 +64,15 @@ func TestAdmissionNodeAffinity(t *testing.T) {
 	if got := e.cri.Containers(e.ns, "far"); len(got) != 0 {
 		t.Errorf("the refused pod has %d containers in containerd", len(got))
 	}
+
+	// Requests beyond the node's allocatable: OutOfcpu, as the kubelet says it.
+	huge := e.admitTestPod("huge")
+	huge.Spec.Containers[0].Resources.Requests = v1.ResourceList{v1.ResourceCPU: resource.MustParse("1000")}
+	r = e.apply(podJSON(t, huge), reply.Failed, 30*time.Second)
+	if want := "OutOfcpu: Pod " + e.ns + "/huge: Node didn't have enough resource: cpu, requested: 1000000, used: 0, capacity: "; !strings.HasPrefix(r.Message, want) {
+		t.Errorf("failed reply %q, want prefix %q", r.Message, want)
+	}
+	e.waitWarning("huge", "OutOfcpu", 30*time.Second)
 }
 
 // TestAdmissionUnsupportedFieldAnsweredAtOnce: a manifest using a field
