@@ -1,6 +1,7 @@
 package validate
 
 import (
+	"fmt"
 	"reflect"
 	"slices"
 	"strings"
@@ -463,8 +464,14 @@ func (rules supportRules) walkFields(p *field.Path, v reflect.Value, errs *field
 		switch {
 		case !ok:
 			*errs = append(*errs, field.Forbidden(fp, "mqlet does not support this field (it has no entry in mqlet's support table)"))
-		case r.support == Rejected && (r.allowed == nil || !r.allowed(reflect.Indirect(fv))):
+		case r.support == Rejected && r.allowed == nil:
 			*errs = append(*errs, field.Forbidden(fp, r.why))
+		case r.support == Rejected && !r.allowed(reflect.Indirect(fv)):
+			detail := r.why
+			if v := reflect.Indirect(fv); v.Kind() == reflect.String {
+				detail += fmt.Sprintf(": %q", v.String()) // a value of the API's own choices or a path, never a secret
+			}
+			*errs = append(*errs, field.Forbidden(fp, detail))
 		case r.support == Honoured:
 			rules.walk(fp, fv, errs)
 		}

@@ -200,7 +200,7 @@ func TestCheckSupportRejects(t *testing.T) {
 		}, "spec.volumes[0].downwardAPI: Forbidden"},
 		{"fieldRef spec.nodeName", func(p *v1.Pod) {
 			p.Spec.Containers[0].Env = []v1.EnvVar{{Name: "N", ValueFrom: &v1.EnvVarSource{FieldRef: &v1.ObjectFieldSelector{FieldPath: "spec.nodeName"}}}}
-		}, "spec.containers[0].env[0].valueFrom.fieldRef.fieldPath: Forbidden"},
+		}, `spec.containers[0].env[0].valueFrom.fieldRef.fieldPath: Forbidden: mqlet does not support this fieldRef (supported: metadata.name, metadata.namespace, metadata.uid, status.podIP, spec.serviceAccountName, metadata.labels['<key>'], metadata.annotations['<key>']): "spec.nodeName"`},
 		{"fieldRef status.hostIP", func(p *v1.Pod) {
 			p.Spec.Containers[0].Env = []v1.EnvVar{{Name: "N", ValueFrom: &v1.EnvVarSource{FieldRef: &v1.ObjectFieldSelector{FieldPath: "status.hostIP"}}}}
 		}, "spec.containers[0].env[0].valueFrom.fieldRef.fieldPath: Forbidden"},
