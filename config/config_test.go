@@ -76,11 +76,14 @@ func TestInvalidConfigNamesTheField(t *testing.T) {
 		"type path":       {"pods:\n  workers: many\n", "pods.workers"},
 		"list item field": {"security:\n  trustedKeys:\n  - keyid: x\n", "security.trustedKeys[0].keyid: unknown field"},
 		// Schemes and prefixes the session and topic scheme refuse at start.
-		"tls scheme":   {"mqtt:\n  broker: tls://x:8883\n", "mqtt.broker"},
-		"mqtt scheme":  {"mqtt:\n  broker: mqtt://x:1883\n", "mqtt.broker"},
-		"mqtts scheme": {"mqtt:\n  broker: mqtts://x:8883\n", "mqtt.broker"},
-		"no port":      {"mqtt:\n  broker: tcp://x\n", "mqtt.broker"},
-		"empty level":  {"mqtt:\n  topicPrefix: a//b\n", "mqtt.topicPrefix"},
+		"tls scheme":       {"mqtt:\n  broker: tls://x:8883\n", "mqtt.broker"},
+		"mqtt scheme":      {"mqtt:\n  broker: mqtt://x:1883\n", "mqtt.broker"},
+		"mqtts scheme":     {"mqtt:\n  broker: mqtts://x:8883\n", "mqtt.broker"},
+		"no port":          {"mqtt:\n  broker: tcp://x\n", "mqtt.broker"},
+		"empty level":      {"mqtt:\n  topicPrefix: a//b\n", "mqtt.topicPrefix"},
+		"bad label key":    {"nodeLabels: {\"a b\": x}\n", "nodeLabels[a b]"},
+		"bad label value":  {"nodeLabels: {site: \"-x-\"}\n", "nodeLabels[site]"},
+		"well-known label": {"nodeLabels: {kubernetes.io/hostname: other}\n", "nodeLabels[kubernetes.io/hostname]"},
 	}
 	for name, tc := range cases {
 		t.Run(name, func(t *testing.T) {
@@ -185,6 +188,20 @@ func TestAdmissionFromFile(t *testing.T) {
 	a := cfg.Admission
 	if a.Profile != "restricted" || a.Namespaces["kube-system"] != "privileged" || len(a.AllowedHostPorts) != 2 {
 		t.Fatalf("admission loaded wrongly: %+v", a)
+	}
+}
+
+func TestNodeLabelsFromFile(t *testing.T) {
+	file := filepath.Join(t.TempDir(), "c.yaml")
+	if err := os.WriteFile(file, []byte("nodeLabels: {site: plant-3, example.com/tier: edge}\n"), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	cfg, err := Load(&Flags{ConfigFile: file, set: map[string]string{"node": "gw1"}}, noEnv)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if len(cfg.NodeLabels) != 2 || cfg.NodeLabels["site"] != "plant-3" || cfg.NodeLabels["example.com/tier"] != "edge" {
+		t.Fatalf("nodeLabels loaded wrongly: %v", cfg.NodeLabels)
 	}
 }
 

@@ -43,6 +43,10 @@ func (in *Intake) applyObjects(id string, payload []byte, replaceAll bool) {
 		in.fail(id, verb, err)
 		return
 	}
+	if err := in.checkAdmission(id, objs, replaceAll); err != nil {
+		in.fail(id, verb, err)
+		return
+	}
 	if err := in.checkHostPorts(id, objs, replaceAll); err != nil {
 		in.fail(id, verb, err)
 		return
