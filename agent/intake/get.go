@@ -105,10 +105,10 @@ func (in *Intake) handleGet(r request) {
 func withoutData(c *v1.ConfigMap) *v1.ConfigMap {
 	out := c.DeepCopy()
 	for k, v := range c.Data {
-		out.Data[k] = fmt.Sprintf("<omitted: %d bytes>", len(v))
+		out.Data[k] = apiv1.Omitted(len(v))
 	}
 	for k, v := range c.BinaryData {
-		out.BinaryData[k] = []byte(fmt.Sprintf("<omitted: %d bytes>", len(v)))
+		out.BinaryData[k] = []byte(apiv1.Omitted(len(v)))
 	}
 	// The last-applied annotation kubectl writes would carry the data too.
 	delete(out.Annotations, v1.LastAppliedConfigAnnotation)

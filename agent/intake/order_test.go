@@ -59,3 +59,22 @@ func TestDeleteOfAGonePodRepliesInPhaseOrder(t *testing.T) {
 		t.Fatalf("delete: %v", got)
 	}
 }
+
+// An apply still waiting for its pod when a sync removes that pod ends at
+// once, failed, saying so (it was answered "deadline passed" minutes later).
+func TestApplySupersededBySyncEndsAtOnce(t *testing.T) {
+	r := newRig(t)
+	tracker := pending.New(r.sender, nil)
+	r.in.tracker = tracker
+	r.in.Handle(Command{Topic: "mqlet/v1/n1/cmd/apply/a1", Payload: []byte(webPod)})
+	r.in.Handle(Command{Topic: "mqlet/v1/n1/cmd/sync/s1", Payload: []byte(`{"apiVersion":"v1","kind":"List","items":[]}`)})
+	got := r.sender.phases("a1")
+	checkPhaseOrder(t, got)
+	last := r.sender.last("a1")
+	if strings.Join(got, ",") != "accepted,in_progress,failed" || !strings.Contains(last.Message, "default/web deleted by a later request s1 (sync)") {
+		t.Fatalf("a1: %v, last %+v", got, last)
+	}
+	if tracker.Len() != 1 {
+		t.Fatalf("%d requests tracked, want s1 only", tracker.Len())
+	}
+}

@@ -43,9 +43,7 @@ func runAgent(ctx context.Context, cfg *config.Config, log zerolog.Logger, secre
 	if err := os.MkdirAll(cfg.StateDir, 0o700); err != nil {
 		return fmt.Errorf("creating state dir: %w", err)
 	}
-	st, err := store.OpenWith(filepath.Join(cfg.StateDir, "state.db"), store.Options{
-		MaxReplies: cfg.Requests.MaxRecords, ReplyTTL: cfg.Requests.TTL.Duration, MaxReplyBytes: cfg.Requests.MaxRecordBytes,
-	})
+	st, err := store.OpenWith(filepath.Join(cfg.StateDir, "state.db"), storeOptions(cfg))
 	if err != nil {
 		return fmt.Errorf("opening desired-state store: %w", err)
 	}
@@ -352,4 +350,12 @@ func redacted(raw string) string {
 		return "(unparsable URL)"
 	}
 	return u.Redacted()
+}
+
+// storeOptions are the desired-state store's settings from cfg: the bounds
+// of the request records kept for redeliveries.
+func storeOptions(cfg *config.Config) store.Options {
+	return store.Options{
+		MaxReplies: cfg.Requests.MaxRecords, ReplyTTL: cfg.Requests.TTL.Duration, MaxReplyBytes: cfg.Requests.MaxRecordBytes,
+	}
 }
