@@ -1,7 +1,8 @@
 // Package agent is mqlet's orchestration core. It wires the command intake,
-// the pod workers, the status publisher, the event recorder and the periodic
-// loops together, and owns every goroutine it starts. It talks to the MQTT
-// layer and the runtime only through small interfaces declared here.
+// the pod workers, the status publisher, the event recorder, the MQTT
+// session with the node's presence, telemetry and the periodic loops
+// together, and owns every goroutine it starts. It talks to the stores and
+// the runtime only through small interfaces declared here.
 package agent
 
 import (
@@ -22,10 +23,12 @@ import (
 	"github.com/mqlet/mqlet/agent/intake"
 	"github.com/mqlet/mqlet/agent/pending"
 	"github.com/mqlet/mqlet/agent/podworker"
+	"github.com/mqlet/mqlet/agent/presence"
 	"github.com/mqlet/mqlet/agent/reply"
 	"github.com/mqlet/mqlet/agent/restart"
 	"github.com/mqlet/mqlet/agent/statusmgr"
 	"github.com/mqlet/mqlet/agent/store"
+	"github.com/mqlet/mqlet/agent/telemetry"
 	"github.com/mqlet/mqlet/agent/validate"
 	apiv1 "github.com/mqlet/mqlet/api/v1"
 	"github.com/mqlet/mqlet/cri"
@@ -37,6 +40,8 @@ import (
 // Runtime is what the agent needs of the container runtime manager.
 type Runtime interface {
 	podworker.Runtime
+	telemetry.Runtime
+	telemetry.CRICallStats
 	Run(ctx context.Context)
 	Ready() bool
 	Changes() <-chan struct{}
@@ -56,12 +61,30 @@ type Store interface {
 	SetMeta(key string, value []byte) error
 	PruneReplies(now time.Time) (int, error)
 	intake.BatchStore
+	presence.SeqSource
 }
 
 // Publisher queues messages for the broker (the outbox).
 type Publisher interface {
 	Put(m outbox.Message) error
 	intake.BatchOutbox
+}
+
+// Outbox is the persistent queue of outgoing messages and its sender loop.
+type Outbox interface {
+	Publisher
+	Run(ctx context.Context, pub outbox.Publisher) error
+	Stats() outbox.Stats
+}
+
+// Deps are the parts the agent is built on; the caller opens and closes them.
+type Deps struct {
+	Store   Store
+	Outbox  Outbox
+	Runtime Runtime
+	// Scrub gives the scrubber of the node's secret values: everything the
+	// agent publishes goes through it (nil: published as is).
+	Scrub func() *redact.Scrubber
 }
 
 // Options are the agent's settings, taken from the configuration.
@@ -101,27 +124,46 @@ type Options struct {
 	// persisted (0: the intake's defaults).
 	MaxBacklog      int
 	MaxBacklogBytes int
+
+	// Version is mqlet's, published in the presence and node status.
+	Version string
+	// Session is the MQTT connection; the agent fills in the command
+	// filter, the handler, the will and the birth message.
+	Session session.Options
+	// Telemetry configures node status and metrics; Topics is the agent's.
+	Telemetry telemetry.Config
+	// Preload, when set, imports image tarballs from a directory.
+	Preload *cri.PreloadConfig
 }
 
 // Agent is the running core.
 type Agent struct {
-	opts    Options
-	store   Store
-	out     Publisher
-	rt      Runtime
-	log     zerolog.Logger
-	events  *events.Recorder
-	status  *statusmgr.Manager
-	tracker *pending.Tracker
-	pool    *podworker.Pool
-	intake  *intake.Intake
-	cmds    *intake.Pipeline // the only caller of intake.Handle
-	group   *intake.Group
+	opts     Options
+	store    Store
+	box      Outbox
+	out      Publisher // box, scrubbed
+	rt       Runtime
+	log      zerolog.Logger
+	presence *presence.Presence
+	sess     *session.Session
+	tel      *telemetry.Telemetry
+	events   *events.Recorder
+	status   *statusmgr.Manager
+	tracker  *pending.Tracker
+	pool     *podworker.Pool
+	intake   *intake.Intake
+	cmds     *intake.Pipeline // the only caller of intake.Handle
+	group    *intake.Group
 }
 
-// New builds the agent; Run starts it.
-func New(opts Options, st Store, out Publisher, rt Runtime, log zerolog.Logger) *Agent {
-	a := &Agent{opts: opts, store: st, out: out, rt: rt, log: log}
+// New builds the agent and everything it runs; Run starts it.
+func New(ctx context.Context, opts Options, deps Deps, log zerolog.Logger) (*Agent, error) {
+	st, rt := deps.Store, deps.Runtime
+	var out Publisher = deps.Outbox
+	if deps.Scrub != nil {
+		out = Scrubbed(deps.Outbox, deps.Scrub)
+	}
+	a := &Agent{opts: opts, store: st, box: deps.Outbox, out: out, rt: rt, log: log}
 	// Replies and events are persisted in groups (see intake.Group).
 	a.group = intake.NewGroup(st, out, log.With().Str("component", "intake").Logger())
 	a.events = events.New(eventSink{topics: opts.Topics, out: a.group.Publisher(), log: log}, events.Options{Node: opts.Topics.Node}, log.With().Str("component", "events").Logger())
@@ -147,8 +189,48 @@ func New(opts Options, st Store, out Publisher, rt Runtime, log zerolog.Logger) 
 	a.intake = intake.New(intakeOpts, st, sender, a.tracker, a.pool, a.events, a.status, log.With().Str("component", "intake").Logger())
 	a.cmds = intake.NewPipeline(a.intake, st, out, sender, intake.PipelineOptions{MaxBacklog: opts.MaxBacklog, MaxBacklogBytes: opts.MaxBacklogBytes, Group: a.group}, log.With().Str("component", "intake").Logger())
 	a.recoverInFlight()
-	return a
+
+	if err := a.buildSession(); err != nil {
+		return nil, err
+	}
+	telCfg := opts.Telemetry
+	telCfg.Topics, telCfg.Version = opts.Topics, opts.Version
+	counters := telemetry.Counters(telemetry.Merge(a.Counters, telemetry.CRICounters(rt)), deps.Outbox, a.sess)
+	tel, err := telemetry.New(ctx, telCfg, telemetry.Deps{Runtime: rt, Out: out, Events: a.events, Counters: counters}, log)
+	if err != nil {
+		return nil, fmt.Errorf("setting up telemetry: %w", err)
+	}
+	a.tel = tel
+	return a, nil
 }
+
+// buildSession makes the MQTT session: commands go to the intake, the will
+// says offline, and each connect publishes online with the next sequence.
+func (a *Agent) buildSession() error {
+	a.presence = presence.New(a.opts.Topics.State(), a.opts.Version, a.store, nil)
+	will := a.presence.Offline()
+	so := a.opts.Session
+	so.CommandFilter = a.opts.Topics.CommandFilter()
+	so.Handler = a.HandleCommand
+	so.ManualAck = true // the agent acknowledges each command once it is persisted
+	so.Will = &will
+	so.OnConnect = func(ctx context.Context) error {
+		online, err := a.presence.Online()
+		if err != nil {
+			return err
+		}
+		return a.sess.Publish(ctx, online)
+	}
+	sess, err := session.New(so, a.log)
+	if err != nil {
+		return fmt.Errorf("configuring the MQTT session: %w", err)
+	}
+	a.sess = sess
+	return nil
+}
+
+// BootID is this process's boot id, as published in the presence.
+func (a *Agent) BootID() string { return a.presence.BootID() }
 
 // recoverInFlight deals with what was in flight when the previous process
 // died: the command is answered failed, the pods are quarantined. The marks
@@ -202,30 +284,69 @@ func (a *Agent) Counters() map[string]uint64 {
 	}
 }
 
-// Run starts every loop and blocks until ctx ends and all have stopped.
+// Shutdown bounds: the goodbye is best effort (the broker's will says
+// offline anyway); the quiesce lets paho flush what is in flight.
+const (
+	goodbyeTimeout    = 3 * time.Second
+	disconnectQuiesce = 250 * time.Millisecond
+)
+
+// Run starts every part and blocks until ctx ends and all have stopped.
+//
+// The parts run on runCtx, not ctx: runCtx outlives ctx (the signal) so that,
+// once the signal comes, the MQTT session is still up to publish the
+// offline state, and the outbox and workers are not cut off mid-write. The
+// order is then: 1. offline state through the live session; 2. disconnect
+// (a clean one: the broker drops the will); 3. cancel runCtx, stopping every
+// loop; 4. wait for all of them. The caller closes the stores only after
+// Run returns, so no loop writes into a closed store.
 func (a *Agent) Run(ctx context.Context) error {
+	runCtx, cancel := context.WithCancel(context.WithoutCancel(ctx))
+	defer cancel()
 	var wg sync.WaitGroup
-	spawn := func(name string, f func(ctx context.Context)) {
+	defer wg.Wait()
+	spawn := func(name string, f func(ctx context.Context) error) {
 		wg.Add(1)
 		go func() {
 			defer wg.Done()
-			f(ctx)
-			a.log.Debug().Str("loop", name).Msg("stopped")
+			if err := f(runCtx); err != nil && runCtx.Err() == nil {
+				a.log.Error().Err(err).Str("part", name).Msg("stopped unexpectedly")
+			}
+			a.log.Debug().Str("part", name).Msg("stopped")
 		}()
 	}
-	spawn("intake", a.cmds.Run)
-	spawn("reply-group", a.group.Run)
-	spawn("runtime", a.rt.Run)
-	spawn("workers", a.pool.Run)
-	spawn("pending", a.tracker.Run)
-	spawn("status-resync", func(ctx context.Context) { a.status.Run(ctx, a.opts.PodStatusResync) })
-	spawn("pleg", a.runPLEG)
-	spawn("runtime-watch", a.watchRuntime)
-	spawn("housekeeping", a.housekeeping)
-	if a.opts.LogRotationPeriod > 0 && a.opts.LogRotation.MaxBytes > 0 {
-		spawn("log-rotation", a.rotateLogs)
+	loop := func(f func(ctx context.Context)) func(ctx context.Context) error {
+		return func(ctx context.Context) error { f(ctx); return nil }
 	}
+	spawn("intake", loop(a.cmds.Run))
+	spawn("reply-group", loop(a.group.Run))
+	spawn("runtime", loop(a.rt.Run))
+	spawn("workers", loop(a.pool.Run))
+	spawn("pending", loop(a.tracker.Run))
+	spawn("status-resync", loop(func(ctx context.Context) { a.status.Run(ctx, a.opts.PodStatusResync) }))
+	spawn("pleg", loop(a.runPLEG))
+	spawn("runtime-watch", loop(a.watchRuntime))
+	spawn("housekeeping", loop(a.housekeeping))
+	if a.opts.LogRotationPeriod > 0 && a.opts.LogRotation.MaxBytes > 0 {
+		spawn("log-rotation", loop(a.rotateLogs))
+	}
+	spawn("mqtt", a.sess.Run)
+	spawn("outbox", func(ctx context.Context) error { return a.box.Run(ctx, a.sess) })
+	spawn("telemetry", a.tel.Run)
+	if a.opts.Preload != nil && a.opts.Preload.Dir != "" {
+		spawn("preload", cri.NewPreloader(*a.opts.Preload, a.events, a.log).Run)
+	}
+	<-ctx.Done()
+	a.log.Info().Msg("stopping: publishing offline state")
+	byeCtx, byeCancel := context.WithTimeout(runCtx, goodbyeTimeout)
+	if err := a.sess.Publish(byeCtx, a.presence.Offline()); err != nil {
+		a.log.Warn().Err(err).Msg("could not publish offline state; the broker's will says it")
+	}
+	byeCancel()
+	a.sess.Disconnect(disconnectQuiesce)
+	cancel()
 	wg.Wait()
+	a.log.Info().Msg("mqlet stopped")
 	return nil
 }
 

@@ -134,6 +134,8 @@ type GC struct {
 	MaxDeadPerContainer int      `json:"maxDeadPerContainer"`
 	MinDeadAge          Duration `json:"minDeadAge"`
 	ImageGCHighPercent  int      `json:"imageGCHighPercent"`
+	// ImageGCLowPercent is where image GC stops removing, below the high mark.
+	ImageGCLowPercent int `json:"imageGCLowPercent"`
 }
 
 // Admission is the node's admission policy: pods are checked against a Pod
@@ -224,6 +226,7 @@ func Default() Config {
 			MaxDeadPerContainer: 1,
 			MinDeadAge:          Duration{time.Minute},
 			ImageGCHighPercent:  85,
+			ImageGCLowPercent:   80,
 		},
 		Telemetry: Telemetry{
 			MetricsInterval:    Duration{30 * time.Second},
@@ -359,6 +362,11 @@ func (c *Config) Validate() error {
 	}
 	if c.GC.ImageGCHighPercent < 0 || c.GC.ImageGCHighPercent > 100 {
 		bad("gc.imageGCHighPercent", "must be 0 (off) to 100")
+	}
+	if c.GC.ImageGCLowPercent < 0 || c.GC.ImageGCLowPercent > 100 {
+		bad("gc.imageGCLowPercent", "must be 0 to 100")
+	} else if c.GC.ImageGCHighPercent > 0 && c.GC.ImageGCLowPercent >= c.GC.ImageGCHighPercent {
+		bad("gc.imageGCLowPercent", "must be below gc.imageGCHighPercent (%d)", c.GC.ImageGCHighPercent)
 	}
 	if c.Telemetry.MetricsInterval.Duration < 0 {
 		bad("telemetry.metricsInterval", "must not be negative (0 turns metrics off)")

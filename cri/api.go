@@ -1,4 +1,4 @@
-// Package runtime speaks the Kubernetes CRI to a container runtime
+// Package cri speaks the Kubernetes CRI to a container runtime
 // (containerd, CRI-O) and exposes just what the agent needs to run pods.
 //
 // This file is the contract between the agent and the runtime; the agent

@@ -7,6 +7,7 @@ import (
 	"os"
 	"os/exec"
 	"path/filepath"
+	"slices"
 	"strconv"
 	"strings"
 	"sync"
@@ -624,5 +625,46 @@ func TestContainerFilesystems(t *testing.T) {
 	}
 	if !strings.HasSuffix(use.LogsDir, "/writer") || use.RootfsMount == "" {
 		t.Fatalf("locations not reported: %+v", use)
+	}
+}
+
+// A failed liveness result kills the running container and starts the next
+// attempt in the same sync (restartPolicy Always), on a real runtime; the
+// new attempt has a new ID, so the old result no longer touches it.
+func TestLivenessFailureRestartsContainer(t *testing.T) {
+	e := newEnv(t)
+	c := sleeper("main")
+	c.LivenessProbe = &v1.Probe{ProbeHandler: v1.ProbeHandler{Exec: &v1.ExecAction{Command: []string{"true"}}}}
+	pod := e.newPod(v1.RestartPolicyAlways, c)
+	st := e.syncUntil(pod, 30*time.Second, "running", isRunning("main"))
+	first := latest(st, "main")
+
+	probes := ProbeResultMap{{ContainerID: first.ID, Probe: ProbeLiveness}: ProbeFailure}
+	if err := e.m.SyncPod(e.ctx, SyncInput{Pod: pod, Status: st, Probes: probes, Objects: e.objects, Backoff: e.backoff, Events: e.events}); err != nil {
+		t.Fatalf("sync with a failed liveness probe: %v", err)
+	}
+	st = e.status(pod)
+	now := latest(st, "main")
+	if now == nil || now.ID == first.ID || now.RestartCount != 1 || now.State != ContainerRunning {
+		t.Fatalf("after the liveness failure: %+v, want a new running attempt with restartCount 1", now)
+	}
+	var old *ContainerStatus
+	for i := range st.Containers {
+		if st.Containers[i].ID == first.ID {
+			old = &st.Containers[i]
+		}
+	}
+	if old == nil || old.State != ContainerExited {
+		t.Fatalf("the failed attempt is %+v, want exited", old)
+	}
+	if e.events.count("Killing") != 1 || !slices.Contains(e.events.events, "Killing: Stopping container main: container main failed liveness probe, will be restarted") {
+		t.Fatalf("Killing events: %d, want 1 saying the liveness probe failed (events %v)", e.events.count("Killing"), e.events.events)
+	}
+	// The stale result names the old ID only: the next sync keeps the new attempt.
+	if err := e.m.SyncPod(e.ctx, SyncInput{Pod: pod, Status: st, Probes: probes, Objects: e.objects, Backoff: e.backoff, Events: e.events}); err != nil {
+		t.Fatal(err)
+	}
+	if again := latest(e.status(pod), "main"); again.ID != now.ID || again.State != ContainerRunning {
+		t.Fatalf("a stale result restarted the new attempt: %+v", again)
 	}
 }

@@ -7,6 +7,7 @@ import (
 	"errors"
 	"flag"
 	"fmt"
+	"io"
 	"os"
 	"os/signal"
 	"syscall"
@@ -18,42 +19,42 @@ import (
 )
 
 func main() {
-	os.Exit(run(os.Args[1:]))
+	os.Exit(run(os.Args[1:], os.Stdout, os.Stderr))
 }
 
 // run returns the process exit code: 0 on a clean stop, 1 when mqlet
 // failed while running, 2 for bad flags or configuration.
-func run(args []string) int {
+func run(args []string, stdout, stderr io.Writer) int {
 	if code, ok := runSubcommand(args); ok {
 		return code
 	}
 	check, args := splitCheckFlags(args)
-	flags, err := config.ParseFlags("mqlet", args, os.Stderr)
+	flags, err := config.ParseFlags("mqlet", args, stderr)
 	if errors.Is(err, flag.ErrHelp) {
 		return 0
 	}
 	if err != nil {
-		fmt.Fprintln(os.Stderr, "mqlet:", err)
+		fmt.Fprintln(stderr, "mqlet:", err)
 		return 2
 	}
 	if flags.Version {
-		fmt.Println("mqlet", version.Version)
+		fmt.Fprintln(stdout, "mqlet", version.Version)
 		return 0
 	}
 	if check.check {
-		return checkConfig(flags, check, os.Getenv, os.Stdout, os.Stderr)
+		return checkConfig(flags, check, os.Getenv, stdout, stderr)
 	}
 	cfg, err := config.Load(flags, os.Getenv)
 	if err != nil {
-		fmt.Fprintln(os.Stderr, "mqlet:", err)
+		fmt.Fprintln(stderr, "mqlet:", err)
 		return 2
 	}
 	// Secret values are scrubbed from every log line; the store that knows
 	// them is bound once it is open (runAgent).
 	var secrets redact.Live
-	log, err := logging.New(os.Stderr, cfg.LogLevel, cfg.LogFormat, secrets.Current)
+	log, err := logging.New(stderr, cfg.LogLevel, cfg.LogFormat, secrets.Current)
 	if err != nil {
-		fmt.Fprintln(os.Stderr, "mqlet:", err)
+		fmt.Fprintln(stderr, "mqlet:", err)
 		return 2
 	}
 	logging.RouteKlog(log)

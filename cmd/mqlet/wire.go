@@ -4,14 +4,13 @@ import (
 	"context"
 	"crypto/tls"
 	"fmt"
+	"io"
 	"net"
 	"net/url"
 	"os"
 	"path/filepath"
 	"runtime"
 	"strings"
-	"sync"
-	"time"
 
 	"github.com/rs/zerolog"
 	v1 "k8s.io/api/core/v1"
@@ -20,7 +19,6 @@ import (
 	"github.com/mqlet/mqlet/agent"
 	"github.com/mqlet/mqlet/agent/inflight"
 	"github.com/mqlet/mqlet/agent/nodestatus"
-	"github.com/mqlet/mqlet/agent/presence"
 	"github.com/mqlet/mqlet/agent/restart"
 	"github.com/mqlet/mqlet/agent/store"
 	"github.com/mqlet/mqlet/agent/telemetry"
@@ -35,45 +33,100 @@ import (
 	"github.com/mqlet/mqlet/mqtt/session"
 )
 
-// runAgent builds every part from the configuration and runs them until
-// ctx ends; then it says goodbye on MQTT and closes the stores.
+// runAgent opens the node's state, builds the agent and runs it until ctx
+// ends (see agent.Run for the shutdown order). Deferred closes run after
+// Run has returned, when no part writes any more: stores and broker last.
 func runAgent(ctx context.Context, cfg *config.Config, log zerolog.Logger, secrets *redact.Live) error {
 	log = log.With().Str("node", cfg.Node).Logger()
 	log.Info().Str("version", version.Version).Str("stateDir", cfg.StateDir).Msg("mqlet starting")
-	if err := os.MkdirAll(cfg.StateDir, 0o700); err != nil {
-		return fmt.Errorf("creating state dir: %w", err)
-	}
-	st, err := store.OpenWith(filepath.Join(cfg.StateDir, "state.db"), storeOptions(cfg))
+	state, err := openState(cfg, log)
 	if err != nil {
-		return fmt.Errorf("opening desired-state store: %w", err)
+		return err
 	}
-	defer st.Close()
-	secrets.Bind(st)
+	defer state.close()
+	secrets.Bind(state.store)
 	defer secrets.Bind(nil)
-	box, err := outbox.Open(filepath.Join(cfg.StateDir, "outbox.db"), cfg.MQTT.OutboxMaxBytes, log, outbox.WithMaxInflight(cfg.MQTT.MaxInflight))
-	if err != nil {
-		return fmt.Errorf("opening outbox: %w", err)
-	}
-	defer box.Close()
-
-	runCtx, cancel := context.WithCancel(context.Background())
-	defer cancel()
-	var wg sync.WaitGroup
-	defer wg.Wait()
-
 	if cfg.EmbeddedBroker.Enabled {
-		b, err := startEmbeddedBroker(runCtx, cfg, log)
+		// Not tied to ctx: the agent says goodbye through it after the signal.
+		b, err := startEmbeddedBroker(context.WithoutCancel(ctx), cfg, log)
 		if err != nil {
 			return err
 		}
 		defer b.Close()
 	}
-
-	topics := apiv1.Scheme{Prefix: cfg.MQTT.TopicPrefix, Node: cfg.Node}
-	if err := topics.Validate(); err != nil {
-		return fmt.Errorf("topic scheme: %w", err)
+	opts, err := agentOptions(cfg, state)
+	if err != nil {
+		return err
 	}
-	rt := cri.NewManager(cri.Config{
+	opts.Allocatable = nodeAllocatable(cfg, log)
+	log.Info().Str("commands", string(cfg.Security.Commands)).Strs("signedVerbs", cfg.Security.SignedVerbs).Int("trustedKeys", len(cfg.Security.TrustedKeys)).Msg("signed commands")
+	rt := cri.NewManager(criConfig(cfg, secrets), log)
+	a, err := agent.New(ctx, opts, agent.Deps{Store: state.store, Outbox: state.box, Runtime: rt, Scrub: secrets.Current}, log)
+	if err != nil {
+		return err
+	}
+	log.Info().Str("bootId", a.BootID()).Str("broker", redacted(brokerURL(cfg))).Str("cri", cfg.Runtime.CRIEndpoint).Msg("mqlet running")
+	return a.Run(ctx)
+}
+
+// nodeState is what mqlet keeps on disk: the desired-state store, the
+// outbox, the in-flight marks and the nonces of signed commands.
+type nodeState struct {
+	store                   *store.Store
+	box                     *outbox.Outbox
+	commandMarks, syncMarks *inflight.File
+	nonces                  io.Closer
+	closers                 []io.Closer // in opening order
+}
+
+// openState opens everything under cfg.StateDir; on an error what was
+// opened is closed again.
+func openState(cfg *config.Config, log zerolog.Logger) (_ *nodeState, err error) {
+	if err := os.MkdirAll(cfg.StateDir, 0o700); err != nil {
+		return nil, fmt.Errorf("creating state dir: %w", err)
+	}
+	s := &nodeState{}
+	defer func() {
+		if err != nil {
+			s.close()
+		}
+	}()
+	if s.store, err = store.OpenWith(filepath.Join(cfg.StateDir, "state.db"), storeOptions(cfg)); err != nil {
+		return nil, fmt.Errorf("opening desired-state store: %w", err)
+	}
+	s.closers = append(s.closers, s.store)
+	if m := s.store.Schema(); m.Migrated() {
+		log.Warn().Int("from", m.From).Int("to", m.To).Str("backup", m.Backup).Msg("state store migrated to a new schema; the old store was copied first")
+	}
+	if m := s.store.MigratedUIDs(); len(m) > 0 {
+		log.Warn().Strs("objects", m).Msg("stored uids that were not UUIDs were replaced; those pods are re-created")
+	}
+	if s.box, err = outbox.Open(filepath.Join(cfg.StateDir, "outbox.db"), cfg.MQTT.OutboxMaxBytes, log, outbox.WithMaxInflight(cfg.MQTT.MaxInflight)); err != nil {
+		return nil, fmt.Errorf("opening outbox: %w", err)
+	}
+	s.closers = append(s.closers, s.box)
+	if s.commandMarks, err = inflight.Open(filepath.Join(cfg.StateDir, "inflight-command"), 1); err != nil {
+		return nil, fmt.Errorf("opening command marks: %w", err)
+	}
+	s.closers = append(s.closers, s.commandMarks)
+	if s.syncMarks, err = inflight.Open(filepath.Join(cfg.StateDir, "inflight-syncs"), max(cfg.Pods.Workers, 1)); err != nil {
+		return nil, fmt.Errorf("opening pod sync marks: %w", err)
+	}
+	s.closers = append(s.closers, s.syncMarks)
+	return s, nil
+}
+
+// close closes in the reverse order of opening.
+func (s *nodeState) close() {
+	for i := len(s.closers) - 1; i >= 0; i-- {
+		_ = s.closers[i].Close()
+	}
+	s.closers = nil
+}
+
+// criConfig takes the runtime manager's settings from the configuration.
+func criConfig(cfg *config.Config, secrets *redact.Live) cri.Config {
+	return cri.Config{
 		Endpoint:       cfg.Runtime.CRIEndpoint,
 		PodLogDir:      cfg.Runtime.PodLogDir,
 		PodDir:         filepath.Join(cfg.StateDir, "pods"),
@@ -89,107 +142,7 @@ func runAgent(ctx context.Context, cfg *config.Config, log zerolog.Logger, secre
 		PullBackoffBase:  cfg.Images.PullBackoffBase.Duration,
 		PullBackoffMax:   cfg.Images.PullBackoffMax.Duration,
 		NodeCredentials:  cfg.Images.CredentialsFile,
-	}, log)
-	if m := st.Schema(); m.Migrated() {
-		log.Warn().Int("from", m.From).Int("to", m.To).Str("backup", m.Backup).Msg("state store migrated to a new schema; the old store was copied first")
 	}
-	if m := st.MigratedUIDs(); len(m) > 0 {
-		log.Warn().Strs("objects", m).Msg("stored uids that were not UUIDs were replaced; those pods are re-created")
-	}
-	opts := agentOptions(cfg, topics)
-	opts.Allocatable = nodeAllocatable(cfg, log)
-	if opts.CommandMarks, err = inflight.Open(filepath.Join(cfg.StateDir, "inflight-command"), 1); err != nil {
-		return fmt.Errorf("opening command marks: %w", err)
-	}
-	defer opts.CommandMarks.Close()
-	if opts.SyncMarks, err = inflight.Open(filepath.Join(cfg.StateDir, "inflight-syncs"), max(cfg.Pods.Workers, 1)); err != nil {
-		return fmt.Errorf("opening pod sync marks: %w", err)
-	}
-	defer opts.SyncMarks.Close()
-	verifier, nonces, err := verifierFrom(cfg)
-	if err != nil {
-		return fmt.Errorf("setting up signed commands: %w", err)
-	}
-	defer nonces.Close()
-	log.Info().Str("commands", string(cfg.Security.Commands)).Strs("signedVerbs", cfg.Security.SignedVerbs).Int("trustedKeys", len(cfg.Security.TrustedKeys)).Msg("signed commands")
-	opts.Opener = verifier
-	opts.ProfilePolicy = func(node validate.Policy, namespace, profile string) validate.Policy {
-		return node.LoosenedFor(namespace, validate.Profile(profile))
-	}
-	// Everything published is scrubbed of the node's secret values.
-	out := agent.Scrubbed(box, secrets.Current)
-	a := agent.New(opts, st, out, rt, log)
-
-	tlsConfig, err := tlsFor(cfg)
-	if err != nil {
-		return err
-	}
-	birth := presence.New(topics.State(), version.Version, st, nil)
-	will := birth.Offline()
-	var sess *session.Session
-	sess, err = session.New(session.Options{
-		BrokerURL:     brokerURL(cfg),
-		ClientID:      session.ClientID(cfg.Node),
-		Username:      cfg.MQTT.Username,
-		Password:      cfg.MQTT.Password,
-		TLS:           tlsConfig,
-		KeepAlive:     cfg.MQTT.KeepAlive.Duration,
-		PingTimeout:   cfg.MQTT.PingTimeout.Duration,
-		ReconnectMin:  cfg.MQTT.ReconnectMin.Duration,
-		ReconnectMax:  cfg.MQTT.ReconnectMax.Duration,
-		Will:          &will,
-		CommandFilter: topics.CommandFilter(),
-		Handler:       a.HandleCommand,
-		ManualAck:     true, // the agent acknowledges each command once it is persisted
-		MaxInflight:   cfg.MQTT.MaxInflight,
-		OnConnect: func(ctx context.Context) error {
-			online, err := birth.Online()
-			if err != nil {
-				return err
-			}
-			return sess.Publish(ctx, online)
-		},
-	}, log)
-	if err != nil {
-		return fmt.Errorf("configuring the MQTT session: %w", err)
-	}
-	tel, err := telemetry.New(runCtx, telemetryConfig(cfg, topics), telemetry.Deps{Runtime: rt, Out: out, Events: a.Events(), Counters: telemetry.Counters(telemetry.Merge(a.Counters, telemetry.CRICounters(rt)), box, sess)}, log)
-	if err != nil {
-		return fmt.Errorf("setting up telemetry: %w", err)
-	}
-
-	spawn := func(name string, f func(context.Context) error) {
-		wg.Add(1)
-		go func() {
-			defer wg.Done()
-			if err := f(runCtx); err != nil && runCtx.Err() == nil {
-				log.Error().Err(err).Str("part", name).Msg("stopped unexpectedly")
-			}
-		}()
-	}
-	spawn("mqtt", sess.Run)
-	spawn("outbox", func(ctx context.Context) error { return box.Run(ctx, sess) })
-	spawn("agent", a.Run)
-	spawn("telemetry", tel.Run)
-	if cfg.Images.PreloadDir != "" {
-		pre := cri.NewPreloader(cri.PreloadConfig{Dir: cfg.Images.PreloadDir, Interval: cfg.Images.PreloadInterval.Duration,
-			Ctr: cfg.Images.Ctr, Endpoint: cfg.Runtime.CRIEndpoint}, a.Events(), log)
-		spawn("preload", pre.Run)
-	}
-	log.Info().Str("bootId", birth.BootID()).Str("broker", redacted(brokerURL(cfg))).Str("cri", cfg.Runtime.CRIEndpoint).Msg("mqlet running")
-
-	<-ctx.Done()
-	log.Info().Msg("stopping: publishing offline state")
-	byeCtx, byeCancel := context.WithTimeout(context.Background(), 3*time.Second)
-	if err := sess.Publish(byeCtx, birth.Offline()); err != nil {
-		log.Warn().Err(err).Msg("could not publish offline state; the broker's will says it")
-	}
-	byeCancel()
-	sess.Disconnect(250 * time.Millisecond)
-	cancel()
-	wg.Wait()
-	log.Info().Msg("mqlet stopped")
-	return nil
 }
 
 func startEmbeddedBroker(ctx context.Context, cfg *config.Config, log zerolog.Logger) (*broker.Broker, error) {
@@ -278,9 +231,24 @@ func hostIPs() []string {
 	return ips
 }
 
-// agentOptions takes the agent's settings from the configuration.
-func agentOptions(cfg *config.Config, topics apiv1.Scheme) agent.Options {
-	return agent.Options{
+// agentOptions takes the agent's settings from the configuration, with
+// the in-flight marks of state and the signed-command checks.
+func agentOptions(cfg *config.Config, state *nodeState) (agent.Options, error) {
+	topics := apiv1.Scheme{Prefix: cfg.MQTT.TopicPrefix, Node: cfg.Node}
+	if err := topics.Validate(); err != nil {
+		return agent.Options{}, fmt.Errorf("topic scheme: %w", err)
+	}
+	verifier, nonces, err := verifierFrom(cfg)
+	if err != nil {
+		return agent.Options{}, fmt.Errorf("setting up signed commands: %w", err)
+	}
+	state.nonces = nonces
+	state.closers = append(state.closers, nonces)
+	tlsConfig, err := tlsFor(cfg)
+	if err != nil {
+		return agent.Options{}, err
+	}
+	opts := agent.Options{
 		Topics:          topics,
 		MaxPayloadBytes: cfg.MQTT.MaxPayloadBytes,
 		Policy:          policyFrom(cfg.Admission),
@@ -294,10 +262,14 @@ func agentOptions(cfg *config.Config, topics apiv1.Scheme) agent.Options {
 			MinAge:                      cfg.GC.MinDeadAge.Duration,
 			MaxPerPodContainer:          cfg.GC.MaxDeadPerContainer,
 			ImageGCHighThresholdPercent: cfg.GC.ImageGCHighPercent,
-			ImageGCLowThresholdPercent:  max(cfg.GC.ImageGCHighPercent-5, 0),
+			ImageGCLowThresholdPercent:  cfg.GC.ImageGCLowPercent,
 		},
-		PodStatusResync:   cfg.Telemetry.PodStatusResync.Duration,
-		HostIPs:           hostIPs(),
+		PodStatusResync: cfg.Telemetry.PodStatusResync.Duration,
+		HostIPs:         hostIPs(),
+		Opener:          verifier,
+		ProfilePolicy: func(node validate.Policy, namespace, profile string) validate.Policy {
+			return node.LoosenedFor(namespace, validate.Profile(profile))
+		},
 		MaxPods:           cfg.Pods.MaxPods,
 		NodeLabels:        nodeLabels(cfg),
 		LogRotation:       cri.LogRotation{MaxBytes: cfg.Runtime.ContainerLogMaxBytes, MaxFiles: cfg.Runtime.ContainerLogMaxFiles},
@@ -305,7 +277,32 @@ func agentOptions(cfg *config.Config, topics apiv1.Scheme) agent.Options {
 		MaxReplyBytes:     cfg.Requests.MaxReplyBytes,
 		MaxBacklog:        cfg.Requests.MaxBacklog,
 		MaxBacklogBytes:   cfg.Requests.MaxBacklogBytes,
+		Version:           version.Version,
+		Session: session.Options{
+			BrokerURL:    brokerURL(cfg),
+			ClientID:     session.ClientID(cfg.Node),
+			Username:     cfg.MQTT.Username,
+			Password:     cfg.MQTT.Password,
+			TLS:          tlsConfig,
+			KeepAlive:    cfg.MQTT.KeepAlive.Duration,
+			PingTimeout:  cfg.MQTT.PingTimeout.Duration,
+			ReconnectMin: cfg.MQTT.ReconnectMin.Duration,
+			ReconnectMax: cfg.MQTT.ReconnectMax.Duration,
+			MaxInflight:  cfg.MQTT.MaxInflight,
+		},
+		Telemetry: telemetryConfig(cfg, topics),
 	}
+	if state.commandMarks != nil {
+		opts.CommandMarks = state.commandMarks
+	}
+	if state.syncMarks != nil {
+		opts.SyncMarks = state.syncMarks
+	}
+	if cfg.Images.PreloadDir != "" {
+		opts.Preload = &cri.PreloadConfig{Dir: cfg.Images.PreloadDir, Interval: cfg.Images.PreloadInterval.Duration,
+			Ctr: cfg.Images.Ctr, Endpoint: cfg.Runtime.CRIEndpoint}
+	}
+	return opts, nil
 }
 
 // telemetryConfig takes the node status and metrics settings from the configuration.
@@ -316,6 +313,15 @@ func telemetryConfig(cfg *config.Config, topics apiv1.Scheme) telemetry.Config {
 		MemoryAvailable: cfg.Telemetry.MemoryAvailable, DiskAvailablePct: cfg.Telemetry.DiskAvailablePct, PIDAvailablePct: cfg.Telemetry.PIDAvailablePct,
 		MaxPods: cfg.Pods.MaxPods, NodeLabels: cfg.NodeLabels,
 	}
+}
+
+// redacted hides a password written into a broker URL.
+func redacted(raw string) string {
+	u, err := url.Parse(raw)
+	if err != nil {
+		return "(unparsable URL)"
+	}
+	return u.Redacted()
 }
 
 // nodeLabels are the labels the node is published with, which pods are
@@ -341,15 +347,6 @@ func nodeAllocatable(cfg *config.Config, log zerolog.Logger) v1.ResourceList {
 		delete(alloc, v1.ResourceMemory)
 	}
 	return alloc
-}
-
-// redacted hides a password written into a broker URL.
-func redacted(raw string) string {
-	u, err := url.Parse(raw)
-	if err != nil {
-		return "(unparsable URL)"
-	}
-	return u.Redacted()
 }
 
 // storeOptions are the desired-state store's settings from cfg: the bounds

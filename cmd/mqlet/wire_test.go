@@ -1,46 +1,169 @@
 package main
 
 import (
-	"fmt"
+	"bytes"
+	"os"
 	"path/filepath"
+	"reflect"
+	"strings"
 	"testing"
 	"time"
 
-	"github.com/mqlet/mqlet/agent/store"
 	"github.com/mqlet/mqlet/config"
+	"github.com/mqlet/mqlet/internal/redact"
 )
 
-// requests.maxRecords and requests.ttl bound the reply records the store
-// keeps: the oldest go beyond maxRecords, and a record older than ttl no
-// longer answers a redelivery.
-func TestRequestsSettingsBoundTheReplyRecords(t *testing.T) {
-	cfg := config.Default()
-	cfg.Requests.MaxRecords = 3
-	cfg.Requests.TTL = config.Duration{Duration: 10 * time.Minute}
-	now := time.Unix(1_000_000, 0)
-	opts := storeOptions(&cfg)
-	opts.Now = func() time.Time { return now }
-	st, err := store.OpenWith(filepath.Join(t.TempDir(), "state.db"), opts)
+func writeConfig(t *testing.T, body string) string {
+	t.Helper()
+	file := filepath.Join(t.TempDir(), "mqlet.yaml")
+	if err := os.WriteFile(file, []byte(body), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	return file
+}
+
+// A bad configuration stops mqlet before it starts anything: exit 2, and
+// the message names what is wrong (the key, or the file that does not parse).
+func TestBadConfigExitsTwoNamingThePath(t *testing.T) {
+	for _, tt := range []struct {
+		name, body, want string
+	}{
+		{"low mark above high", "node: n1\ngc:\n  imageGCHighPercent: 70\n  imageGCLowPercent: 75\n", "gc.imageGCLowPercent"},
+		{"low mark out of range", "node: n1\ngc:\n  imageGCLowPercent: 101\n", "gc.imageGCLowPercent"},
+		{"request timeout", "node: n1\nruntime:\n  requestTimeout: 0s\n", "runtime.requestTimeout"},
+		{"unknown key", "node: n1\ngc:\n  imageGCLowPrecent: 3\n", "imageGCLowPrecent"},
+	} {
+		t.Run(tt.name, func(t *testing.T) {
+			file := writeConfig(t, tt.body)
+			var out, errb bytes.Buffer
+			if code := run([]string{"--config", file}, &out, &errb); code != 2 {
+				t.Fatalf("exit %d, want 2; stderr: %s", code, errb.String())
+			}
+			if !strings.Contains(errb.String(), tt.want) {
+				t.Fatalf("stderr %q does not name %s", errb.String(), tt.want)
+			}
+		})
+	}
+	var out, errb bytes.Buffer
+	if code := run([]string{"--config", filepath.Join(t.TempDir(), "missing.yaml")}, &out, &errb); code != 2 || !strings.Contains(errb.String(), "missing.yaml") {
+		t.Fatalf("missing file: exit %d, stderr %q; want 2 naming the file", code, errb.String())
+	}
+	if code := run([]string{"--no-such-flag"}, &out, &errb); code != 2 {
+		t.Fatalf("bad flag: exit %d, want 2", code)
+	}
+}
+
+// Every policy the agent and the runtime follow comes from the
+// configuration: values unlike the defaults all arrive.
+func TestWiringTakesEveryPolicyFromConfig(t *testing.T) {
+	dir := t.TempDir()
+	file := writeConfig(t, `node: n1
+stateDir: `+dir+`
+mqtt: {topicPrefix: site/a, maxPayloadBytes: 4096, keepAlive: 7s, pingTimeout: 3s, reconnectMin: 2s, reconnectMax: 9s, maxInflight: 5, username: u}
+runtime: {criEndpoint: "unix:///tmp/x.sock", podLogDir: /tmp/logs, cgroupRoot: /edge, requestTimeout: 17s, plegPeriod: 3s, containerLogMaxBytes: 1234, containerLogMaxFiles: 3, logRotationPeriod: 11s}
+pods: {workers: 3, backoffBase: 2s, backoffMax: 40s, backoffResetAfter: 7m, applyDeadline: 3m, maxPods: 12, pidsLimit: 99}
+gc: {interval: 13s, maxDeadPerContainer: 4, minDeadAge: 14s, imageGCHighPercent: 60, imageGCLowPercent: 42}
+telemetry: {metricsInterval: 19s, nodeStatusInterval: 21s, podStatusResync: 23s, memoryAvailable: 50Mi, diskAvailablePercent: 7, pidAvailablePercent: 8}
+requests: {maxReplyBytes: 70000, maxBacklog: 33, maxBacklogBytes: 900000}
+images: {pullParallelism: 3, pullTimeout: 4m, pullBackoffBase: 6s, pullBackoffMax: 60s, preloadDir: /tmp/preload, preloadInterval: 31s}
+`)
+	var errb bytes.Buffer
+	flags, err := config.ParseFlags("mqlet", []string{"--config", file}, &errb)
 	if err != nil {
 		t.Fatal(err)
 	}
-	defer st.Close()
-	for i := 0; i < 5; i++ {
-		if err := st.RecordReply(fmt.Sprintf("r%d", i), []byte(`{}`), now.Add(time.Duration(i)*time.Second)); err != nil {
-			t.Fatal(err)
+	cfg, err := config.Load(flags, noEnv)
+	if err != nil {
+		t.Fatal(err)
+	}
+	state := &nodeState{}
+	defer state.close()
+	opts, err := agentOptions(cfg, state)
+	if err != nil {
+		t.Fatal(err)
+	}
+
+	// Every field is set: a new option left unwired shows here. HostIPs
+	// comes from the machine, the marks from the opened state.
+	v := reflect.ValueOf(opts)
+	for i := 0; i < v.NumField(); i++ {
+		name := v.Type().Field(i).Name
+		switch name {
+		case "HostIPs", "CommandMarks", "SyncMarks":
+			continue
+		}
+		if v.Field(i).IsZero() {
+			t.Errorf("agent.Options.%s is not wired from the configuration", name)
 		}
 	}
-	if n, err := st.ReplyCount(); err != nil || n != 3 {
-		t.Fatalf("%d records kept (%v), want maxRecords = 3", n, err)
+	s := time.Second
+	for _, c := range []struct {
+		what      string
+		got, want any
+	}{
+		{"topic prefix", opts.Topics.Prefix, "site/a"},
+		{"node", opts.Topics.Node, "n1"},
+		{"max payload", opts.MaxPayloadBytes, 4096},
+		{"workers", opts.Workers, 3},
+		{"restart base", opts.Restart.Base, 2 * s},
+		{"restart max", opts.Restart.Max, 40 * s},
+		{"restart reset", opts.Restart.ResetAfter, 7 * time.Minute},
+		{"apply deadline", opts.ApplyDeadline, 3 * time.Minute},
+		{"pleg period", opts.PLEGPeriod, 3 * s},
+		{"gc interval", opts.GCInterval, 13 * s},
+		{"gc min age", opts.GCPolicy.MinAge, 14 * s},
+		{"gc dead per container", opts.GCPolicy.MaxPerPodContainer, 4},
+		{"image gc high", opts.GCPolicy.ImageGCHighThresholdPercent, 60},
+		{"image gc low", opts.GCPolicy.ImageGCLowThresholdPercent, 42},
+		{"status resync", opts.PodStatusResync, 23 * s},
+		{"max pods", opts.MaxPods, 12},
+		{"log max bytes", opts.LogRotation.MaxBytes, int64(1234)},
+		{"log max files", opts.LogRotation.MaxFiles, 3},
+		{"log rotation period", opts.LogRotationPeriod, 11 * s},
+		{"max reply bytes", opts.MaxReplyBytes, 70000},
+		{"max backlog", opts.MaxBacklog, 33},
+		{"max backlog bytes", opts.MaxBacklogBytes, 900000},
+		{"mqtt keepalive", opts.Session.KeepAlive, 7 * s},
+		{"mqtt ping timeout", opts.Session.PingTimeout, 3 * s},
+		{"mqtt reconnect min", opts.Session.ReconnectMin, 2 * s},
+		{"mqtt reconnect max", opts.Session.ReconnectMax, 9 * s},
+		{"mqtt inflight", opts.Session.MaxInflight, 5},
+		{"mqtt user", opts.Session.Username, "u"},
+		{"metrics interval", opts.Telemetry.MetricsInterval, 19 * s},
+		{"node status interval", opts.Telemetry.NodeStatusInterval, 21 * s},
+		{"memory threshold", opts.Telemetry.MemoryAvailable, "50Mi"},
+		{"disk threshold", opts.Telemetry.DiskAvailablePct, 7},
+		{"pid threshold", opts.Telemetry.PIDAvailablePct, 8},
+		{"telemetry max pods", opts.Telemetry.MaxPods, 12},
+		{"preload dir", opts.Preload.Dir, "/tmp/preload"},
+		{"preload interval", opts.Preload.Interval, 31 * s},
+	} {
+		if c.got != c.want {
+			t.Errorf("%s = %v, want %v (from the configuration)", c.what, c.got, c.want)
+		}
 	}
-	if _, ok, _ := st.LookupReply("r0"); ok {
-		t.Fatal("the oldest record was kept beyond maxRecords")
+
+	rc := criConfig(cfg, &redact.Live{})
+	for _, c := range []struct {
+		what      string
+		got, want any
+	}{
+		{"cri endpoint", rc.Endpoint, "unix:///tmp/x.sock"},
+		{"pod log dir", rc.PodLogDir, "/tmp/logs"},
+		{"pod dir", rc.PodDir, filepath.Join(dir, "pods")},
+		{"cgroup root", rc.CgroupRoot, "/edge"},
+		{"pids limit", rc.PodPidsLimit, int64(99)},
+		{"request timeout", rc.RequestTimeout, 17 * s},
+		{"pull parallelism", rc.PullParallelism, 3},
+		{"pull timeout", rc.PullTimeout, 4 * time.Minute},
+		{"pull backoff base", rc.PullBackoffBase, 6 * s},
+		{"pull backoff max", rc.PullBackoffMax, 60 * s},
+	} {
+		if c.got != c.want {
+			t.Errorf("%s = %v, want %v (from the configuration)", c.what, c.got, c.want)
+		}
 	}
-	if _, ok, _ := st.LookupReply("r4"); !ok {
-		t.Fatal("the newest record is missing")
-	}
-	now = now.Add(11 * time.Minute)
-	if _, ok, _ := st.LookupReply("r4"); ok {
-		t.Fatal("a record older than ttl still answers")
+	if rc.Scrub == nil {
+		t.Error("the runtime gets no scrubber")
 	}
 }

@@ -48,7 +48,7 @@ func TestRegistryImageGCWithRealImages(t *testing.T) {
 		e.agent.Restart()
 		e.mq.WaitState(mark, e.node, "online", 30*time.Second)
 	}
-	restart("  nodeStatusInterval: 2s\ngc:\n  interval: 1s\n  imageGCHighPercent: 1\n") // the first line goes under telemetry
+	restart("  nodeStatusInterval: 2s\ngc:\n  interval: 1s\n  imageGCHighPercent: 1\n  imageGCLowPercent: 0\n") // the first line goes under telemetry
 	// Runs before the pods are deleted: without "keep" the busybox image
 	// would be unused and go too.
 	t.Cleanup(func() { restart("") })
