@@ -97,7 +97,8 @@ func (r *runner) grace() *int64 {
 	return r.ownGrace
 }
 
-// removed records that the runtime pods to remove are gone.
+// removed records that the runtime pods a delete asked to remove are
+// gone: its grace period no longer applies.
 func (r *runner) removed() {
 	r.mu.Lock()
 	defer r.mu.Unlock()

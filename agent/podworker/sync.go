@@ -125,6 +125,7 @@ func (p *Pool) removePod(life, ctx context.Context, r *runner, namespace, name, 
 		}
 	}
 	r.pruneKills(listed)
+	killed := false
 	for _, ref := range refs {
 		if ref.Namespace != namespace || ref.Name != name || ref.UID == keepUID {
 			continue
@@ -142,14 +143,18 @@ func (p *Pool) removePod(life, ctx context.Context, r *runner, namespace, name, 
 		if !done {
 			terminating = true
 		}
+		killed = true
 	}
 	if terminating {
 		return errTerminating
 	}
-	r.removed()
 	if keepUID != "" {
+		if killed {
+			r.removed() // the old uid's termination took the delete's grace period
+		}
 		return nil
 	}
+	r.removed()
 	if r.idle() {
 		p.dropRunner(r)
 	}
