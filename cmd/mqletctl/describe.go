@@ -17,7 +17,8 @@ import (
 	apiv1 "github.com/mqlet/mqlet/api/v1"
 )
 
-// runDescribe is `describe pod NAME`: the pod from a get, and its events.
+// runDescribe is `describe pod NAME`: the pod from a get (asked again after
+// listening, for its current status), and its events.
 //
 // The agent keeps no event history that a get could return yet, so the
 // events are the ones published on the events topic while describe runs:
@@ -68,6 +69,7 @@ func runDescribe(ctx context.Context, cfg *globalConfig, args []string, e env) e
 	}
 	pod := res.Pods[0]
 	var events []v1.Event
+	seen := map[string]int{}
 	wait := time.NewTimer(time.Until(listen.Add(cfg.RetainedWait)))
 	defer wait.Stop()
 collect:
@@ -79,16 +81,32 @@ collect:
 				continue
 			}
 			o := ev.InvolvedObject
-			if o.Kind == "Pod" && o.Namespace == pod.Namespace && o.Name == pod.Name {
-				events = append(events, ev)
+			if o.Kind != "Pod" || o.Namespace != pod.Namespace || o.Name != pod.Name {
+				continue
 			}
+			// A repeated event is the same Event object again with a higher
+			// count: keep one row per object, the latest.
+			if i, ok := seen[ev.Name]; ok && ev.Name != "" {
+				events[i] = ev
+				continue
+			}
+			seen[ev.Name] = len(events)
+			events = append(events, ev)
 		case <-wait.C:
 			break collect
 		case <-ctx.Done():
 			break collect
 		}
 	}
-	return describePod(e.stdout, pod, events, time.Since(listen).Round(100*time.Millisecond), e.now)
+	listened := time.Since(listen).Round(100 * time.Millisecond)
+	// The pod may have moved on while describe listened: show it as it is
+	// now, next to the events that brought it there.
+	if ctx.Err() == nil {
+		if res, err := getOn(ctx, c, cfg, payload, e); err == nil && len(res.Pods) > 0 && res.Pods[0] != nil {
+			pod = res.Pods[0]
+		}
+	}
+	return describePod(e.stdout, pod, events, listened, e.now)
 }
 
 // describeWriter writes kubectl describe's indented "Key:  value" layout.

@@ -59,9 +59,18 @@ func TestDescribePod(t *testing.T) {
 	if res.code != 0 {
 		t.Fatalf("describe: %v", res)
 	}
-	var sent apiv1.GetRequest
-	if err := json.Unmarshal(agent.only(t).Payload, &sent); err != nil || sent != (apiv1.GetRequest{Kind: "Pod", Namespace: "edge", Name: "crasher"}) {
-		t.Errorf("describe asked for %s", agent.only(t).Payload)
+	// Asked once to find the pod, and again after listening for its events.
+	agent.mu.Lock()
+	cmds := append([]received(nil), agent.commands...)
+	agent.mu.Unlock()
+	if len(cmds) != 2 {
+		t.Fatalf("describe sent %d gets, want 2", len(cmds))
+	}
+	for _, cmd := range cmds {
+		var sent apiv1.GetRequest
+		if err := json.Unmarshal(cmd.Payload, &sent); err != nil || sent != (apiv1.GetRequest{Kind: "Pod", Namespace: "edge", Name: "crasher"}) {
+			t.Errorf("describe asked for %s", cmd.Payload)
+		}
 	}
 	for _, want := range []string{
 		"Name:            crasher\n",
