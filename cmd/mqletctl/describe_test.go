@@ -135,6 +135,7 @@ func TestTopNodeAndPods(t *testing.T) {
 	})
 	node, _ := json.Marshal(v1.Node{Status: v1.NodeStatus{Allocatable: v1.ResourceList{v1.ResourceCPU: resource.MustParse("2"), v1.ResourceMemory: resource.MustParse("2Gi")}}})
 	mustPublish(t, pub, scheme.NodeTopic(), true, node)
+	mustPublish(t, pub, scheme.State(), true, []byte(`{"state":"online"}`))
 	// Metrics are not retained: publish until top has read one.
 	stop := make(chan struct{})
 	done := make(chan struct{})
@@ -170,8 +171,13 @@ func TestTopNodeAndPods(t *testing.T) {
 
 func TestTopWithoutMetricsTimesOut(t *testing.T) {
 	url := startBroker(t, broker.Options{})
-	res := runCLI(t, url, "", "top", "node", "--timeout", "500ms")
+	mustPublish(t, testClient(t, url, "state"), scheme.State(), true, []byte(`{"state":"online"}`))
+	res := runCLI(t, url, "", "top", "node", "--timeout", "1s", "--retained-wait", "5s")
 	if res.code != 1 || !strings.Contains(res.stderr, `no metrics message from node "n1"`) {
 		t.Fatalf("top with no metrics: %v", res)
+	}
+	res = runCLI(t, url, "", "top", "node", "--node", "n9", "--timeout", "30s", "--retained-wait", "300ms")
+	if res.code != 1 || !strings.Contains(res.stderr, `no node named "n9" under prefix mqlet/v1`) {
+		t.Fatalf("top of a node that does not exist: %v", res)
 	}
 }

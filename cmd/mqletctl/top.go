@@ -9,6 +9,7 @@ import (
 	"sort"
 	"strings"
 	"text/tabwriter"
+	"time"
 
 	v1 "k8s.io/api/core/v1"
 	statsapi "k8s.io/kubelet/pkg/apis/stats/v1alpha1"
@@ -49,13 +50,25 @@ func runTop(ctx context.Context, cfg *globalConfig, args []string, e env) error 
 	defer stop()
 	inbox := make(chan message, 8)
 	topics := cfg.scheme()
-	if err := c.subscribe(subCtx, inbox, topics.Metrics(), topics.NodeTopic()); err != nil {
+	if err := c.subscribe(subCtx, inbox, topics.Metrics(), topics.NodeTopic(), topics.State()); err != nil {
 		return err
 	}
+	// A node that never published its retained state will not send
+	// metrics either: say so after --retained-wait, not after --timeout.
+	noNode := time.NewTimer(cfg.RetainedWait)
+	defer noNode.Stop()
 	var node *v1.Node
 	for {
 		select {
+		case <-noNode.C:
+			return fmt.Errorf("no node named %q under prefix %s (no retained state after --retained-wait %v)", cfg.Node, cfg.Prefix, cfg.RetainedWait)
 		case m := <-inbox:
+			if m.Topic == topics.State() {
+				if len(m.Payload) > 0 {
+					noNode.Stop()
+				}
+				continue
+			}
 			if m.Topic == topics.NodeTopic() {
 				var n v1.Node
 				if json.Unmarshal(m.Payload, &n) == nil {
