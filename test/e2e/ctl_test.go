@@ -121,3 +121,29 @@ func TestCtlGetNodesHundredRetained(t *testing.T) {
 	}
 	t.Logf("best of 3: %v", best)
 }
+
+// top reads the real agent's metrics Summary: the node's usage and a
+// running pod's.
+func TestCtlTopNodeAndPods(t *testing.T) {
+	e := startPodEnv(t, func(logDir string) string {
+		return fmt.Sprintf("runtime:\n  plegPeriod: 500ms\n  podLogDir: %s\ntelemetry:\n  metricsInterval: 2s\n", logDir)
+	})
+	name := "topped"
+	defer e.cleanupPods(name)
+	e.apply(e.pod(name, "Always", "sleep 3600"), "succeeded", podReadyTimeout)
+	var code int
+	var out, errOut string
+	Eventually(t, 60*time.Second, "top pods lists the running pod", func() bool {
+		code, out, errOut = ctl(t, "--broker", e.broker.URL(), "--node", e.node, "top", "pods", "-n", e.ns, "--timeout", "20s")
+		return code == 0 && regexp.MustCompile(`(?m)^`+name+` +\d+m +\d+Mi$`).MatchString(out)
+	})
+	if !strings.HasPrefix(out, "NAME ") {
+		t.Errorf("top pods:\n%s%s", out, errOut)
+	}
+	// The node's CPU rate needs two samples of the node cgroup, which the
+	// first Summary may lack; memory is always there.
+	code, out, errOut = ctl(t, "--broker", e.broker.URL(), "--node", e.node, "top", "node", "--timeout", "20s")
+	if code != 0 || !regexp.MustCompile(`(?m)^`+regexp.QuoteMeta(e.node)+` +(\d+m|<unknown>) +(\d+%|<unknown>) +\d+Mi +\d+%$`).MatchString(out) {
+		t.Errorf("top node: exit %d\n%s%s", code, out, errOut)
+	}
+}
