@@ -205,7 +205,7 @@ func sendAndWait(ctx context.Context, cfg *globalConfig, verb string, payload []
 	defer c.close()
 	var failed bool
 	var printErr error
-	_, err = c.request(ctx, verb, payload, cfg.RetainedWait, func(r apiv1.Reply) bool {
+	_, err = c.request(ctx, verb, payload, func(r apiv1.Reply) bool {
 		if r.Phase == apiv1.Failed {
 			failed = true
 		}

@@ -183,7 +183,7 @@ func requestGet(ctx context.Context, cfg *globalConfig, payload []byte, e env) (
 func getOn(ctx context.Context, c *client, cfg *globalConfig, payload []byte, e env) (*apiv1.GetResult, error) {
 	var final apiv1.Reply
 	var all [][]byte // a large result comes in parts before the final reply
-	if _, err := c.request(ctx, "get", payload, cfg.RetainedWait, func(r apiv1.Reply) bool {
+	if _, err := c.request(ctx, "get", payload, func(r apiv1.Reply) bool {
 		final = r
 		if b, err := json.Marshal(r); err == nil {
 			all = append(all, b)
