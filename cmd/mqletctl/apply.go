@@ -1,13 +1,17 @@
 package main
 
 import (
+	"bytes"
 	"context"
 	"encoding/json"
 	"errors"
 	"fmt"
 	"io"
 	"os"
+	"path/filepath"
 	"strings"
+
+	"sigs.k8s.io/yaml"
 
 	apiv1 "github.com/mqlet/mqlet/api/v1"
 )
@@ -23,8 +27,9 @@ func runSync(ctx context.Context, cfg *globalConfig, args []string, e env) error
 // runManifestVerb runs apply or sync: both send a manifest file as is.
 func runManifestVerb(ctx context.Context, cfg *globalConfig, verb string, args []string, e env) error {
 	fs := newFlagSet(verb, cfg)
-	file := fs.String("f", "", "manifest file (YAML or JSON; - for stdin)")
-	fs.StringVar(file, "filename", "", "same as -f")
+	var files fileList
+	fs.Var(&files, "f", "manifest `FILE` or directory (YAML or JSON; - for stdin; repeatable)")
+	fs.Var(&files, "filename", "same as -f")
 	noWait := fs.Bool("no-wait", false, "return once the agent accepted (stored) the request")
 	cfg.registerOutput(fs, "json (one reply per line)")
 	pos, err := parseInterleaved(fs, args)
@@ -34,7 +39,7 @@ func runManifestVerb(ctx context.Context, cfg *globalConfig, verb string, args [
 	if len(pos) > 0 {
 		return usageError{fmt.Errorf("%s: unexpected arguments %q (use -f FILE)", verb, pos)}
 	}
-	if *file == "" {
+	if len(files) == 0 {
 		return usageError{fmt.Errorf("%s: -f FILE (or -f - for stdin) is required", verb)}
 	}
 	if err := cfg.checkOutput("json"); err != nil {
@@ -43,7 +48,7 @@ func runManifestVerb(ctx context.Context, cfg *globalConfig, verb string, args [
 	if err := cfg.resolve(); err != nil {
 		return err
 	}
-	payload, err := readManifest(*file, e.stdin)
+	payload, err := readManifests(files, e.stdin)
 	if err != nil {
 		return err
 	}
@@ -52,8 +57,9 @@ func runManifestVerb(ctx context.Context, cfg *globalConfig, verb string, args [
 
 func runDelete(ctx context.Context, cfg *globalConfig, args []string, e env) error {
 	fs := newFlagSet("delete", cfg)
-	file := fs.String("f", "", "manifest file naming what to delete (- for stdin)")
-	fs.StringVar(file, "filename", "", "same as -f")
+	var files fileList
+	fs.Var(&files, "f", "manifest `FILE` or directory naming what to delete (- for stdin; repeatable)")
+	fs.Var(&files, "filename", "same as -f")
 	ns := namespaceFlag(fs)
 	grace := fs.Int64("grace-period", -1, "seconds the containers get to stop (only with KIND NAME; -1: the pod's own)")
 	noWait := fs.Bool("no-wait", false, "return once the agent accepted the request")
@@ -67,16 +73,16 @@ func runDelete(ctx context.Context, cfg *globalConfig, args []string, e env) err
 	}
 	var payload []byte
 	switch {
-	case *file != "" && len(pos) > 0:
+	case len(files) > 0 && len(pos) > 0:
 		return usageError{errors.New("delete: give either -f FILE or KIND NAME, not both")}
-	case *file != "":
+	case len(files) > 0:
 		if *grace >= 0 {
 			return usageError{errors.New("delete: --grace-period works only with KIND NAME (the agent takes it from the short form)")}
 		}
 		if err := cfg.resolve(); err != nil {
 			return err
 		}
-		if payload, err = readManifest(*file, e.stdin); err != nil {
+		if payload, err = readManifests(files, e.stdin); err != nil {
 			return err
 		}
 	case len(pos) == 2:
@@ -102,6 +108,70 @@ func runDelete(ctx context.Context, cfg *globalConfig, args []string, e env) err
 		return usageError{errors.New("delete: want -f FILE or KIND NAME (e.g. `delete pod web -n default`)")}
 	}
 	return sendAndWait(ctx, cfg, "delete", payload, *noWait, e)
+}
+
+// fileList is a repeatable -f.
+type fileList []string
+
+func (f *fileList) String() string     { return strings.Join(*f, ",") }
+func (f *fileList) Set(v string) error { *f = append(*f, v); return nil }
+
+// readManifests reads every -f: files as they are, a directory's *.yaml,
+// *.yml and *.json files in name order (not its subdirectories, as kubectl
+// without -R), stdin for "-". They become one multi-document payload, so
+// the agent answers for all of them at once.
+func readManifests(paths []string, stdin io.Reader) ([]byte, error) {
+	var docs [][]byte
+	for _, p := range paths {
+		files := []string{p}
+		if p != "-" {
+			if st, err := os.Stat(p); err == nil && st.IsDir() {
+				entries, err := os.ReadDir(p)
+				if err != nil {
+					return nil, fmt.Errorf("reading manifest directory %s: %w", p, err)
+				}
+				files = files[:0]
+				for _, en := range entries {
+					ext := strings.ToLower(filepath.Ext(en.Name()))
+					if !en.IsDir() && (ext == ".yaml" || ext == ".yml" || ext == ".json") {
+						files = append(files, filepath.Join(p, en.Name()))
+					}
+				}
+				if len(files) == 0 {
+					return nil, fmt.Errorf("manifest directory %s has no .yaml, .yml or .json file", p)
+				}
+			}
+		}
+		for _, f := range files {
+			data, err := readManifest(f, stdin)
+			if err != nil {
+				return nil, err
+			}
+			docs = append(docs, data)
+		}
+	}
+	if len(docs) == 1 {
+		return docs[0], nil
+	}
+	var b bytes.Buffer
+	for i, d := range docs {
+		d = bytes.TrimSpace(d)
+		// The agent reads a payload that starts with '{' as one JSON value;
+		// several documents travel as YAML.
+		if len(d) > 0 && (d[0] == '{' || d[0] == '[') {
+			y, err := yaml.JSONToYAML(d)
+			if err != nil {
+				return nil, fmt.Errorf("manifest %d of %d: %w", i+1, len(docs), err)
+			}
+			d = bytes.TrimSpace(y)
+		}
+		if i > 0 {
+			b.WriteString("\n---\n")
+		}
+		b.Write(d)
+	}
+	b.WriteString("\n")
+	return b.Bytes(), nil
 }
 
 // readManifest reads a manifest file, or stdin for "-".
@@ -135,7 +205,7 @@ func sendAndWait(ctx context.Context, cfg *globalConfig, verb string, payload []
 	defer c.close()
 	var failed bool
 	var printErr error
-	_, err = c.request(ctx, verb, payload, cfg.RetainedWait, func(r apiv1.Reply) bool {
+	_, err = c.request(ctx, verb, payload, func(r apiv1.Reply) bool {
 		if r.Phase == apiv1.Failed {
 			failed = true
 		}

@@ -10,6 +10,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/mqlet/mqlet/agent/manifest"
 	apiv1 "github.com/mqlet/mqlet/api/v1"
 	"github.com/mqlet/mqlet/mqtt/broker"
 )
@@ -310,7 +311,7 @@ func TestHelpAndBadUsage(t *testing.T) {
 		}
 	}
 	res := runCLIEnv(t, map[string]string{}, "", "help", "delete")
-	if !strings.Contains(res.stdout, "-f, --filename string") || !strings.Contains(res.stdout, "--grace-period int") || strings.Contains(res.stdout, "--broker string") {
+	if !strings.Contains(res.stdout, "-f, --filename FILE") || !strings.Contains(res.stdout, "--grace-period int") || strings.Contains(res.stdout, "--broker string") {
 		t.Errorf("help delete lists its own flags, not the global ones: %v", res)
 	}
 	for _, args := range [][]string{{"get", "--bogus"}, {"--bogus"}, {"help", "nope"}, {"get", "pods", "-n"}} {
@@ -318,5 +319,64 @@ func TestHelpAndBadUsage(t *testing.T) {
 		if res.code != 2 || res.stdout != "" || strings.Count(res.stderr, "\n") > 3 || !strings.Contains(res.stderr, "See 'mqletctl help") {
 			t.Errorf("%v: want exit 2 and a short message: %v", args, res)
 		}
+	}
+}
+
+// The agent's own decoder reads what apply -f DIR and delete -f … -f send.
+func TestManifestsFromADirectoryAndSeveralFiles(t *testing.T) {
+	url := startBroker(t, broker.Options{})
+	agent := startFakeAgent(t, url, func(r received) []fakeReply { return []fakeReply{{Phase: "succeeded"}} })
+	dir := t.TempDir()
+	cm := `{"apiVersion":"v1","kind":"ConfigMap","metadata":{"name":"cfg","namespace":"edge"},"data":{"a":"1"}}`
+	two := "apiVersion: v1\nkind: Secret\nmetadata:\n  name: s1\n---\n" + strings.Replace(podManifest, "name: web\nspec", "name: api\nspec", 1)
+	for name, content := range map[string]string{"b-pod.yaml": podManifest, "a-cm.json": cm, "c-two.yml": two, "notes.txt": "not a manifest", "d.yaml.bak": "kind: Pod"} {
+		if err := os.WriteFile(filepath.Join(dir, name), []byte(content), 0o600); err != nil {
+			t.Fatal(err)
+		}
+	}
+	if err := os.Mkdir(filepath.Join(dir, "sub"), 0o700); err != nil {
+		t.Fatal(err)
+	}
+	if err := os.WriteFile(filepath.Join(dir, "sub", "x.yaml"), []byte(podManifest), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	refsOf := func(payload []byte) string {
+		t.Helper()
+		refs, _, err := manifest.DecodeRef(payload)
+		if err != nil {
+			t.Fatalf("the agent's decoder refuses %q: %v", payload, err)
+		}
+		var s []string
+		for _, r := range refs {
+			s = append(s, r.String())
+		}
+		return strings.Join(s, "; ")
+	}
+	res := runCLI(t, url, "", "apply", "-f", dir)
+	if res.code != 0 {
+		t.Fatalf("apply -f DIR: %v", res)
+	}
+	want := "ConfigMap edge/cfg; Pod default/web; Secret default/s1; Pod default/api"
+	if got := refsOf(agent.only(t).Payload); got != want {
+		t.Errorf("apply -f DIR sent %s, want %s (name order, no subdirectory, no other files)", got, want)
+	}
+	other := writeFile(t, "other.yaml", strings.Replace(podManifest, "name: web\nspec", "name: db\nspec", 1))
+	res = runCLI(t, url, "", "delete", "-f", filepath.Join(dir, "b-pod.yaml"), "-f", other)
+	if res.code != 0 {
+		t.Fatalf("delete -f A -f B: %v", res)
+	}
+	<-agent.got
+	last := <-agent.got
+	if got := refsOf(last.Payload); got != "Pod default/web; Pod default/db" {
+		t.Errorf("delete -f A -f B sent %s", got)
+	}
+	res = runCLI(t, url, "", "apply", "-f", filepath.Join(dir, "sub", "none"))
+	if res.code != 1 || !strings.Contains(res.stderr, "reading manifest") {
+		t.Errorf("apply -f of a missing file: %v", res)
+	}
+	empty := t.TempDir()
+	res = runCLI(t, url, "", "apply", "-f", empty)
+	if res.code != 1 || !strings.Contains(res.stderr, "has no .yaml, .yml or .json file") {
+		t.Errorf("apply -f of an empty directory: %v", res)
 	}
 }

@@ -21,6 +21,9 @@ type client struct {
 	broker string // redacted URL, for messages
 	// seal wraps a command for its topic: signs it when a key is given.
 	seal func(verb, requestID string, payload []byte) ([]byte, error)
+	// retainedWait is how long request waits for the node's retained
+	// state before saying there is no such node (0: it does not check).
+	retainedWait time.Duration
 }
 
 // message is one inbound publication.
@@ -54,7 +57,7 @@ func dial(ctx context.Context, cfg *globalConfig) (*client, error) {
 		}
 		opts.SetTLSConfig(tlsCfg)
 	}
-	c := &client{mqtt: paho.NewClient(opts), topics: cfg.scheme(), broker: redacted, seal: cfg.seal}
+	c := &client{mqtt: paho.NewClient(opts), topics: cfg.scheme(), broker: redacted, seal: cfg.seal, retainedWait: cfg.RetainedWait}
 	if err := wait(ctx, c.mqtt.Connect()); err != nil {
 		c.mqtt.Disconnect(0)
 		if errors.Is(err, context.DeadlineExceeded) {
@@ -132,10 +135,11 @@ var errNoReply = errors.New("no final reply")
 // one arrives, or until onReply returns true (stop early). The reply topic
 // is subscribed before the command is published so no reply is missed.
 // The node's retained state topic is read too: a node that never published
-// one does not exist under this prefix, so after retainedWait without it
+// one does not exist under this prefix, so after c.retainedWait without it
 // (and without a reply) the request fails at once instead of waiting for
 // the whole timeout.
-func (c *client) request(ctx context.Context, verb string, payload []byte, retainedWait time.Duration, onReply func(apiv1.Reply) (stop bool)) (requestID string, err error) {
+func (c *client) request(ctx context.Context, verb string, payload []byte, onReply func(apiv1.Reply) (stop bool)) (requestID string, err error) {
+	retainedWait := c.retainedWait
 	requestID = newRequestID()
 	payload, err = c.seal(verb, requestID, payload)
 	if err != nil {

@@ -177,3 +177,9 @@ func (t *trackedValue) Set(s string) error {
 
 // Unwrap gives the help printer the real value, for its type name.
 func (t *trackedValue) Unwrap() flag.Value { return t.Value }
+
+// IsBoolFlag keeps a boolean global flag usable without a value.
+func (t *trackedValue) IsBoolFlag() bool {
+	b, ok := t.Value.(interface{ IsBoolFlag() bool })
+	return ok && b.IsBoolFlag()
+}

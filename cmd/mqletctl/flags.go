@@ -10,8 +10,9 @@ import (
 
 // newFlagSet returns a subcommand's flag set with the global flags
 // registered. It prints nothing itself: run prints the help on stdout for
-// --help, and a one-line complaint on stderr for a bad flag.
-func newFlagSet(name string, cfg *globalConfig) *flag.FlagSet {
+// --help, and a one-line complaint on stderr for a bad flag. (A writer
+// argument, where the usage used to go, is accepted and not used.)
+func newFlagSet(name string, cfg *globalConfig, _ ...io.Writer) *flag.FlagSet {
 	fs := flag.NewFlagSet("mqletctl "+name, flag.ContinueOnError)
 	fs.SetOutput(io.Discard)
 	fs.Usage = func() {}

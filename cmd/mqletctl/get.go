@@ -156,8 +156,7 @@ func printNames(e env, res *apiv1.GetResult, ns string) error {
 		names = append(names, "secret/"+printable(s.Name))
 	}
 	if len(names) == 0 {
-		p := printer{errw: e.stderr, namespace: ns}
-		return p.printGet(res, "")
+		return printer{errw: e.stderr, namespace: ns}.noResources()
 	}
 	for _, n := range names {
 		if _, err := fmt.Fprintln(e.stdout, n); err != nil {
@@ -177,9 +176,14 @@ func requestGet(ctx context.Context, cfg *globalConfig, payload []byte, e env) (
 		return nil, err
 	}
 	defer c.close()
+	return getOn(ctx, c, cfg, payload, e)
+}
+
+// getOn is requestGet on a connected client.
+func getOn(ctx context.Context, c *client, cfg *globalConfig, payload []byte, e env) (*apiv1.GetResult, error) {
 	var final apiv1.Reply
 	var all [][]byte // a large result comes in parts before the final reply
-	if _, err := c.request(ctx, "get", payload, cfg.RetainedWait, func(r apiv1.Reply) bool {
+	if _, err := c.request(ctx, "get", payload, func(r apiv1.Reply) bool {
 		final = r
 		if b, err := json.Marshal(r); err == nil {
 			all = append(all, b)

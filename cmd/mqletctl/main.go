@@ -41,38 +41,77 @@ type env struct {
 }
 
 // command is one subcommand: it parses its own flags and runs.
+// command is one subcommand: it parses its own flags and runs. summary says
+// what it does in one line; helpTexts gives its synopsis and example (a
+// command without one is listed with its summary as the synopsis).
 type command struct {
-	name     string
-	synopsis string // usage line(s), after "mqletctl "
-	summary  string // one line for the command list
-	example  string // shown by `help CMD` and `CMD --help`
-	run      func(ctx context.Context, cfg *globalConfig, args []string, e env) error
+	name    string
+	summary string
+	run     func(ctx context.Context, cfg *globalConfig, args []string, e env) error
 }
 
 func commands() []command {
 	return []command{
-		{"apply", "apply -f FILE|DIR|- [--no-wait]", "send manifests; wait for the agent's verdict",
-			"  mqletctl apply -f web.yaml --node gw1\n  mqletctl apply -f manifests/    # every .yaml, .yml and .json file, in name order", runApply},
-		{"delete", "delete -f FILE|DIR|- | delete KIND NAME [-n NS] [--grace-period N]", "delete what a manifest names, or one object",
-			"  mqletctl delete pod web -n default\n  mqletctl delete -f web.yaml    # every object in the file", runDelete},
-		{"sync", "sync -f FILE|- [--no-wait]", "replace the node's whole desired state with a List",
-			"  mqletctl sync -f desired.yaml", runSync},
-		{"get", "get pods|configmaps|secrets|nodes|all [NAME] [-n NS] [-l SELECTOR] [-o json|yaml|wide|name] [-w]", "list objects of a node, or every node under the prefix",
-			"  mqletctl get pods -n default -l app=web\n  mqletctl get nodes\n  mqletctl get pods -w", runGet},
-		{"status", "status [-o json|yaml]", "online/offline, boot id, node readiness, capacity",
-			"  mqletctl status --node gw1 || echo offline", runStatus},
-		{"watch", "watch [pods|events|all] [--count N] [-o json]", "print updates until Ctrl-C",
-			"  mqletctl watch events --count 10", runWatch},
-		{"sign", "sign VERB -f FILE [--request-id ID]", "print a command signed with --sign-key, for mosquitto_pub",
-			"  mqletctl sign apply -f web.yaml --sign-key op.key", runSign},
-		{"keys", "keys generate [--out FILE] | keys show --sign-key FILE", "new Ed25519 signing key (show: of --sign-key); prints the node's trustedKeys entry",
-			"  mqletctl keys generate --out op.key", runKeys},
-		{"certs", "certs ca|broker --host H|node NAME|operator [--dir D]", "fleet CA and mTLS certificates; says where each goes",
-			"  mqletctl certs ca && mqletctl certs node gw1", runCerts},
-		{"completion", "completion bash|zsh", "print a shell completion script",
-			"  source <(mqletctl completion bash)", runCompletion},
-		{"version", "version", "print the mqletctl version", "  mqletctl version", runVersion},
+		{"apply", "send manifests; wait for the agent's verdict", runApply},
+		{"delete", "delete what a manifest names, or one object", runDelete},
+		{"sync", "replace the node's whole desired state with a List", runSync},
+		{"get", "list objects of a node, or every node under the prefix", runGet},
+		{"describe", "show a pod in detail: spec, status, conditions, containers, volumes, events", runDescribe},
+		{"top", "resource usage from the node's latest metrics message", runTop},
+		{"status", "online/offline, boot id, node readiness, capacity", runStatus},
+		{"watch", "print updates until Ctrl-C", runWatch},
+		{"sign", "print a command signed with --sign-key, for mosquitto_pub", runSign},
+		{"keys", "new Ed25519 signing key (show: of --sign-key); prints the node's trustedKeys entry", runKeys},
+		{"certs", "fleet CA and mTLS certificates; says where each goes", runCerts},
+		{"completion", "print a shell completion script", runCompletion},
+		{"version", "print the mqletctl version", runVersion},
 	}
+}
+
+// helpText is what `help CMD` and `CMD --help` print besides the flags.
+type helpText struct {
+	synopsis string // usage line(s), after "mqletctl "
+	example  string // indented example lines
+}
+
+func helpTexts() map[string]helpText {
+	return map[string]helpText{
+		"apply": {"apply -f FILE|DIR|- [--no-wait]",
+			"  mqletctl apply -f web.yaml --node gw1\n  mqletctl apply -f manifests/    # every .yaml, .yml and .json file, in name order"},
+		"delete": {"delete -f FILE|DIR|- | delete KIND NAME [-n NS] [--grace-period N]",
+			"  mqletctl delete pod web -n default\n  mqletctl delete -f web.yaml    # every object in the file"},
+		"sync": {"sync -f FILE|- [--no-wait]",
+			"  mqletctl sync -f desired.yaml"},
+		"get": {"get pods|configmaps|secrets|nodes|all [NAME] [-n NS] [-l SELECTOR] [-o json|yaml|wide|name] [-w]",
+			"  mqletctl get pods -n default -l app=web\n  mqletctl get nodes\n  mqletctl get pods -w"},
+		"describe": {"describe pod NAME [-n NS]",
+			"  mqletctl describe pod web -n default"},
+		"top": {"top node | top pods [-n NS]",
+			"  mqletctl top pods -n default"},
+		"status": {"status [-o json|yaml]",
+			"  mqletctl status --node gw1 || echo offline"},
+		"watch": {"watch [pods|events|all] [--count N] [-o json]",
+			"  mqletctl watch events --count 10"},
+		"sign": {"sign VERB -f FILE [--request-id ID]",
+			"  mqletctl sign apply -f web.yaml --sign-key op.key"},
+		"keys": {"keys generate [--out FILE] | keys show --sign-key FILE",
+			"  mqletctl keys generate --out op.key"},
+		"certs": {"certs ca|broker --host H|node NAME|operator [--dir D]",
+			"  mqletctl certs ca && mqletctl certs node gw1"},
+		"completion": {"completion bash|zsh",
+			"  source <(mqletctl completion bash)"},
+		"version": {"version",
+			"  mqletctl version"},
+	}
+}
+
+// help returns the command's help text, made from its summary line when
+// none is written.
+func (c command) help() (synopsis, summary, example string) {
+	if h, ok := helpTexts()[c.name]; ok {
+		return h.synopsis, c.summary, h.example
+	}
+	return c.summary, c.name, ""
 }
 
 func findCommand(name string) (command, bool) {
@@ -168,7 +207,8 @@ func isHelpFlag(a string) bool { return a == "-h" || a == "--help" || a == "-hel
 // printCommandHelp writes a command's synopsis, its own flags (not the
 // global ones, which `mqletctl help` lists) and its example.
 func printCommandHelp(w io.Writer, c command, fs *flag.FlagSet) {
-	fmt.Fprintf(w, "%s: %s\n\nUsage:\n  mqletctl %s\n", c.name, c.summary, c.synopsis)
+	synopsis, summary, example := c.help()
+	fmt.Fprintf(w, "%s: %s\n\nUsage:\n  mqletctl %s\n", c.name, summary, synopsis)
 	if fs != nil {
 		global := globalFlagNames()
 		var own []*flag.Flag
@@ -182,8 +222,8 @@ func printCommandHelp(w io.Writer, c command, fs *flag.FlagSet) {
 			printFlags(w, own)
 		}
 	}
-	if c.example != "" {
-		fmt.Fprintf(w, "\nExample:\n%s\n", c.example)
+	if example != "" {
+		fmt.Fprintf(w, "\nExample:\n%s\n", example)
 	}
 	fmt.Fprintln(w, "\nGlobal flags (--node, --broker, --context, --timeout, ...): see 'mqletctl help'.")
 }
@@ -259,7 +299,11 @@ func usage(w io.Writer, top *flag.FlagSet) {
 	fmt.Fprintln(w, "\nUsage: mqletctl [global flags] COMMAND [flags] [args]")
 	fmt.Fprintln(w, "\nCommands:")
 	for _, c := range commands() {
-		fmt.Fprintf(w, "  %-11s %s\n", c.name, c.summary)
+		if _, ok := helpTexts()[c.name]; ok {
+			fmt.Fprintf(w, "  %-11s %s\n", c.name, c.summary)
+		} else {
+			fmt.Fprintf(w, "  %s\n", c.summary)
+		}
 	}
 	fmt.Fprintln(w, "\nRun 'mqletctl help COMMAND' (or COMMAND --help) for a command's flags and an example.")
 	fmt.Fprintln(w, "\nGlobal flags (accepted before or after the command):")

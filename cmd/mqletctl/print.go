@@ -72,13 +72,7 @@ func (p printer) printGet(res *apiv1.GetResult, kind string) error {
 		}
 	}
 	if sections == 0 {
-		// kubectl says so on stderr, so a script reading stdout sees nothing.
-		if p.namespace != "" {
-			_, err := fmt.Fprintf(p.errw, "No resources found in %s namespace.\n", p.namespace)
-			return err
-		}
-		_, err := fmt.Fprintln(p.errw, "No resources found")
-		return err
+		return p.noResources()
 	}
 	return nil
 }
@@ -246,4 +240,15 @@ func isSidecar(pod *v1.Pod, name string) bool {
 		}
 	}
 	return false
+}
+
+// noResources says an empty answer as kubectl does: on stderr, so a script
+// reading stdout sees nothing.
+func (p printer) noResources() error {
+	if p.namespace != "" {
+		_, err := fmt.Fprintf(p.errw, "No resources found in %s namespace.\n", p.namespace)
+		return err
+	}
+	_, err := fmt.Fprintln(p.errw, "No resources found")
+	return err
 }

@@ -51,6 +51,9 @@ func runStatus(ctx context.Context, cfg *globalConfig, args []string, e env) err
 	} else if err := printStatus(e.stdout, rep, e.now); err != nil {
 		return err
 	}
+	if rep.State == nil && rep.Info == nil {
+		fmt.Fprintf(e.stderr, "error: no node named %q under prefix %s (no retained state after --retained-wait %v)\n", cfg.Node, cfg.Prefix, cfg.RetainedWait)
+	}
 	if rep.State == nil || rep.State.State != apiv1.StateOnline {
 		return errReported // offline or unknown: a script can test the exit code
 	}

@@ -99,7 +99,8 @@ func TestStatusWithoutRetainedState(t *testing.T) {
 	url := startBroker(t, broker.Options{})
 	start := time.Now()
 	res := runCLI(t, url, "", "status", "--retained-wait", "300ms")
-	if res.code != 1 || !strings.Contains(res.stdout, "State:") || !strings.Contains(res.stdout, "unknown (no retained state message") {
+	if res.code != 1 || !strings.Contains(res.stdout, "State:") || !strings.Contains(res.stdout, "unknown (no retained state message") ||
+		!strings.Contains(res.stderr, `no node named "n1" under prefix mqlet/v1`) {
 		t.Fatalf("status with nothing published: %v", res)
 	}
 	if took := time.Since(start); took < 300*time.Millisecond || took > 10*time.Second {
