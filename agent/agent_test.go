@@ -3,6 +3,7 @@ package agent
 import (
 	"context"
 	"encoding/json"
+	"go.uber.org/goleak"
 	"path/filepath"
 	"strings"
 	"sync"
@@ -62,6 +63,7 @@ func stateIs(topics apiv1.Scheme, state string) func(paho.Message) bool {
 // it comes online, answers a command, and on stop says offline before it
 // disconnects, then returns with every part stopped.
 func TestAgentAnswersACommandAndStopsInOrderWithoutARuntime(t *testing.T) {
+	defer goleak.VerifyNone(t, goleak.IgnoreCurrent())
 	dir := t.TempDir()
 	log := zerolog.Nop()
 	ctx := context.Background()

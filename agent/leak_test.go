@@ -14,9 +14,11 @@ import (
 	"k8s.io/apimachinery/pkg/runtime"
 
 	"github.com/mqlet/mqlet/agent/store"
+	apiv1 "github.com/mqlet/mqlet/api/v1"
 	"github.com/mqlet/mqlet/cri"
+	"github.com/mqlet/mqlet/mqtt/broker"
 	"github.com/mqlet/mqlet/mqtt/outbox"
-	"github.com/mqlet/mqlet/mqtt/topic"
+	"github.com/mqlet/mqlet/mqtt/session"
 )
 
 // loopRuntime is a runtime whose pod runs at once; its PLEG reports the
@@ -32,7 +34,7 @@ func (r *loopRuntime) GetPodStatus(_ context.Context, uid, name, ns string) (*cr
 	return &cri.PodStatus{UID: uid, Name: name, Namespace: ns}, nil
 }
 
-func (r *loopRuntime) SyncPod(context.Context, *v1.Pod, *cri.PodStatus, cri.ObjectSource, cri.RestartBackoff, cri.EventRecorder) error {
+func (r *loopRuntime) SyncPod(context.Context, cri.SyncInput) error {
 	r.mu.Lock()
 	defer r.mu.Unlock()
 	r.synced++
@@ -55,6 +57,7 @@ func (r *loopRuntime) GarbageCollect(context.Context, cri.GCPolicy, func(string)
 	return nil
 }
 func (r *loopRuntime) RotateLogs(context.Context, cri.LogRotation) error { return nil }
+func (r *loopRuntime) CallStats() map[string]cri.CallStat                { return nil }
 
 func (r *loopRuntime) RunPLEG(ctx context.Context, period time.Duration, out chan<- cri.PodLifecycleEvent) {
 	t := time.NewTicker(period)
@@ -73,33 +76,27 @@ func (r *loopRuntime) RunPLEG(ctx context.Context, period time.Duration, out cha
 	}
 }
 
-type lockedCapture struct {
-	mu   sync.Mutex
-	msgs []outbox.Message
-}
-
-func (c *lockedCapture) Put(m outbox.Message) error {
-	c.mu.Lock()
-	defer c.mu.Unlock()
-	c.msgs = append(c.msgs, m)
-	return nil
-}
-
-func (c *lockedCapture) PutBatch(msgs []outbox.Message) error {
-	c.mu.Lock()
-	defer c.mu.Unlock()
-	c.msgs = append(c.msgs, msgs...)
-	return nil
-}
-
 // Once Run returns, no goroutine the agent started is left: its loops, the
-// pod pool's per-pod goroutines, the PLEG reader, the reply group.
+// pod pool's per-pod goroutines, the PLEG reader, the reply group, the
+// MQTT session and telemetry (the broker is the test's).
 func TestRunLeavesNoGoroutine(t *testing.T) {
-	st, err := store.Open(filepath.Join(t.TempDir(), "state.db"))
+	dir := t.TempDir()
+	log := zerolog.Nop()
+	b, err := broker.Start(context.Background(), broker.Options{Listen: "127.0.0.1:0"}, log)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer b.Close()
+	st, err := store.Open(filepath.Join(dir, "state.db"))
 	if err != nil {
 		t.Fatal(err)
 	}
 	defer st.Close()
+	box, err := outbox.Open(filepath.Join(dir, "outbox.db"), 1<<20, log)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer box.Close()
 	pod := &v1.Pod{ObjectMeta: metav1.ObjectMeta{Name: "web", Namespace: "default", Generation: 1},
 		Spec: v1.PodSpec{RestartPolicy: v1.RestartPolicyAlways, Containers: []v1.Container{{Name: "c", Image: "i"}}}}
 	if _, err := st.Apply([]runtime.Object{pod}); err != nil {
@@ -112,9 +109,15 @@ func TestRunLeavesNoGoroutine(t *testing.T) {
 	defer goleak.VerifyNone(t, goleak.IgnoreCurrent())
 
 	rt := &loopRuntime{changes: make(chan struct{}), uid: string(stored.UID)}
-	a := New(Options{Topics: topic.Scheme{Node: "gw-1"}, MaxPayloadBytes: 1 << 20, Workers: 2, PLEGPeriod: 5 * time.Millisecond,
+	opts := Options{Topics: apiv1.Scheme{Prefix: "mqlet", Node: "gw-1"}, MaxPayloadBytes: 1 << 20, Workers: 2, PLEGPeriod: 5 * time.Millisecond,
 		GCInterval: time.Hour, PodStatusResync: time.Hour, PodResync: 10 * time.Millisecond, ApplyDeadline: time.Minute,
-		LogRotationPeriod: time.Hour}, st, &lockedCapture{}, rt, zerolog.Nop())
+		LogRotationPeriod: time.Hour, Version: "test",
+		Session: session.Options{BrokerURL: "tcp://" + b.Addr(), ClientID: session.ClientID("gw-1"), KeepAlive: 30 * time.Second}}
+	opts.Telemetry.NodeStatusInterval = time.Hour
+	a, err := New(context.Background(), opts, Deps{Store: st, Outbox: box, Runtime: rt}, log)
+	if err != nil {
+		t.Fatal(err)
+	}
 	ctx, cancel := context.WithCancel(context.Background())
 	done := make(chan error, 1)
 	go func() { done <- a.Run(ctx) }()

@@ -4,6 +4,8 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"net"
+	"strings"
 	"sync"
 	"time"
 
@@ -70,6 +72,13 @@ func quietContext(ctx context.Context) context.Context {
 func dialCRI(ctx context.Context, cfg Config) (*services, error) {
 	ctx, cancel := context.WithTimeout(quietContext(ctx), cfg.ConnectTimeout)
 	defer cancel()
+	// cri-client's Build leaves its gRPC connection (and the goroutines
+	// that keep redialling) open when its first handshake fails, and gives
+	// us nothing to close. So the socket is tried first: a runtime that is
+	// not there costs no connection that outlives this call.
+	if err := reachable(ctx, cfg.Endpoint); err != nil {
+		return nil, fmt.Errorf("connect runtime service %s: %w", cfg.Endpoint, err)
+	}
 	rt, err := criclient.NewRemoteRuntimeServiceBuilder().
 		WithEndpoint(cfg.Endpoint).
 		WithConnectionTimeout(cfg.RequestTimeout).
@@ -205,4 +214,19 @@ func (c *connection) get() (*services, error) {
 		return nil, fmt.Errorf("%w: %s is not connected", ErrUnavailable, c.cfg.Endpoint)
 	}
 	return c.svc, nil
+}
+
+// reachable opens and closes one connection to a unix socket endpoint;
+// other endpoints are left to the gRPC client.
+func reachable(ctx context.Context, endpoint string) error {
+	path, ok := strings.CutPrefix(endpoint, "unix://")
+	if !ok {
+		return nil
+	}
+	var d net.Dialer
+	conn, err := d.DialContext(ctx, "unix", path)
+	if err != nil {
+		return err
+	}
+	return conn.Close()
 }
