@@ -154,6 +154,22 @@ func (e *env) sync(pod *v1.Pod) error {
 	return e.m.SyncPod(e.ctx, SyncInput{Pod: pod, Status: e.status(pod), Objects: e.objects, Backoff: e.backoff, Events: e.events})
 }
 
+// waitStatus polls the status (without syncing) until cond holds.
+func (e *env) waitStatus(pod *v1.Pod, timeout time.Duration, what string, cond func(*PodStatus) bool) *PodStatus {
+	e.t.Helper()
+	deadline := time.Now().Add(timeout)
+	for {
+		st := e.status(pod)
+		if cond(st) {
+			return st
+		}
+		if time.Now().After(deadline) {
+			e.t.Fatalf("%s: not reached within %s; status %+v", what, timeout, st)
+		}
+		time.Sleep(100 * time.Millisecond)
+	}
+}
+
 // syncUntil syncs every 100ms until cond holds; backoff errors are expected.
 func (e *env) syncUntil(pod *v1.Pod, timeout time.Duration, what string, cond func(*PodStatus) bool) *PodStatus {
 	e.t.Helper()
@@ -288,6 +304,9 @@ func TestSandboxSpecChangeRecreatesPod(t *testing.T) {
 
 func TestRestartPolicies(t *testing.T) {
 	e := newEnv(t)
+	// Long enough that the sync right after the exit is still inside it on
+	// a busy machine.
+	e.backoff.delay = 5 * time.Second
 	exitWith := func(code int) v1.Container {
 		return v1.Container{Name: "job", Command: []string{"sh", "-c", fmt.Sprintf("sleep 0.2; exit %d", code)}}
 	}
@@ -442,9 +461,16 @@ func TestGarbageCollect(t *testing.T) {
 	e := newEnv(t)
 	kept := e.newPod(v1.RestartPolicyAlways, v1.Container{Name: "job", Command: []string{"sh", "-c", "exit 1"}})
 	e.backoff.delay = 0
+	// Three attempts made, then no more syncs: the last exits and stays so
+	// (sampling "exited" between syncs that restart at once loses the race
+	// on a busy machine).
 	e.syncUntil(kept, 30*time.Second, "three attempts", func(st *PodStatus) bool {
 		c := latest(st, "job")
-		return c != nil && c.RestartCount >= 2 && c.State == ContainerExited
+		return c != nil && c.RestartCount >= 2
+	})
+	e.waitStatus(kept, 30*time.Second, "last attempt exited", func(st *PodStatus) bool {
+		c := latest(st, "job")
+		return c != nil && c.State == ContainerExited
 	})
 	gone := e.newPod(v1.RestartPolicyNever, v1.Container{Name: "main", Command: []string{"true"}})
 	e.syncUntil(gone, 30*time.Second, "exited", func(st *PodStatus) bool {
