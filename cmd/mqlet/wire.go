@@ -58,7 +58,9 @@ func runAgent(ctx context.Context, cfg *config.Config, log zerolog.Logger, secre
 	if err != nil {
 		return err
 	}
-	opts.Allocatable = nodeAllocatable(cfg, log)
+	if _, ok := opts.Allocatable[v1.ResourceMemory]; !ok {
+		log.Warn().Msg("the node's memory could not be read: memory requests of pods are not checked against it")
+	}
 	log.Info().Str("commands", string(cfg.Security.Commands)).Strs("signedVerbs", cfg.Security.SignedVerbs).Int("trustedKeys", len(cfg.Security.TrustedKeys)).Msg("signed commands")
 	rt := cri.NewManager(criConfig(cfg, secrets), log)
 	a, err := agent.New(ctx, opts, agent.Deps{Store: state.store, Outbox: state.box, Runtime: rt, Scrub: secrets.Current}, log)
@@ -272,6 +274,7 @@ func agentOptions(cfg *config.Config, state *nodeState) (agent.Options, error) {
 		},
 		MaxPods:           cfg.Pods.MaxPods,
 		NodeLabels:        nodeLabels(cfg),
+		Allocatable:       nodeAllocatable(cfg),
 		LogRotation:       cri.LogRotation{MaxBytes: cfg.Runtime.ContainerLogMaxBytes, MaxFiles: cfg.Runtime.ContainerLogMaxFiles},
 		LogRotationPeriod: cfg.Runtime.LogRotationPeriod.Duration,
 		MaxReplyBytes:     cfg.Requests.MaxReplyBytes,
@@ -332,16 +335,13 @@ func nodeLabels(cfg *config.Config) map[string]string {
 
 // nodeAllocatable is the cpu and memory pods are admitted against, as the
 // node status computes its allocatable. Memory that cannot be read is not
-// checked (logged).
-func nodeAllocatable(cfg *config.Config, log zerolog.Logger) v1.ResourceList {
+// checked (runAgent logs that).
+func nodeAllocatable(cfg *config.Config) v1.ResourceList {
 	threshold, err := resource.ParseQuantity(cfg.Telemetry.MemoryAvailable)
 	if err != nil {
 		threshold = nodestatus.DefaultMemoryAvailable
 	}
 	memory, err := nodestatus.ReadMemTotal("/proc")
-	if err != nil {
-		log.Warn().Err(err).Msg("memory requests of pods are not checked against the node's memory")
-	}
 	alloc := nodestatus.Allocatable(runtime.NumCPU(), memory, threshold)
 	if err != nil {
 		delete(alloc, v1.ResourceMemory)
