@@ -192,3 +192,47 @@ func TestPanicInSyncDoesNotStopTheWorkers(t *testing.T) {
 		t.Fatalf("SyncPanicked events %d, failures %d", r.events.count(ReasonSyncPanicked), r.pool.Stats().Failures)
 	}
 }
+
+// listHangs is a scriptedRuntime whose first ListPods waits until released,
+// as with a runtime that stopped answering.
+type listHangs struct {
+	*scriptedRuntime
+	once             sync.Once
+	inList, released chan struct{}
+}
+
+func (l *listHangs) ListPods(ctx context.Context) ([]cri.PodRef, error) {
+	l.once.Do(func() {
+		close(l.inList)
+		<-l.released
+	})
+	return l.scriptedRuntime.ListPods(ctx)
+}
+
+// The mark covers every runtime call of a desired pod's sync: a runtime
+// hanging on the listing that comes first still leaves the pod marked.
+func TestSyncIsMarkedFromItsFirstRuntimeCall(t *testing.T) {
+	path := filepath.Join(t.TempDir(), "syncs")
+	marks, err := inflight.Open(path, 2)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer marks.Close()
+	rt := &listHangs{scriptedRuntime: newScriptedRuntime(), inList: make(chan struct{}), released: make(chan struct{})}
+	r := startGuarded(t, rt, marks, openStore(t), nil, testPod("a"))
+	r.pool.Enqueue("ns/a")
+	select {
+	case <-rt.inList:
+	case <-time.After(5 * time.Second):
+		t.Fatal("the pod's sync never listed the runtime's pods")
+	}
+	during, err := inflight.Open(path, 2)
+	if err != nil {
+		t.Fatal(err)
+	}
+	_ = during.Close()
+	close(rt.released)
+	if !slices.Equal(during.Left(), []string{"ns/a"}) {
+		t.Fatalf("marks while the listing hangs: %q", during.Left())
+	}
+}

@@ -45,16 +45,18 @@ func (p *Pool) work(life, ctx context.Context, r *runner) (time.Duration, error)
 		}
 		return 0, nil
 	}
-	// A pod re-created under the same name has a new UID: the old one goes first.
-	if err := p.removePod(life, ctx, r, namespace, name, string(pod.UID)); errors.Is(err, errTerminating) {
-		return 0, nil
-	} else if err != nil {
-		return 0, err
-	}
-	// Kept because the spec is gone from the store by the time a deleted pod is killed.
-	backoff := r.syncing(string(pod.UID), pod.Spec.TerminationGracePeriodSeconds)
+	// The slot's mark covers every runtime call made for a desired pod (the
+	// listing included), since any of them may be what stops the agent.
 	var after time.Duration
-	err = p.withSlot(ctx, key, func() (err error) {
+	err = p.withSlot(ctx, key, func() error {
+		// A pod re-created under the same name has a new UID: the old one goes first.
+		if err := p.removePod(life, ctx, r, namespace, name, string(pod.UID)); errors.Is(err, errTerminating) {
+			return nil
+		} else if err != nil {
+			return err
+		}
+		// Kept because the spec is gone from the store by the time a deleted pod is killed.
+		backoff := r.syncing(string(pod.UID), pod.Spec.TerminationGracePeriodSeconds)
 		after, err = p.syncPod(ctx, pod, backoff)
 		return err
 	})
