@@ -3,6 +3,8 @@ package cri
 import (
 	"time"
 
+	v1 "k8s.io/api/core/v1"
+
 	"github.com/mqlet/mqlet/internal/redact"
 )
 
@@ -53,6 +55,12 @@ type Config struct {
 	// are removed from every message and error the runtime hands out. Nil:
 	// only the secrets a pod refers to are scrubbed from its sync.
 	Scrub func() *redact.Scrubber
+	// HostIPs are the node's addresses, primary first: status.hostIP(s) in
+	// the downward API, and a hostNetwork pod's IPs.
+	HostIPs []string
+	// Allocatable is what resourceFieldRef reads for a container without
+	// a limit (nil: the machine's CPUs and memory).
+	Allocatable v1.ResourceList
 }
 
 // Defaults used for zero Config fields.

@@ -218,7 +218,7 @@ func (m *Manager) startContainer(ctx context.Context, svc *services, r startRequ
 		r.events.Event(pod, v1.EventTypeWarning, "Failed", fmt.Sprintf("Error: %v", err))
 		return fail("CreateContainerConfigError", fmt.Errorf("%s: %w", what, err))
 	}
-	env, err := resolveEnv(pod, c, r.podIP, r.objects)
+	env, err := resolveEnv(pod, c, m.downward(pod, r.podIP), r.objects)
 	if err != nil {
 		return configError(fmt.Errorf("resolve environment: %w", err))
 	}

@@ -87,6 +87,7 @@ func runAgent(ctx context.Context, cfg *config.Config, log zerolog.Logger, secre
 		PullBackoffBase:  cfg.Images.PullBackoffBase.Duration,
 		PullBackoffMax:   cfg.Images.PullBackoffMax.Duration,
 		NodeCredentials:  cfg.Images.CredentialsFile,
+		HostIPs:          hostIPs(),
 	}, log)
 	if m := st.Schema(); m.Migrated() {
 		log.Warn().Int("from", m.From).Int("to", m.To).Str("backup", m.Backup).Msg("state store migrated to a new schema; the old store was copied first")

@@ -1,0 +1,145 @@
+package cri
+
+import (
+	"bufio"
+	"fmt"
+	"os"
+	goruntime "runtime"
+	"strconv"
+	"strings"
+
+	v1 "k8s.io/api/core/v1"
+	"k8s.io/apimachinery/pkg/api/resource"
+	resourcehelper "k8s.io/kubernetes/pkg/api/v1/resource"
+	podshelper "k8s.io/kubernetes/pkg/apis/core/pods"
+	"k8s.io/kubernetes/pkg/fieldpath"
+)
+
+// downwardValues is what fieldRef and resourceFieldRef read beyond the pod
+// itself: its addresses, the node's, and the node's allocatable resources
+// (the limit of a container that sets none, as in the kubelet).
+type downwardValues struct {
+	podIPs      []string
+	hostIPs     []string
+	allocatable v1.ResourceList
+}
+
+// downward is the downward API context of pod, whose sandbox has podIP
+// ("" when it has none yet). A hostNetwork pod's IPs are the node's.
+func (m *Manager) downward(pod *v1.Pod, podIP string) downwardValues {
+	d := downwardValues{hostIPs: m.cfg.HostIPs, allocatable: m.allocatable()}
+	switch {
+	case podIP != "":
+		d.podIPs = []string{podIP}
+	case pod.Spec.HostNetwork:
+		d.podIPs = m.cfg.HostIPs
+	}
+	return d
+}
+
+// allocatable is the configured allocatable resources, else the machine's
+// CPUs and memory.
+func (m *Manager) allocatable() v1.ResourceList {
+	if m.cfg.Allocatable != nil {
+		return m.cfg.Allocatable
+	}
+	out := v1.ResourceList{v1.ResourceCPU: *resource.NewQuantity(int64(goruntime.NumCPU()), resource.DecimalSI)}
+	if mem, err := memTotal("/proc/meminfo"); err == nil {
+		out[v1.ResourceMemory] = *resource.NewQuantity(mem, resource.BinarySI)
+	}
+	return out
+}
+
+// memTotal reads MemTotal (bytes) from a meminfo file.
+func memTotal(path string) (int64, error) {
+	f, err := os.Open(path)
+	if err != nil {
+		return 0, err
+	}
+	defer f.Close()
+	sc := bufio.NewScanner(f)
+	for sc.Scan() {
+		rest, ok := strings.CutPrefix(sc.Text(), "MemTotal:")
+		if !ok {
+			continue
+		}
+		kb, err := strconv.ParseInt(strings.TrimSuffix(strings.TrimSpace(rest), " kB"), 10, 64)
+		if err != nil {
+			return 0, fmt.Errorf("parse MemTotal in %s: %w", path, err)
+		}
+		return kb << 10, nil
+	}
+	return 0, fmt.Errorf("no MemTotal in %s", path)
+}
+
+// podFieldValue resolves a fieldRef the kubelet's way (same paths, same
+// formatting of labels and annotations).
+func podFieldValue(pod *v1.Pod, fs *v1.ObjectFieldSelector, d downwardValues) (string, error) {
+	version := fs.APIVersion
+	if version == "" {
+		version = "v1"
+	}
+	path, _, err := podshelper.ConvertDownwardAPIFieldLabel(version, fs.FieldPath, "")
+	if err != nil {
+		return "", err
+	}
+	switch path {
+	case "spec.nodeName":
+		return pod.Spec.NodeName, nil
+	case "spec.serviceAccountName":
+		return pod.Spec.ServiceAccountName, nil
+	case "status.hostIP":
+		if len(d.hostIPs) == 0 {
+			return "", fmt.Errorf("status.hostIP: the node has no address")
+		}
+		return d.hostIPs[0], nil
+	case "status.hostIPs":
+		if len(d.hostIPs) == 0 {
+			return "", fmt.Errorf("status.hostIPs: the node has no address")
+		}
+		return strings.Join(d.hostIPs, ","), nil
+	case "status.podIP":
+		if len(d.podIPs) == 0 {
+			return "", nil
+		}
+		return d.podIPs[0], nil
+	case "status.podIPs":
+		return strings.Join(d.podIPs, ","), nil
+	case "spec.restartPolicy", "spec.schedulerName", "status.phase":
+		// Not allowed by validation in env or volumes; refused rather than
+		// answered with a guess.
+		return "", fmt.Errorf("fieldRef %q is not supported", fs.FieldPath)
+	}
+	return fieldpath.ExtractFieldPathAsString(pod, path)
+}
+
+// resourceFieldValue resolves a resourceFieldRef of container c (the
+// container named in the selector, when it names one). A container with
+// no limit reads the pod's limit, else the node's allocatable, as in the
+// kubelet.
+func resourceFieldValue(pod *v1.Pod, c *v1.Container, fs *v1.ResourceFieldSelector, d downwardValues) (string, error) {
+	name := fs.ContainerName
+	if name == "" {
+		if c == nil {
+			return "", fmt.Errorf("resourceFieldRef %q names no container", fs.Resource)
+		}
+		name = c.Name
+	}
+	alloc := d.allocatable.DeepCopy()
+	if alloc == nil {
+		alloc = v1.ResourceList{}
+	}
+	for _, r := range []v1.ResourceName{v1.ResourceCPU, v1.ResourceMemory, v1.ResourceEphemeralStorage} {
+		if pod.Spec.Resources == nil {
+			break
+		}
+		if q, ok := pod.Spec.Resources.Limits[r]; ok && !q.IsZero() {
+			alloc[r] = q.DeepCopy()
+		}
+	}
+	v, err := resourcehelper.ExtractResourceValueByContainerNameAndNodeAllocatable(fs, pod, name, alloc)
+	if err != nil {
+		return "", fmt.Errorf("resourceFieldRef %q of container %q: %w", fs.Resource, name, err)
+	}
+	return v, nil
+}
