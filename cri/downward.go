@@ -4,6 +4,7 @@ import (
 	"bufio"
 	"fmt"
 	"os"
+	"path/filepath"
 	goruntime "runtime"
 	"strconv"
 	"strings"
@@ -142,4 +143,74 @@ func resourceFieldValue(pod *v1.Pod, c *v1.Container, fs *v1.ResourceFieldSelect
 		return "", fmt.Errorf("resourceFieldRef %q of container %q: %w", fs.Resource, name, err)
 	}
 	return v, nil
+}
+
+// downwardFiles are the files of a downwardAPI volume or projection:
+// fieldRef and resourceFieldRef values, as the kubelet writes them.
+func downwardFiles(pod *v1.Pod, items []v1.DownwardAPIVolumeFile, defaultMode uint32, d downwardValues) ([]volumeFile, error) {
+	files := make([]volumeFile, 0, len(items))
+	for _, it := range items {
+		var (
+			v   string
+			err error
+		)
+		switch {
+		case it.FieldRef != nil:
+			v, err = podFieldValue(pod, it.FieldRef, d)
+		case it.ResourceFieldRef != nil:
+			v, err = resourceFieldValue(pod, nil, it.ResourceFieldRef, d)
+		default:
+			err = fmt.Errorf("names neither fieldRef nor resourceFieldRef")
+		}
+		if err != nil {
+			return nil, fmt.Errorf("downwardAPI item %q: %w", it.Path, err)
+		}
+		p := filepath.Clean(it.Path)
+		if checkRelative(it.Path) != nil || p == "." || strings.HasPrefix(p, "..") {
+			return nil, fmt.Errorf("downwardAPI item path %q escapes the volume", it.Path)
+		}
+		files = append(files, volumeFile{path: p, data: []byte(v), mode: modeOr(it.Mode, defaultMode)})
+	}
+	return files, nil
+}
+
+// projectedFiles are the files of a projected volume: its configMap,
+// secret and downwardAPI sources together. Token and trust bundle sources
+// need an API server this node does not have, and are refused.
+func projectedFiles(pod *v1.Pod, src *v1.ProjectedVolumeSource, objects ObjectSource, d downwardValues) ([]volumeFile, error) {
+	mode := modeOr(src.DefaultMode, defaultProjectedMode)
+	var files []volumeFile
+	for i, s := range src.Sources {
+		var (
+			part []volumeFile
+			err  error
+		)
+		switch {
+		case s.ConfigMap != nil:
+			part, err = keyedFiles(keyedVolume{
+				what: "configmap " + pod.Namespace + "/" + s.ConfigMap.Name, items: s.ConfigMap.Items,
+				mode: mode, optional: s.ConfigMap.Optional != nil && *s.ConfigMap.Optional,
+				read: func() (map[string][]byte, error) { return configMapData(objects, pod.Namespace, s.ConfigMap.Name) },
+			})
+		case s.Secret != nil:
+			part, err = keyedFiles(keyedVolume{
+				what: "secret " + pod.Namespace + "/" + s.Secret.Name, items: s.Secret.Items,
+				mode: mode, optional: s.Secret.Optional != nil && *s.Secret.Optional,
+				read: func() (map[string][]byte, error) { return secretData(objects, pod.Namespace, s.Secret.Name) },
+			})
+		case s.DownwardAPI != nil:
+			part, err = downwardFiles(pod, s.DownwardAPI.Items, mode, d)
+		case s.ServiceAccountToken != nil:
+			err = fmt.Errorf("serviceAccountToken projection is not supported: this node has no API server to issue tokens: %w", errRefused)
+		case s.ClusterTrustBundle != nil:
+			err = fmt.Errorf("clusterTrustBundle projection is not supported: this node has no API server: %w", errRefused)
+		default:
+			err = fmt.Errorf("projection source of an unsupported kind: %w", errRefused)
+		}
+		if err != nil {
+			return nil, fmt.Errorf("projected source %d: %w", i, err)
+		}
+		files = append(files, part...)
+	}
+	return files, nil
 }

@@ -14,7 +14,7 @@ import (
 
 // supportedVolumeTypes are the volume sources mqlet's runtime can mount;
 // any other is rejected at admission, whatever the profile.
-var supportedVolumeTypes = []string{"emptyDir", "hostPath", "configMap", "secret"}
+var supportedVolumeTypes = []string{"emptyDir", "hostPath", "configMap", "secret", "downwardAPI", "projected"}
 
 // checkNode rejects, at every profile including privileged, what this node
 // would not honour or what would change the host rather than the pod:
@@ -30,6 +30,23 @@ func checkNode(meta *metav1.ObjectMeta, spec *v1.PodSpec) field.ErrorList {
 		if name != "" && !slices.Contains(supportedVolumeTypes, name) {
 			errs = append(errs, field.Forbidden(specPath.Child("volumes").Index(i).Child(name),
 				"mqlet does not support this volume type (supported: "+strings.Join(supportedVolumeTypes, ", ")+")"))
+		}
+	}
+	// Projected tokens and trust bundles come from an API server this
+	// node does not have.
+	for i := range spec.Volumes {
+		if pr := spec.Volumes[i].Projected; pr != nil {
+			for j, src := range pr.Sources {
+				p := specPath.Child("volumes").Index(i).Child("projected", "sources").Index(j)
+				switch {
+				case src.ServiceAccountToken != nil:
+					errs = append(errs, field.Forbidden(p.Child("serviceAccountToken"), "mqlet does not support serviceAccountToken projections (there is no API server to issue tokens)"))
+				case src.ClusterTrustBundle != nil:
+					errs = append(errs, field.Forbidden(p.Child("clusterTrustBundle"), "mqlet does not support clusterTrustBundle projections (there is no API server)"))
+				case src.PodCertificate != nil:
+					errs = append(errs, field.Forbidden(p.Child("podCertificate"), "mqlet does not support podCertificate projections (there is no API server)"))
+				}
+			}
 		}
 	}
 	// emptyDir is a directory on the node's disk: a memory medium (chosen

@@ -451,9 +451,10 @@ func TestNodeRejectsAtEveryProfile(t *testing.T) {
 				{Name: "b", VolumeSource: v1.VolumeSource{ConfigMap: &v1.ConfigMapVolumeSource{LocalObjectReference: v1.LocalObjectReference{Name: "c"}}}},
 				{Name: "c", VolumeSource: v1.VolumeSource{NFS: &v1.NFSVolumeSource{Server: "nas", Path: "/x"}}}}
 		}, "spec.volumes[2].nfs", "mqlet does not support this volume type"},
-		{"downwardAPI volume", func(p *v1.Pod) {
-			p.Spec.Volumes = []v1.Volume{{Name: "d", VolumeSource: v1.VolumeSource{DownwardAPI: &v1.DownwardAPIVolumeSource{}}}}
-		}, "spec.volumes[0].downwardAPI", "mqlet does not support this volume type"},
+		{"serviceAccountToken projection", func(p *v1.Pod) {
+			p.Spec.Volumes = []v1.Volume{{Name: "d", VolumeSource: v1.VolumeSource{Projected: &v1.ProjectedVolumeSource{Sources: []v1.VolumeProjection{
+				{ServiceAccountToken: &v1.ServiceAccountTokenProjection{Path: "token"}}}}}}}
+		}, "spec.volumes[0].projected.sources[0].serviceAccountToken", "mqlet does not support serviceAccountToken"},
 		{"host sysctl", func(p *v1.Pod) { podSC(p).Sysctls = []v1.Sysctl{{Name: "kernel.panic", Value: "1"}} },
 			"spec.securityContext.sysctls[0].name", "would change the host"},
 		{"vm sysctl", func(p *v1.Pod) {

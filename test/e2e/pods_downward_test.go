@@ -68,3 +68,90 @@ spec:
 		t.Errorf("limits.cpu without a limit is empty or zero")
 	}
 }
+
+// downwardAPI and projected volumes hold the right files; secret,
+// downwardAPI and projected volumes are tmpfs mounts in the container; a
+// serviceAccountToken projection is refused at once, naming the field.
+func TestPodDownwardAndProjectedVolumes(t *testing.T) {
+	logDir := t.TempDir()
+	e := startPodEnv(t, func(string) string { return podTestConfig(logDir, "") })
+	e.cleanupPods("dvol")
+	manifest := fmt.Sprintf(`apiVersion: v1
+kind: List
+items:
+- apiVersion: v1
+  kind: ConfigMap
+  metadata: {name: cfg, namespace: %[1]s}
+  data: {greeting: hello}
+- apiVersion: v1
+  kind: Secret
+  metadata: {name: sec, namespace: %[1]s}
+  stringData: {password: pw-value}
+- apiVersion: v1
+  kind: Pod
+  metadata: {name: dvol, namespace: %[1]s, labels: {app: dvol}, annotations: {note: hi}}
+  spec:
+    terminationGracePeriodSeconds: 2
+    containers:
+    - name: main
+      image: docker.io/mqlet/busybox:test
+      imagePullPolicy: Never
+      resources: {limits: {memory: 16Mi}}
+      command: ["sh", "-c", "for f in /down/name /down/labels /down/mem /proj/greeting /proj/creds/password /proj/ns /sec/password; do echo \"$f=$(cat $f)\"; done; echo \"mode=$(stat -Lc %%a /proj/creds/password)\"; for m in /down /proj /sec /cfg; do echo \"fs $m $(awk -v m=$m '$2==m {print $3}' /proc/mounts)\"; done; echo done; sleep 3600"]
+      volumeMounts:
+      - {name: down, mountPath: /down}
+      - {name: proj, mountPath: /proj}
+      - {name: sec, mountPath: /sec}
+      - {name: cfg, mountPath: /cfg}
+    volumes:
+    - name: down
+      downwardAPI:
+        items:
+        - {path: name, fieldRef: {fieldPath: metadata.name}}
+        - {path: labels, fieldRef: {fieldPath: metadata.labels}}
+        - {path: mem, resourceFieldRef: {containerName: main, resource: limits.memory, divisor: 1Mi}}
+    - name: proj
+      projected:
+        sources:
+        - configMap: {name: cfg}
+        - secret: {name: sec, items: [{key: password, path: creds/password, mode: 0400}]}
+        - downwardAPI: {items: [{path: ns, fieldRef: {fieldPath: metadata.namespace}}]}
+    - name: sec
+      secret: {secretName: sec}
+    - name: cfg
+      configMap: {name: cfg}
+`, e.ns)
+	e.apply([]byte(manifest), reply.Succeeded, podReadyTimeout)
+	out := e.waitLog(logDir, "dvol", "main", "done", 30*time.Second)
+	t.Logf("container output:\n%s", out)
+	for _, want := range []string{
+		"/down/name=dvol\n", "/down/labels=app=\"dvol\"\n", "/down/mem=16\n",
+		"/proj/greeting=hello\n", "/proj/creds/password=pw-value\n", "/proj/ns=" + e.ns + "\n",
+		"/sec/password=pw-value\n", "mode=400\n",
+		"fs /down tmpfs\n", "fs /proj tmpfs\n", "fs /sec tmpfs\n",
+	} {
+		if !strings.Contains(out, want) {
+			t.Errorf("output lacks %q", want)
+		}
+	}
+	if strings.Contains(out, "fs /cfg tmpfs") {
+		t.Error("the configMap volume is a tmpfs; it was expected on the node's disk")
+	}
+
+	token := fmt.Sprintf(`apiVersion: v1
+kind: Pod
+metadata: {name: token, namespace: %s}
+spec:
+  containers:
+  - {name: main, image: docker.io/mqlet/busybox:test, imagePullPolicy: Never, command: [sleep, "3600"], volumeMounts: [{name: t, mountPath: /t}]}
+  volumes:
+  - name: t
+    projected: {sources: [{serviceAccountToken: {path: token}}]}
+`, e.ns)
+	start := time.Now()
+	r := e.apply([]byte(token), reply.Failed, 30*time.Second)
+	if !strings.Contains(r.Message, "serviceAccountToken") {
+		t.Errorf("refusal does not name serviceAccountToken: %s", r.Message)
+	}
+	t.Logf("refused in %s: %s", time.Since(start).Round(time.Millisecond), r.Message)
+}
