@@ -56,6 +56,7 @@ func (m *Manager) SyncPod(ctx context.Context, pod *v1.Pod, status *PodStatus, o
 		return nil
 	}
 	if act.NextInit < 0 && len(act.ContainersToStart) == 0 {
+		m.refreshVolumes(pod, objects, events)
 		return nil
 	}
 

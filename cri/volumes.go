@@ -349,3 +349,26 @@ func (m *Manager) pruneMounts(pod *v1.Pod) error {
 	}
 	return errors.Join(errs...)
 }
+
+// refreshVolumes rewrites the configMap, secret, downwardAPI and projected
+// volumes of a running pod from the current objects, so its containers
+// see a change without a restart (the atomic writer leaves unchanged
+// volumes alone). subPath mounts keep what they had, as in the kubelet.
+// A failure keeps the old files and is reported as FailedMount: the
+// running containers are not touched for it.
+func (m *Manager) refreshVolumes(pod *v1.Pod, objects ObjectSource, events EventRecorder) {
+	refreshable := *pod
+	refreshable.Spec.Volumes = nil
+	for _, vol := range pod.Spec.Volumes {
+		if vol.ConfigMap != nil || vol.Secret != nil || vol.DownwardAPI != nil || vol.Projected != nil {
+			refreshable.Spec.Volumes = append(refreshable.Spec.Volumes, vol)
+		}
+	}
+	if len(refreshable.Spec.Volumes) == 0 {
+		return
+	}
+	if _, err := m.prepareVolumes(&refreshable, objects); err != nil {
+		events.Event(pod, v1.EventTypeWarning, "FailedMount", err.Error())
+		m.log.Warn().Err(err).Str("pod", pod.Namespace+"/"+pod.Name).Msg("refreshing volumes of a running pod")
+	}
+}

@@ -379,6 +379,7 @@ func (in *Intake) apply(id string, payload []byte, replaceAll bool) {
 	for _, key := range keys {
 		in.pods.Enqueue(key)
 	}
+	in.enqueueUsers(changes, want)
 	for _, pod := range created {
 		in.events.Event(pod, v1.EventTypeNormal, "Scheduled", "Successfully assigned "+pod.Namespace+"/"+pod.Name+" to "+in.opts.Topics.Node)
 	}
@@ -530,6 +531,7 @@ func (in *Intake) delete(id string, payload []byte) {
 	}
 	want := map[string]pending.Want{}
 	var deleted, missing []string
+	var objChanges []store.Change
 	for _, r := range refs {
 		existed, err := in.store.Delete(r.Kind, r.Namespace, r.Name)
 		if err != nil {
@@ -541,6 +543,9 @@ func (in *Intake) delete(id string, payload []byte) {
 			continue
 		}
 		deleted = append(deleted, r.String())
+		if r.Kind == store.KindConfigMap || r.Kind == store.KindSecret {
+			objChanges = append(objChanges, store.Change{Kind: r.Kind, Key: r.Namespace + "/" + r.Name, Action: store.Deleted})
+		}
 		if r.Kind == "Pod" {
 			want[r.Namespace+"/"+r.Name] = pending.Want{Gone: true}
 		}
@@ -558,6 +563,7 @@ func (in *Intake) delete(id string, payload []byte) {
 	for _, key := range sortedKeys(want) {
 		in.pods.EnqueueDelete(key, grace)
 	}
+	in.enqueueUsers(objChanges, want)
 }
 
 func sortedKeys(m map[string]pending.Want) []string {

@@ -155,3 +155,70 @@ spec:
 	}
 	t.Logf("refused in %s: %s", time.Since(start).Round(time.Millisecond), r.Message)
 }
+
+// A ConfigMap change reaches the mounted volume of a running pod within
+// 10 s, without a restart; a subPath mount keeps the old content, as in
+// the kubelet.
+func TestPodConfigMapVolumeUpdates(t *testing.T) {
+	logDir := t.TempDir()
+	e := startPodEnv(t, func(string) string { return podTestConfig(logDir, "") })
+	e.cleanupPods("live")
+	cm := func(v string) []byte {
+		return []byte(fmt.Sprintf(`apiVersion: v1
+kind: ConfigMap
+metadata: {name: live-cfg, namespace: %s}
+data: {greeting: %s}
+`, e.ns, v))
+	}
+	e.apply(cm("first"), reply.Succeeded, 30*time.Second)
+	pod := fmt.Sprintf(`apiVersion: v1
+kind: Pod
+metadata: {name: live, namespace: %s}
+spec:
+  terminationGracePeriodSeconds: 2
+  containers:
+  - name: main
+    image: docker.io/mqlet/busybox:test
+    imagePullPolicy: Never
+    command: ["sh", "-c", "while true; do echo \"vol=$(cat /cfg/greeting) sub=$(cat /sub/greeting)\"; sleep 0.2; done"]
+    volumeMounts:
+    - {name: cfg, mountPath: /cfg}
+    - {name: cfg, mountPath: /sub/greeting, subPath: greeting}
+  volumes:
+  - name: cfg
+    configMap: {name: live-cfg}
+`, e.ns)
+	e.apply([]byte(pod), reply.Succeeded, podReadyTimeout)
+	e.waitLog(logDir, "live", "main", "vol=first sub=first", 30*time.Second)
+	before := e.cri.Running(e.ns, "live")
+	if len(before) != 1 {
+		t.Fatalf("running containers: %s", dump(before))
+	}
+
+	start := time.Now()
+	e.apply(cm("second"), reply.Succeeded, 30*time.Second)
+	var seen time.Duration
+	Eventually(t, 30*time.Second, "the new value in the volume", func() bool {
+		if strings.Contains(logsOf(logDir, e.ns, "live", "main"), "vol=second") {
+			seen = time.Since(start)
+			return true
+		}
+		return false
+	})
+	t.Logf("ConfigMap change seen in the container after %s", seen.Round(time.Millisecond))
+	if seen > 10*time.Second {
+		t.Errorf("the change took %s to reach the volume, want within 10 s", seen)
+	}
+	out := logsOf(logDir, e.ns, "live", "main")
+	if !strings.Contains(out, "vol=second sub=first") {
+		t.Errorf("subPath mount changed too or the line is missing:\n%s", tail(out, 400))
+	}
+	after := e.cri.Running(e.ns, "live")
+	if len(after) != 1 || after[0].Id != before[0].Id {
+		t.Fatalf("the container was replaced: before %s after %s", dump(before), dump(after))
+	}
+	p, _ := e.status("live")
+	if cs, ok := containerStatus(p, "main", false); !ok || cs.RestartCount != 0 {
+		t.Errorf("container restarted: %s", dump(cs))
+	}
+}
