@@ -61,6 +61,11 @@ type Config struct {
 	// Allocatable is what resourceFieldRef reads for a container without
 	// a limit (nil: the machine's CPUs and memory).
 	Allocatable v1.ResourceList
+	// ClusterDomain ends a pod's FQDN in its /etc/hosts
+	// (hostname.subdomain.namespace.svc.<domain>).
+	ClusterDomain string
+	// HostsFile is the node's hosts file, which hostNetwork pods get.
+	HostsFile string
 }
 
 // Defaults used for zero Config fields.
@@ -76,6 +81,8 @@ const (
 	DefaultRetryMax        = 30 * time.Second
 	DefaultHealthInterval  = 5 * time.Second
 	DefaultResolvConf      = "/etc/resolv.conf"
+	DefaultClusterDomain   = "cluster.local"
+	DefaultHostsFile       = "/etc/hosts"
 	DefaultPullParallelism = 2
 	DefaultPullTimeout     = 10 * time.Minute
 	DefaultPullBackoffBase = 10 * time.Second
@@ -113,6 +120,12 @@ func (c Config) withDefaults() Config {
 		if c.RuntimeRetryMax < c.RuntimeRetryMin {
 			c.RuntimeRetryMax = c.RuntimeRetryMin
 		}
+	}
+	if c.ClusterDomain == "" {
+		c.ClusterDomain = DefaultClusterDomain
+	}
+	if c.HostsFile == "" {
+		c.HostsFile = DefaultHostsFile
 	}
 	if c.HealthInterval <= 0 {
 		c.HealthInterval = DefaultHealthInterval

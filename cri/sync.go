@@ -110,6 +110,10 @@ func (m *Manager) SyncPod(ctx context.Context, pod *v1.Pod, status *PodStatus, o
 		return err
 	}
 
+	if err := m.writeEtcHosts(pod, podIP); err != nil {
+		return fmt.Errorf("write /etc/hosts of pod %s/%s: %w", pod.Namespace, pod.Name, err)
+	}
+
 	start := func(c *v1.Container, init bool) error {
 		return m.startContainer(ctx, svc, startRequest{
 			pod: pod, container: c, init: init, status: status, sandboxID: sandboxID,

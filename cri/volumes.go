@@ -246,6 +246,13 @@ func (m *Manager) containerMounts(pod *v1.Pod, c *v1.Container, paths map[string
 			Propagation:   runtimeapi.MountPropagation_PROPAGATION_PRIVATE,
 		})
 	}
+	hosts, err := m.hostsMount(pod, c)
+	if err != nil {
+		return nil, err
+	}
+	if hosts != nil {
+		mounts = append(mounts, hosts)
+	}
 	slices.SortStableFunc(mounts, func(a, b *runtimeapi.Mount) int {
 		return cmp.Compare(strings.Count(a.ContainerPath, "/"), strings.Count(b.ContainerPath, "/"))
 	})

@@ -222,3 +222,39 @@ spec:
 		t.Errorf("container restarted: %s", dump(cs))
 	}
 }
+
+// /etc/hosts is the pod's managed file: its IP with hostname and FQDN
+// (subdomain set) and its hostAliases.
+func TestPodEtcHosts(t *testing.T) {
+	logDir := t.TempDir()
+	e := startPodEnv(t, func(string) string { return podTestConfig(logDir, "") })
+	e.cleanupPods("hosts")
+	pod := fmt.Sprintf(`apiVersion: v1
+kind: Pod
+metadata: {name: hosts, namespace: %s}
+spec:
+  terminationGracePeriodSeconds: 2
+  hostname: box
+  subdomain: grp
+  hostAliases:
+  - {ip: 10.9.9.9, hostnames: [db, db.lan]}
+  containers:
+  - name: main
+    image: docker.io/mqlet/busybox:test
+    imagePullPolicy: Never
+    command: ["sh", "-c", "cat /etc/hosts; echo done; sleep 3600"]
+`, e.ns)
+	e.apply([]byte(pod), reply.Succeeded, podReadyTimeout)
+	out := e.waitLog(logDir, "hosts", "main", "done", 30*time.Second)
+	t.Logf("/etc/hosts:\n%s", out)
+	p := e.waitStatus("hosts", 30*time.Second, "a pod IP", func(p *v1.Pod) bool { return p.Status.PodIP != "" })
+	for _, want := range []string{
+		"127.0.0.1\tlocalhost\n",
+		p.Status.PodIP + "\tbox.grp." + e.ns + ".svc.cluster.local\tbox\n",
+		"10.9.9.9\tdb\tdb.lan\n",
+	} {
+		if !strings.Contains(out, want) {
+			t.Errorf("/etc/hosts lacks %q", want)
+		}
+	}
+}
