@@ -57,11 +57,8 @@ func (m *Manager) prepareVolumes(pod *v1.Pod, objects ObjectSource) (map[string]
 		)
 		switch {
 		case vol.EmptyDir != nil:
-			if dir, err = m.podVolumeDir(uid, "kubernetes.io~empty-dir", vol.Name); err != nil {
-				break
-			}
-			if err = os.MkdirAll(dir, 0o755); err == nil {
-				err = os.Chmod(dir, 0o777) // any container user may write, as in the kubelet
+			if dir, err = m.podVolumeDir(uid, "kubernetes.io~empty-dir", vol.Name); err == nil {
+				err = m.prepareEmptyDir(pod, vol.EmptyDir, dir)
 			}
 		case vol.HostPath != nil:
 			dir, err = m.prepareHostPath(uid, vol.Name, vol.HostPath)

@@ -49,17 +49,21 @@ func checkNode(meta *metav1.ObjectMeta, spec *v1.PodSpec) field.ErrorList {
 			}
 		}
 	}
-	// emptyDir is a directory on the node's disk: a memory medium (chosen
-	// so that what the pod writes, often secrets, never reaches a disk) or
-	// a size limit would be silently not honoured.
+	// emptyDir is a directory on the node's disk, or a tmpfs of its own for
+	// medium Memory (whose size the tmpfs enforces); on disk a size limit
+	// would be silently not honoured (mqlet evicts nothing), and huge pages
+	// are not mounted.
 	for i := range spec.Volumes {
 		if ed := spec.Volumes[i].EmptyDir; ed != nil {
 			edPath := specPath.Child("volumes").Index(i).Child("emptyDir")
-			if ed.Medium != v1.StorageMediumDefault {
-				errs = append(errs, field.Forbidden(edPath.Child("medium"), "mqlet supports only the default medium (the node's disk)"))
-			}
-			if ed.SizeLimit != nil {
-				errs = append(errs, field.Forbidden(edPath.Child("sizeLimit"), "mqlet does not enforce emptyDir size limits"))
+			switch ed.Medium {
+			case v1.StorageMediumDefault:
+				if ed.SizeLimit != nil {
+					errs = append(errs, field.Forbidden(edPath.Child("sizeLimit"), "mqlet enforces emptyDir size limits only for medium Memory (a tmpfs), not on the node's disk"))
+				}
+			case v1.StorageMediumMemory:
+			default:
+				errs = append(errs, field.Forbidden(edPath.Child("medium"), "mqlet supports only the default medium (the node's disk) and Memory"))
 			}
 		}
 	}

@@ -618,13 +618,13 @@ func TestRecursiveReadOnlyEnabledRefused(t *testing.T) {
 	}
 }
 
-// emptyDir medium Memory (for data that must not reach a disk) and
-// sizeLimit were accepted and ignored: the files went to the node's disk
-// without a limit. Refused, naming the field.
+// A sizeLimit on a disk emptyDir was accepted and ignored (mqlet evicts
+// nothing), as was a huge pages medium: refused, naming the field.
+// Medium Memory, with or without a sizeLimit, is a sized tmpfs.
 func TestEmptyDirMediumAndSizeLimitRefused(t *testing.T) {
 	limit := resource.MustParse("1Mi")
 	for field, ed := range map[string]*v1.EmptyDirVolumeSource{
-		"spec.volumes[0].emptyDir.medium: Forbidden":    {Medium: v1.StorageMediumMemory},
+		"spec.volumes[0].emptyDir.medium: Forbidden":    {Medium: v1.StorageMediumHugePages},
 		"spec.volumes[0].emptyDir.sizeLimit: Forbidden": {SizeLimit: &limit},
 	} {
 		pod := basePod()
@@ -633,9 +633,11 @@ func TestEmptyDirMediumAndSizeLimitRefused(t *testing.T) {
 			t.Errorf("want %s: %s", field, msg)
 		}
 	}
-	pod := basePod()
-	pod.Spec.Volumes = []v1.Volume{{Name: "d", VolumeSource: v1.VolumeSource{EmptyDir: &v1.EmptyDirVolumeSource{}}}}
-	if errs := ValidatePod(pod, node, Policy{}); len(errs) != 0 {
-		t.Fatalf("a plain emptyDir refused: %s", FormatErrors(errs))
+	for _, ed := range []*v1.EmptyDirVolumeSource{{}, {Medium: v1.StorageMediumMemory}, {Medium: v1.StorageMediumMemory, SizeLimit: &limit}} {
+		pod := basePod()
+		pod.Spec.Volumes = []v1.Volume{{Name: "d", VolumeSource: v1.VolumeSource{EmptyDir: ed}}}
+		if errs := ValidatePod(pod, node, Policy{}); len(errs) != 0 {
+			t.Fatalf("emptyDir %+v refused: %s", ed, FormatErrors(errs))
+		}
 	}
 }

@@ -258,3 +258,35 @@ spec:
 		}
 	}
 }
+
+// An emptyDir of medium Memory is a tmpfs that holds no more than its
+// sizeLimit.
+func TestPodEmptyDirMemory(t *testing.T) {
+	logDir := t.TempDir()
+	e := startPodEnv(t, func(string) string { return podTestConfig(logDir, "") })
+	e.cleanupPods("memdir")
+	pod := fmt.Sprintf(`apiVersion: v1
+kind: Pod
+metadata: {name: memdir, namespace: %s}
+spec:
+  terminationGracePeriodSeconds: 2
+  containers:
+  - name: main
+    image: docker.io/mqlet/busybox:test
+    imagePullPolicy: Never
+    command: ["sh", "-c", "echo \"fs $(awk '$2==\"/mem\" {print $3}' /proc/mounts)\"; if dd if=/dev/zero of=/mem/big bs=1024 count=3072 2>/dev/null; then echo WROTE_3M; else echo full; fi; echo done; sleep 3600"]
+    volumeMounts: [{name: mem, mountPath: /mem}]
+  volumes:
+  - name: mem
+    emptyDir: {medium: Memory, sizeLimit: 2Mi}
+`, e.ns)
+	e.apply([]byte(pod), reply.Succeeded, podReadyTimeout)
+	out := e.waitLog(logDir, "memdir", "main", "done", 30*time.Second)
+	t.Logf("container output:\n%s", out)
+	if !strings.Contains(out, "fs tmpfs\n") {
+		t.Error("the memory emptyDir is not a tmpfs")
+	}
+	if strings.Contains(out, "WROTE_3M") || !strings.Contains(out, "full\n") {
+		t.Error("3 MiB fit in an emptyDir of sizeLimit 2Mi")
+	}
+}
