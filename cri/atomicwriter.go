@@ -92,8 +92,29 @@ func checkVolumeFiles(files []volumeFile) error {
 // writeAtomic publishes files under dir (created if missing), replacing
 // the generation it holds unless that already is exactly files.
 func writeAtomic(dir string, files []volumeFile) error {
+	return writeAtomicGroup(dir, files, -1)
+}
+
+// writeAtomicGroup is writeAtomic giving the volume to the pod's fsGroup
+// gid (-1: none) as the kubelet does for these read-only volumes: group
+// read on every file, setgid directories. A new generation gets the group
+// before it is swapped in, so a container never sees it unreadable.
+func writeAtomicGroup(dir string, files []volumeFile, gid int) (err error) {
 	if err := checkVolumeFiles(files); err != nil {
 		return err
+	}
+	if gid >= 0 {
+		grouped := make([]volumeFile, len(files))
+		for i, f := range files {
+			f.mode |= fsGroupROMask
+			grouped[i] = f
+		}
+		files = grouped
+		defer func() {
+			if err == nil {
+				err = setVolumeGroup(dir, gid, true, false)
+			}
+		}()
 	}
 	if err := os.MkdirAll(dir, 0o755); err != nil {
 		return err
@@ -110,6 +131,12 @@ func writeAtomic(dir string, files []volumeFile) error {
 	gen, err := writeGeneration(dirFd, files)
 	if err != nil {
 		return fmt.Errorf("write volume %s: %w", dir, err)
+	}
+	if gid >= 0 {
+		if err := groupGeneration(dirFd, gen, gid); err != nil {
+			_ = removeBeneath(dirFd, gen)
+			return fmt.Errorf("write volume %s: %w", dir, err)
+		}
 	}
 	if err := swapDataLink(dirFd, gen); err != nil {
 		_ = removeBeneath(dirFd, gen)
@@ -404,4 +431,15 @@ func readlinkat(dirFd int, name string) (string, error) {
 		return "", err
 	}
 	return string(buf[:n]), nil
+}
+
+// groupGeneration gives generation gen to group gid.
+func groupGeneration(dirFd int, gen string, gid int) error {
+	fd, err := unix.Openat(dirFd, gen, unix.O_PATH|unix.O_DIRECTORY|unix.O_NOFOLLOW|unix.O_CLOEXEC, 0)
+	if err != nil {
+		return err
+	}
+	defer closeFd(fd)
+	budget := maxOwnershipEntries
+	return groupTree(fd, gid, fsGroupROMask, 0, &budget)
 }

@@ -20,7 +20,7 @@ const (
 // writeOnTmpfs publishes the files of a secret, downwardAPI or projected
 // volume on a tmpfs of its own mounted at dir, so they never reach the
 // node's disk. files is called only once the tmpfs is there.
-func writeOnTmpfs(dir string, files func() ([]volumeFile, error)) error {
+func writeOnTmpfs(dir string, gid int, files func() ([]volumeFile, error)) error {
 	if err := ensureTmpfs(dir, fmt.Sprintf("mode=0755,size=%d,nr_inodes=%d", tmpfsSizeBytes, tmpfsInodes)); err != nil {
 		return err
 	}
@@ -28,7 +28,7 @@ func writeOnTmpfs(dir string, files func() ([]volumeFile, error)) error {
 	if err != nil {
 		return err
 	}
-	return writeAtomic(dir, fs)
+	return writeAtomicGroup(dir, fs, gid)
 }
 
 // ensureTmpfs mounts a tmpfs with opts at dir unless one already is
@@ -86,7 +86,18 @@ func (m *Manager) prepareEmptyDir(pod *v1.Pod, ed *v1.EmptyDirVolumeSource, dir 
 	default:
 		return fmt.Errorf("emptyDir medium %q is not supported: %w", ed.Medium, errRefused)
 	}
-	return os.Chmod(dir, 0o777) // any container user may write, as in the kubelet
+	gid := podFSGroup(pod)
+	mode := uint32(0o777) // any container user may write, as in the kubelet
+	if gid >= 0 {
+		mode |= unix.S_ISGID // kept, so OnRootMismatch sees a matching root
+	}
+	if err := unix.Chmod(dir, mode); err != nil {
+		return fmt.Errorf("chmod emptyDir %s: %w", dir, err)
+	}
+	if gid >= 0 {
+		return setVolumeGroup(dir, gid, false, onRootMismatch(pod))
+	}
+	return nil
 }
 
 // emptyDirMemorySize is the kubelet's size of a memory-backed emptyDir.

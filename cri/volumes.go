@@ -66,24 +66,24 @@ func (m *Manager) prepareVolumes(pod *v1.Pod, objects ObjectSource) (map[string]
 			if dir, err = m.podVolumeDir(uid, "kubernetes.io~configmap", vol.Name); err == nil {
 				var files []volumeFile
 				if files, err = configMapFiles(pod, vol.ConfigMap, objects); err == nil {
-					err = writeAtomic(dir, files)
+					err = writeAtomicGroup(dir, files, podFSGroup(pod))
 				}
 			}
 		case vol.Secret != nil:
 			if dir, err = m.podVolumeDir(uid, "kubernetes.io~secret", vol.Name); err == nil {
-				err = writeOnTmpfs(dir, func() ([]volumeFile, error) { return secretFiles(pod, vol.Secret, objects) })
+				err = writeOnTmpfs(dir, podFSGroup(pod), func() ([]volumeFile, error) { return secretFiles(pod, vol.Secret, objects) })
 			}
 		case vol.DownwardAPI != nil:
 			if dir, err = m.podVolumeDir(uid, "kubernetes.io~downward-api", vol.Name); err == nil {
 				d := m.downward(pod, "")
-				err = writeOnTmpfs(dir, func() ([]volumeFile, error) {
+				err = writeOnTmpfs(dir, podFSGroup(pod), func() ([]volumeFile, error) {
 					return downwardFiles(pod, vol.DownwardAPI.Items, modeOr(vol.DownwardAPI.DefaultMode, defaultDownwardMode), d)
 				})
 			}
 		case vol.Projected != nil:
 			if dir, err = m.podVolumeDir(uid, "kubernetes.io~projected", vol.Name); err == nil {
 				d := m.downward(pod, "")
-				err = writeOnTmpfs(dir, func() ([]volumeFile, error) { return projectedFiles(pod, vol.Projected, objects, d) })
+				err = writeOnTmpfs(dir, podFSGroup(pod), func() ([]volumeFile, error) { return projectedFiles(pod, vol.Projected, objects, d) })
 			}
 		default:
 			err = fmt.Errorf("volume type is not supported")

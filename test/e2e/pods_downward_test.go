@@ -290,3 +290,50 @@ spec:
 		t.Error("3 MiB fit in an emptyDir of sizeLimit 2Mi")
 	}
 }
+
+// fsGroup: 2000 gives the emptyDir group 2000 and setgid, files the
+// container creates there get group 2000, the container has the group,
+// and a secret volume's files are group-readable by it.
+func TestPodFSGroup(t *testing.T) {
+	logDir := t.TempDir()
+	e := startPodEnv(t, func(string) string { return podTestConfig(logDir, "") })
+	e.cleanupPods("fsgroup")
+	manifest := fmt.Sprintf(`apiVersion: v1
+kind: List
+items:
+- apiVersion: v1
+  kind: Secret
+  metadata: {name: fs-sec, namespace: %[1]s}
+  stringData: {key: value}
+- apiVersion: v1
+  kind: Pod
+  metadata: {name: fsgroup, namespace: %[1]s}
+  spec:
+    terminationGracePeriodSeconds: 2
+    securityContext: {runAsUser: 1000, runAsGroup: 1000, fsGroup: 2000}
+    containers:
+    - name: main
+      image: docker.io/mqlet/busybox:test
+      imagePullPolicy: Never
+      command: ["sh", "-c", "echo \"dir $(stat -c '%%g %%a' /data)\"; touch /data/new; echo \"file $(stat -c %%g /data/new)\"; echo \"groups $(id -G)\"; echo \"secret $(cat /sec/key)\"; echo done; sleep 3600"]
+      volumeMounts:
+      - {name: data, mountPath: /data}
+      - {name: sec, mountPath: /sec}
+    volumes:
+    - {name: data, emptyDir: {}}
+    - {name: sec, secret: {secretName: fs-sec}}
+`, e.ns)
+	e.apply([]byte(manifest), reply.Succeeded, podReadyTimeout)
+	out := e.waitLog(logDir, "fsgroup", "main", "done", 30*time.Second)
+	t.Logf("container output:\n%s", out)
+	for _, want := range []string{"dir 2000 2777\n", "file 2000\n", "secret value\n"} {
+		if !strings.Contains(out, want) {
+			t.Errorf("output lacks %q", want)
+		}
+	}
+	_, groups, _ := strings.Cut(out, "groups ")
+	groups, _, _ = strings.Cut(groups, "\n")
+	if !strings.Contains(" "+groups+" ", " 2000 ") {
+		t.Errorf("the container's groups %q lack 2000", groups)
+	}
+}
