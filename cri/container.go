@@ -305,6 +305,8 @@ func envValueFrom(pod *v1.Pod, c *v1.Container, from *v1.EnvVarSource, d downwar
 	case from.ResourceFieldRef != nil:
 		v, err := resourceFieldValue(pod, c, from.ResourceFieldRef, d)
 		return v, err == nil, err
+	case from.FileKeyRef != nil:
+		return fileKeyValue(from.FileKeyRef, d)
 	default:
 		return "", false, fmt.Errorf("unsupported valueFrom source")
 	}

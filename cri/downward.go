@@ -9,11 +9,13 @@ import (
 	"strconv"
 	"strings"
 
+	"golang.org/x/sys/unix"
 	v1 "k8s.io/api/core/v1"
 	"k8s.io/apimachinery/pkg/api/resource"
 	resourcehelper "k8s.io/kubernetes/pkg/api/v1/resource"
 	podshelper "k8s.io/kubernetes/pkg/apis/core/pods"
 	"k8s.io/kubernetes/pkg/fieldpath"
+	envutil "k8s.io/kubernetes/pkg/kubelet/util/env"
 )
 
 // downwardValues is what fieldRef and resourceFieldRef read beyond the pod
@@ -23,6 +25,9 @@ type downwardValues struct {
 	podIPs      []string
 	hostIPs     []string
 	allocatable v1.ResourceList
+	// volumes are the pod's volumes on the node by name, for fileKeyRef
+	// (nil: fileKeyRef cannot resolve).
+	volumes map[string]string
 }
 
 // downward is the downward API context of pod, whose sandbox has podIP
@@ -213,4 +218,48 @@ func projectedFiles(pod *v1.Pod, src *v1.ProjectedVolumeSource, objects ObjectSo
 		files = append(files, part...)
 	}
 	return files, nil
+}
+
+// maxEnvFileBytes bounds an env file read for fileKeyRef: a container
+// writes it, so it is as hostile as the pod.
+const maxEnvFileBytes = 1 << 20
+
+// fileKeyValue resolves a fileKeyRef as the kubelet does: the key of an
+// env file in one of the pod's (emptyDir) volumes, written by an init
+// container. The file is opened beneath the volume (no symlink leads out
+// of it), must be a regular file within the bound, and is parsed with the
+// kubelet's own parser. ok is false for a missing optional key.
+func fileKeyValue(ref *v1.FileKeySelector, d downwardValues) (string, bool, error) {
+	root, found := d.volumes[ref.VolumeName]
+	if !found {
+		return "", false, fmt.Errorf("cannot find the volume %q referenced by fileKeyRef", ref.VolumeName)
+	}
+	var opener beneathOpener
+	fd, err := opener.openSubpath(root, ref.Path, false)
+	if err != nil {
+		return "", false, fmt.Errorf("fileKeyRef %s in volume %s: %w", ref.Path, ref.VolumeName, err)
+	}
+	defer closeFd(fd)
+	var st unix.Stat_t
+	if err := unix.Fstat(fd, &st); err != nil {
+		return "", false, err
+	}
+	if st.Mode&unix.S_IFMT != unix.S_IFREG {
+		return "", false, fmt.Errorf("fileKeyRef %s in volume %s is not a regular file", ref.Path, ref.VolumeName)
+	}
+	if st.Size > maxEnvFileBytes {
+		return "", false, fmt.Errorf("fileKeyRef %s in volume %s holds more than %d bytes", ref.Path, ref.VolumeName, maxEnvFileBytes)
+	}
+	// The parser opens the fd's /proc link: exactly the file checked above.
+	v, err := envutil.ParseEnv("/proc/self/fd/"+strconv.Itoa(fd), ref.Key)
+	if err != nil {
+		return "", false, fmt.Errorf("fileKeyRef %s in volume %s: %w", ref.Path, ref.VolumeName, err)
+	}
+	if v == "" {
+		if ref.Optional != nil && *ref.Optional {
+			return "", false, nil
+		}
+		return "", false, fmt.Errorf("environment variable key %q not found in file %s of volume %s", ref.Key, ref.Path, ref.VolumeName)
+	}
+	return v, true, nil
 }

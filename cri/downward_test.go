@@ -6,6 +6,7 @@ import (
 	"strings"
 	"testing"
 
+	"golang.org/x/sys/unix"
 	v1 "k8s.io/api/core/v1"
 	"k8s.io/apimachinery/pkg/api/resource"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
@@ -125,5 +126,36 @@ func TestMemTotal(t *testing.T) {
 	}
 	if _, err := memTotal(p); err == nil || !strings.Contains(err.Error(), "MemTotal") {
 		t.Fatalf("memTotal without the line: %v", err)
+	}
+}
+
+// fileKeyRef reads a key of an env file in a volume, opened beneath it:
+// a symlink out, a FIFO or an oversized file is refused.
+func TestFileKeyValue(t *testing.T) {
+	vol, outside := t.TempDir(), t.TempDir()
+	must(t, os.WriteFile(filepath.Join(vol, "app.env"), []byte("# written by init\nTOKEN='abc def'\nEMPTY=''\n"), 0o644))
+	must(t, os.WriteFile(filepath.Join(outside, "host.env"), []byte("TOKEN='host'\n"), 0o644))
+	must(t, os.Symlink(filepath.Join(outside, "host.env"), filepath.Join(vol, "link.env")))
+	must(t, unix.Mkfifo(filepath.Join(vol, "fifo.env"), 0o644))
+	must(t, os.WriteFile(filepath.Join(vol, "big.env"), make([]byte, maxEnvFileBytes+1), 0o644))
+	d := downwardValues{volumes: map[string]string{"cfg": vol}}
+	yes := true
+	if v, ok, err := fileKeyValue(&v1.FileKeySelector{VolumeName: "cfg", Path: "app.env", Key: "TOKEN"}, d); err != nil || !ok || v != "abc def" {
+		t.Errorf("TOKEN = %q %v %v", v, ok, err)
+	}
+	if _, ok, err := fileKeyValue(&v1.FileKeySelector{VolumeName: "cfg", Path: "app.env", Key: "NONE", Optional: &yes}, d); err != nil || ok {
+		t.Errorf("optional missing key: %v %v", ok, err)
+	}
+	for _, sel := range []v1.FileKeySelector{
+		{VolumeName: "cfg", Path: "app.env", Key: "NONE"},
+		{VolumeName: "other", Path: "app.env", Key: "TOKEN"},
+		{VolumeName: "cfg", Path: "link.env", Key: "TOKEN"},
+		{VolumeName: "cfg", Path: "fifo.env", Key: "TOKEN"},
+		{VolumeName: "cfg", Path: "big.env", Key: "TOKEN"},
+		{VolumeName: "cfg", Path: "../x", Key: "TOKEN"},
+	} {
+		if v, _, err := fileKeyValue(&sel, d); err == nil {
+			t.Errorf("%+v resolved to %q", sel, v)
+		}
 	}
 }

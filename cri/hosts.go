@@ -74,8 +74,8 @@ func (m *Manager) hostsContent(pod *v1.Pod, podIP string) ([]byte, bool, error) 
 			return nil, false, err
 		}
 		names := host
-		if sub := pod.Spec.Subdomain; sub != "" {
-			names = host + "." + sub + "." + pod.Namespace + ".svc." + m.cfg.ClusterDomain + "\t" + host
+		if fqdn := m.podFQDN(pod); fqdn != "" {
+			names = fqdn + "\t" + host
 		}
 		for _, ip := range ips {
 			if err := hostsField(ip); err != nil {
@@ -183,4 +183,13 @@ func readBounded(path string, limit int64) ([]byte, error) {
 		return nil, fmt.Errorf("%s holds more than %d bytes", path, limit)
 	}
 	return data, nil
+}
+
+// podFQDN is hostname.subdomain.namespace.svc.<cluster domain>, "" when
+// the pod has no subdomain.
+func (m *Manager) podFQDN(pod *v1.Pod) string {
+	if pod.Spec.Subdomain == "" {
+		return ""
+	}
+	return podHostname(pod) + "." + pod.Spec.Subdomain + "." + pod.Namespace + ".svc." + m.cfg.ClusterDomain
 }

@@ -100,3 +100,22 @@ func TestEtcHostsMount(t *testing.T) {
 	}
 	must(t, m.removePodDirs(testUID, "web", "default"))
 }
+
+func TestSetHostnameAsFQDN(t *testing.T) {
+	m := testManager(t)
+	yes := true
+	pod := volumePod()
+	pod.Spec.Subdomain, pod.Spec.SetHostnameAsFQDN = "grp", &yes
+	cfg, err := m.buildSandboxConfig(pod, 0)
+	if err != nil || cfg.Hostname != "web.grp.default.svc.cluster.local" {
+		t.Fatalf("hostname %q, %v", cfg.GetHostname(), err)
+	}
+	pod.Spec.Hostname = strings.Repeat("h", 50)
+	if _, err := m.buildSandboxConfig(pod, 0); err == nil || !strings.Contains(err.Error(), "too long") {
+		t.Fatalf("a 90-character FQDN: %v", err)
+	}
+	pod.Spec.Subdomain = ""
+	if cfg, err := m.buildSandboxConfig(pod, 0); err != nil || cfg.Hostname != pod.Spec.Hostname {
+		t.Fatalf("without a subdomain: %q, %v", cfg.GetHostname(), err)
+	}
+}

@@ -223,7 +223,9 @@ func (m *Manager) startContainer(ctx context.Context, svc *services, r startRequ
 		r.events.Event(pod, v1.EventTypeWarning, "Failed", fmt.Sprintf("Error: %v", err))
 		return fail("CreateContainerConfigError", fmt.Errorf("%s: %w", what, err))
 	}
-	env, err := resolveEnv(pod, c, m.downward(pod, r.podIP), r.objects)
+	dv := m.downward(pod, r.podIP)
+	dv.volumes = r.volumes
+	env, err := resolveEnv(pod, c, dv, r.objects)
 	if err != nil {
 		return configError(fmt.Errorf("resolve environment: %w", err))
 	}

@@ -337,3 +337,38 @@ items:
 		t.Errorf("the container's groups %q lack 2000", groups)
 	}
 }
+
+// fileKeyRef: an init container writes an env file into an emptyDir and
+// the app container's env reads a key of it.
+func TestPodFileKeyRefEnv(t *testing.T) {
+	logDir := t.TempDir()
+	e := startPodEnv(t, func(string) string { return podTestConfig(logDir, "") })
+	e.cleanupPods("filekey")
+	pod := fmt.Sprintf(`apiVersion: v1
+kind: Pod
+metadata: {name: filekey, namespace: %s}
+spec:
+  terminationGracePeriodSeconds: 2
+  initContainers:
+  - name: init
+    image: docker.io/mqlet/busybox:test
+    imagePullPolicy: Never
+    command: ["sh", "-c", "echo \"GREETING='from init'\" > /env/app.env"]
+    volumeMounts: [{name: env, mountPath: /env}]
+  containers:
+  - name: main
+    image: docker.io/mqlet/busybox:test
+    imagePullPolicy: Never
+    command: ["sh", "-c", "echo \"greeting=$GREETING\"; echo done; sleep 3600"]
+    env:
+    - {name: GREETING, valueFrom: {fileKeyRef: {volumeName: env, path: app.env, key: GREETING}}}
+    volumeMounts: [{name: env, mountPath: /env}]
+  volumes:
+  - {name: env, emptyDir: {}}
+`, e.ns)
+	e.apply([]byte(pod), reply.Succeeded, podReadyTimeout)
+	out := e.waitLog(logDir, "filekey", "main", "done", 30*time.Second)
+	if !strings.Contains(out, "greeting=from init\n") {
+		t.Errorf("env from the file missing:\n%s", out)
+	}
+}
