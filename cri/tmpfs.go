@@ -21,7 +21,9 @@ const (
 // volume on a tmpfs of its own mounted at dir, so they never reach the
 // node's disk. files is called only once the tmpfs is there.
 func writeOnTmpfs(dir string, gid int, files func() ([]volumeFile, error)) error {
-	if err := ensureTmpfs(dir, fmt.Sprintf("mode=0755,size=%d,nr_inodes=%d", tmpfsSizeBytes, tmpfsInodes)); err != nil {
+	// mode=1777 is the root the kubelet's (unoptioned) tmpfs has; the
+	// mount is read-only in every container.
+	if err := ensureTmpfs(dir, fmt.Sprintf("mode=1777,size=%d,nr_inodes=%d", tmpfsSizeBytes, tmpfsInodes)); err != nil {
 		return err
 	}
 	fs, err := files()

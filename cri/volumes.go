@@ -68,6 +68,10 @@ func (m *Manager) prepareVolumes(pod *v1.Pod, objects ObjectSource) (map[string]
 				if files, err = configMapFiles(pod, vol.ConfigMap, objects); err == nil {
 					err = writeAtomicGroup(dir, files, podFSGroup(pod))
 				}
+				if err == nil {
+					// The kubelet's configMap volume root (the mount is read-only).
+					err = unix.Chmod(dir, 0o777|currentSetgid(dir))
+				}
 			}
 		case vol.Secret != nil:
 			if dir, err = m.podVolumeDir(uid, "kubernetes.io~secret", vol.Name); err == nil {
@@ -375,4 +379,13 @@ func (m *Manager) refreshVolumes(pod *v1.Pod, objects ObjectSource, events Event
 		events.Event(pod, v1.EventTypeWarning, "FailedMount", err.Error())
 		m.log.Warn().Err(err).Str("pod", pod.Namespace+"/"+pod.Name).Msg("refreshing volumes of a running pod")
 	}
+}
+
+// currentSetgid is the setgid bit dir has (fsGroup sets it), to keep.
+func currentSetgid(dir string) uint32 {
+	var st unix.Stat_t
+	if unix.Stat(dir, &st) == nil {
+		return st.Mode & unix.S_ISGID
+	}
+	return 0
 }

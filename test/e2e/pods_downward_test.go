@@ -97,7 +97,7 @@ items:
       image: docker.io/mqlet/busybox:test
       imagePullPolicy: Never
       resources: {limits: {memory: 16Mi}}
-      command: ["sh", "-c", "for f in /down/name /down/labels /down/mem /proj/greeting /proj/creds/password /proj/ns /sec/password; do echo \"$f=$(cat $f)\"; done; echo \"mode=$(stat -Lc %%a /proj/creds/password)\"; for m in /down /proj /sec /cfg; do echo \"fs $m $(awk -v m=$m '$2==m {print $3}' /proc/mounts)\"; done; echo done; sleep 3600"]
+      command: ["sh", "-c", "for f in /down/name /down/labels /down/mem /proj/greeting /proj/creds/password /proj/ns /sec/password; do echo \"$f=$(cat $f)\"; done; echo \"mode=$(stat -Lc %%a /proj/creds/password)\"; echo \"roots $(stat -c %%a /sec) $(stat -c %%a /cfg)\"; for m in /down /proj /sec /cfg; do echo \"fs $m $(awk -v m=$m '$2==m {print $3}' /proc/mounts)\"; done; echo done; sleep 3600"]
       volumeMounts:
       - {name: down, mountPath: /down}
       - {name: proj, mountPath: /proj}
@@ -127,7 +127,7 @@ items:
 	for _, want := range []string{
 		"/down/name=dvol\n", "/down/labels=app=\"dvol\"\n", "/down/mem=16\n",
 		"/proj/greeting=hello\n", "/proj/creds/password=pw-value\n", "/proj/ns=" + e.ns + "\n",
-		"/sec/password=pw-value\n", "mode=400\n",
+		"/sec/password=pw-value\n", "mode=400\n", "roots 1777 777\n",
 		"fs /down tmpfs\n", "fs /proj tmpfs\n", "fs /sec tmpfs\n",
 	} {
 		if !strings.Contains(out, want) {
