@@ -185,7 +185,7 @@ func New(ctx context.Context, opts Options, deps Deps, log zerolog.Logger) (*Age
 	if opts.CommandMarks != nil {
 		intakeOpts.Marks = opts.CommandMarks
 	}
-	a.pool = podworker.New(poolOpts, rt, desired{st}, a.status, a.tracker, a.events, log.With().Str("component", "podworker").Logger())
+	a.pool = podworker.New(poolOpts, rt, desired{Store: st, node: opts.Topics.Node}, a.status, a.tracker, a.events, log.With().Str("component", "podworker").Logger())
 	a.intake = intake.New(intakeOpts, st, sender, a.tracker, a.pool, a.events, a.status, log.With().Str("component", "intake").Logger())
 	a.cmds = intake.NewPipeline(a.intake, st, out, sender, intake.PipelineOptions{MaxBacklog: opts.MaxBacklog, MaxBacklogBytes: opts.MaxBacklogBytes, Group: a.group}, log.With().Str("component", "intake").Logger())
 	a.recoverInFlight()
@@ -498,12 +498,19 @@ func (a *Agent) collectGarbage(ctx context.Context) {
 }
 
 // desired adapts the store to what the pod workers ask.
-type desired struct{ Store }
+type desired struct {
+	Store
+	node string
+}
 
 func (d desired) DesiredPod(namespace, name string) (*v1.Pod, error) {
 	pod, err := d.Pod(namespace, name)
 	if errors.Is(err, store.ErrNotFound) {
 		return nil, nil
+	}
+	if pod != nil && pod.Spec.NodeName == "" {
+		// Stored before the intake bound pods to the node.
+		pod.Spec.NodeName = d.node
 	}
 	return pod, err
 }

@@ -3,6 +3,8 @@ package cri
 import (
 	"time"
 
+	v1 "k8s.io/api/core/v1"
+
 	"github.com/mqlet/mqlet/internal/redact"
 )
 
@@ -53,6 +55,17 @@ type Config struct {
 	// are removed from every message and error the runtime hands out. Nil:
 	// only the secrets a pod refers to are scrubbed from its sync.
 	Scrub func() *redact.Scrubber
+	// HostIPs are the node's addresses, primary first: status.hostIP(s) in
+	// the downward API, and a hostNetwork pod's IPs.
+	HostIPs []string
+	// Allocatable is what resourceFieldRef reads for a container without
+	// a limit (nil: the machine's CPUs and memory).
+	Allocatable v1.ResourceList
+	// ClusterDomain ends a pod's FQDN in its /etc/hosts
+	// (hostname.subdomain.namespace.svc.<domain>).
+	ClusterDomain string
+	// HostsFile is the node's hosts file, which hostNetwork pods get.
+	HostsFile string
 }
 
 // Defaults used for zero Config fields.
@@ -68,6 +81,8 @@ const (
 	DefaultRetryMax        = 30 * time.Second
 	DefaultHealthInterval  = 5 * time.Second
 	DefaultResolvConf      = "/etc/resolv.conf"
+	DefaultClusterDomain   = "cluster.local"
+	DefaultHostsFile       = "/etc/hosts"
 	DefaultPullParallelism = 2
 	DefaultPullTimeout     = 10 * time.Minute
 	DefaultPullBackoffBase = 10 * time.Second
@@ -105,6 +120,12 @@ func (c Config) withDefaults() Config {
 		if c.RuntimeRetryMax < c.RuntimeRetryMin {
 			c.RuntimeRetryMax = c.RuntimeRetryMin
 		}
+	}
+	if c.ClusterDomain == "" {
+		c.ClusterDomain = DefaultClusterDomain
+	}
+	if c.HostsFile == "" {
+		c.HostsFile = DefaultHostsFile
 	}
 	if c.HealthInterval <= 0 {
 		c.HealthInterval = DefaultHealthInterval

@@ -41,6 +41,9 @@ func testManager(t *testing.T) *Manager {
 	if err := os.WriteFile(resolv, []byte("# c\nnameserver 10.0.0.53\nsearch lan example\noptions ndots:2\n"), 0o644); err != nil {
 		t.Fatal(err)
 	}
+	// Secret and downward volumes are tmpfs mounts: gone before the
+	// temporary directory is removed.
+	t.Cleanup(func() { _ = unmountAll(filepath.Join(dir, "pods")) })
 	return newManager(Config{PodLogDir: filepath.Join(dir, "logs"), PodDir: filepath.Join(dir, "pods"), ResolvConf: resolv}, zerolog.Nop(), dialCRI)
 }
 

@@ -89,7 +89,7 @@ func (m *Manager) buildContainerConfig(pod *v1.Pod, c *v1.Container, p container
 	env := p.env
 	if env == nil {
 		var err error
-		if env, err = resolveEnv(pod, c, p.podIP, objects); err != nil {
+		if env, err = resolveEnv(pod, c, m.downward(pod, p.podIP), objects); err != nil {
 			return nil, fmt.Errorf("resolve environment of container %s: %w", c.Name, err)
 		}
 	}
@@ -177,7 +177,7 @@ func envMap(env []v1.EnvVar) map[string]string {
 
 // resolveEnv computes the container's environment as the kubelet does:
 // envFrom first, then env (which wins), with $(VAR) expansion in env values.
-func resolveEnv(pod *v1.Pod, c *v1.Container, podIP string, objects ObjectSource) ([]v1.EnvVar, error) {
+func resolveEnv(pod *v1.Pod, c *v1.Container, d downwardValues, objects ObjectSource) ([]v1.EnvVar, error) {
 	var env []v1.EnvVar
 	index := map[string]int{}
 	total := 0
@@ -243,7 +243,7 @@ func resolveEnv(pod *v1.Pod, c *v1.Container, podIP string, objects ObjectSource
 			}
 			continue
 		}
-		value, ok, err := envValueFrom(pod, e.ValueFrom, podIP, objects)
+		value, ok, err := envValueFrom(pod, c, e.ValueFrom, d, objects)
 		if err != nil {
 			return nil, fmt.Errorf("env %s: %w", e.Name, err)
 		}
@@ -257,7 +257,7 @@ func resolveEnv(pod *v1.Pod, c *v1.Container, podIP string, objects ObjectSource
 }
 
 // envValueFrom resolves one valueFrom; ok is false for a missing optional key.
-func envValueFrom(pod *v1.Pod, from *v1.EnvVarSource, podIP string, objects ObjectSource) (string, bool, error) {
+func envValueFrom(pod *v1.Pod, c *v1.Container, from *v1.EnvVarSource, d downwardValues, objects ObjectSource) (string, bool, error) {
 	switch {
 	case from.ConfigMapKeyRef != nil:
 		ref := from.ConfigMapKeyRef
@@ -300,36 +300,16 @@ func envValueFrom(pod *v1.Pod, from *v1.EnvVarSource, podIP string, objects Obje
 		}
 		return "", false, fmt.Errorf("secret %s/%s has no key %q", pod.Namespace, ref.Name, ref.Key)
 	case from.FieldRef != nil:
-		v, err := podField(pod, from.FieldRef.FieldPath, podIP)
+		v, err := podFieldValue(pod, from.FieldRef, d)
 		return v, err == nil, err
+	case from.ResourceFieldRef != nil:
+		v, err := resourceFieldValue(pod, c, from.ResourceFieldRef, d)
+		return v, err == nil, err
+	case from.FileKeyRef != nil:
+		return fileKeyValue(from.FileKeyRef, d)
 	default:
 		return "", false, fmt.Errorf("unsupported valueFrom source")
 	}
-}
-
-func podField(pod *v1.Pod, fieldPath, podIP string) (string, error) {
-	switch fieldPath {
-	case "metadata.name":
-		return pod.Name, nil
-	case "metadata.namespace":
-		return pod.Namespace, nil
-	case "metadata.uid":
-		return string(pod.UID), nil
-	case "status.podIP":
-		return podIP, nil
-	case "spec.nodeName":
-		return pod.Spec.NodeName, nil
-	case "spec.serviceAccountName":
-		return pod.Spec.ServiceAccountName, nil
-	}
-	for prefix, values := range map[string]map[string]string{
-		"metadata.labels": pod.Labels, "metadata.annotations": pod.Annotations,
-	} {
-		if key, ok := strings.CutPrefix(fieldPath, prefix+"['"); ok && strings.HasSuffix(key, "']") {
-			return values[strings.TrimSuffix(key, "']")], nil
-		}
-	}
-	return "", fmt.Errorf("unsupported fieldRef %q", fieldPath)
 }
 
 func errOrMissing(err error) error {

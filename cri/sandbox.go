@@ -79,6 +79,13 @@ func (m *Manager) buildSandboxConfig(pod *v1.Pod, attempt uint32) (*runtimeapi.P
 	// runc cannot set a hostname without a private UTS namespace.
 	if !pod.Spec.HostNetwork {
 		cfg.Hostname = podHostname(pod)
+		if fqdn := m.podFQDN(pod); fqdn != "" && pod.Spec.SetHostnameAsFQDN != nil && *pod.Spec.SetHostnameAsFQDN {
+			// The kubelet's bound: the kernel's hostname holds 64 bytes.
+			if len(fqdn) > 64 {
+				return nil, fmt.Errorf("setHostnameAsFQDN: FQDN %s is too long (64 characters is the max, %d characters requested): %w", fqdn, len(fqdn), errRefused)
+			}
+			cfg.Hostname = fqdn
+		}
 	}
 	if sc := pod.Spec.SecurityContext; sc != nil {
 		lsc := cfg.Linux.SecurityContext

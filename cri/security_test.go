@@ -396,7 +396,7 @@ func TestExpansionIsBounded(t *testing.T) {
 		env = append(env, v1.EnvVar{Name: fmt.Sprintf("V%d", i), Value: fmt.Sprintf("$(V%d)$(V%d)", i-1, i-1)})
 	}
 	pod.Spec.Containers[0].Env = env
-	_, err := resolveEnv(pod, &pod.Spec.Containers[0], "", fakeObjects{})
+	_, err := resolveEnv(pod, &pod.Spec.Containers[0], downwardValues{}, fakeObjects{})
 	if err == nil || !strings.Contains(err.Error(), "more than") {
 		t.Fatalf("doubling env: err %v, want a bound error", err)
 	}

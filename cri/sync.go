@@ -71,6 +71,7 @@ func (m *Manager) SyncPod(ctx context.Context, in SyncInput) (err error) {
 		return nil
 	}
 	if act.NextInit < 0 && len(act.ContainersToStart) == 0 {
+		m.refreshVolumes(pod, objects, events)
 		return nil
 	}
 
@@ -121,6 +122,10 @@ func (m *Manager) SyncPod(ctx context.Context, in SyncInput) (err error) {
 			return podConfigErrors(pod, err)
 		}
 		return err
+	}
+
+	if err := m.writeEtcHosts(pod, podIP); err != nil {
+		return fmt.Errorf("write /etc/hosts of pod %s/%s: %w", pod.Namespace, pod.Name, err)
 	}
 
 	start := func(c *v1.Container, init bool) error {
@@ -232,7 +237,9 @@ func (m *Manager) startContainer(ctx context.Context, svc *services, r startRequ
 		r.events.Event(pod, v1.EventTypeWarning, "Failed", fmt.Sprintf("Error: %v", err))
 		return fail("CreateContainerConfigError", fmt.Errorf("%s: %w", what, err))
 	}
-	env, err := resolveEnv(pod, c, r.podIP, r.objects)
+	dv := m.downward(pod, r.podIP)
+	dv.volumes = r.volumes
+	env, err := resolveEnv(pod, c, dv, r.objects)
 	if err != nil {
 		return configError(fmt.Errorf("resolve environment: %w", err))
 	}

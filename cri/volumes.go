@@ -9,7 +9,6 @@ import (
 	"slices"
 	"strconv"
 	"strings"
-	"time"
 
 	"golang.org/x/sys/unix"
 	v1 "k8s.io/api/core/v1"
@@ -21,7 +20,8 @@ import (
 const (
 	defaultConfigMapMode = 0o644
 	defaultSecretMode    = 0o400
-	dataLink             = "..data"
+	defaultDownwardMode  = 0o644
+	defaultProjectedMode = 0o644
 )
 
 func sortedKeys[V any](m map[string]V) []string {
@@ -57,21 +57,37 @@ func (m *Manager) prepareVolumes(pod *v1.Pod, objects ObjectSource) (map[string]
 		)
 		switch {
 		case vol.EmptyDir != nil:
-			if dir, err = m.podVolumeDir(uid, "kubernetes.io~empty-dir", vol.Name); err != nil {
-				break
-			}
-			if err = os.MkdirAll(dir, 0o755); err == nil {
-				err = os.Chmod(dir, 0o777) // any container user may write, as in the kubelet
+			if dir, err = m.podVolumeDir(uid, "kubernetes.io~empty-dir", vol.Name); err == nil {
+				err = m.prepareEmptyDir(pod, vol.EmptyDir, dir)
 			}
 		case vol.HostPath != nil:
 			dir, err = m.prepareHostPath(uid, vol.Name, vol.HostPath)
 		case vol.ConfigMap != nil:
 			if dir, err = m.podVolumeDir(uid, "kubernetes.io~configmap", vol.Name); err == nil {
-				err = m.writeConfigMapVolume(pod, vol.ConfigMap, dir, objects)
+				var files []volumeFile
+				if files, err = configMapFiles(pod, vol.ConfigMap, objects); err == nil {
+					err = writeAtomicGroup(dir, files, podFSGroup(pod))
+				}
+				if err == nil {
+					// The kubelet's configMap volume root (the mount is read-only).
+					err = unix.Chmod(dir, 0o777|currentSetgid(dir))
+				}
 			}
 		case vol.Secret != nil:
 			if dir, err = m.podVolumeDir(uid, "kubernetes.io~secret", vol.Name); err == nil {
-				err = m.writeSecretVolume(pod, vol.Secret, dir, objects)
+				err = writeOnTmpfs(dir, podFSGroup(pod), func() ([]volumeFile, error) { return secretFiles(pod, vol.Secret, objects) })
+			}
+		case vol.DownwardAPI != nil:
+			if dir, err = m.podVolumeDir(uid, "kubernetes.io~downward-api", vol.Name); err == nil {
+				d := m.downward(pod, "")
+				err = writeOnTmpfs(dir, podFSGroup(pod), func() ([]volumeFile, error) {
+					return downwardFiles(pod, vol.DownwardAPI.Items, modeOr(vol.DownwardAPI.DefaultMode, defaultDownwardMode), d)
+				})
+			}
+		case vol.Projected != nil:
+			if dir, err = m.podVolumeDir(uid, "kubernetes.io~projected", vol.Name); err == nil {
+				d := m.downward(pod, "")
+				err = writeOnTmpfs(dir, podFSGroup(pod), func() ([]volumeFile, error) { return projectedFiles(pod, vol.Projected, objects, d) })
 			}
 		default:
 			err = fmt.Errorf("volume type is not supported")
@@ -84,13 +100,7 @@ func (m *Manager) prepareVolumes(pod *v1.Pod, objects ObjectSource) (map[string]
 	return paths, nil
 }
 
-type volumeFile struct {
-	path string
-	data []byte
-	mode os.FileMode
-}
-
-func projectItems(items []v1.KeyToPath, data map[string][]byte, defaultMode os.FileMode, optional bool, what string) ([]volumeFile, error) {
+func projectItems(items []v1.KeyToPath, data map[string][]byte, defaultMode uint32, optional bool, what string) ([]volumeFile, error) {
 	var files []volumeFile
 	if len(items) == 0 {
 		for _, k := range sortedKeys(data) {
@@ -113,7 +123,7 @@ func projectItems(items []v1.KeyToPath, data map[string][]byte, defaultMode os.F
 		}
 		mode := defaultMode
 		if it.Mode != nil {
-			mode = os.FileMode(*it.Mode)
+			mode = uint32(*it.Mode)
 		}
 		// Cleaned, as the kubelet does: "./x" is x. Taken as written, its
 		// first component "." made the volume directory itself the
@@ -128,175 +138,79 @@ func projectItems(items []v1.KeyToPath, data map[string][]byte, defaultMode os.F
 	return files, nil
 }
 
-func (m *Manager) writeConfigMapVolume(pod *v1.Pod, src *v1.ConfigMapVolumeSource, dir string, objects ObjectSource) error {
-	return writeKeyedVolume(keyedVolume{
-		what: "configmap " + pod.Namespace + "/" + src.Name, items: src.Items, defaultMode: src.DefaultMode,
-		fallbackMode: defaultConfigMapMode, optional: src.Optional != nil && *src.Optional,
-		read: func() (map[string][]byte, error) {
-			cm, err := objects.ConfigMap(pod.Namespace, src.Name)
-			if err != nil || cm == nil {
-				return nil, errOrMissing(err)
-			}
-			data := make(map[string][]byte, len(cm.Data)+len(cm.BinaryData))
-			for k, v := range cm.Data {
-				data[k] = []byte(v)
-			}
-			for k, v := range cm.BinaryData {
-				data[k] = v
-			}
-			return data, nil
-		},
-	}, dir)
+func configMapFiles(pod *v1.Pod, src *v1.ConfigMapVolumeSource, objects ObjectSource) ([]volumeFile, error) {
+	return keyedFiles(keyedVolume{
+		what: "configmap " + pod.Namespace + "/" + src.Name, items: src.Items,
+		mode: modeOr(src.DefaultMode, defaultConfigMapMode), optional: src.Optional != nil && *src.Optional,
+		read: func() (map[string][]byte, error) { return configMapData(objects, pod.Namespace, src.Name) },
+	})
 }
 
-func (m *Manager) writeSecretVolume(pod *v1.Pod, src *v1.SecretVolumeSource, dir string, objects ObjectSource) error {
-	return writeKeyedVolume(keyedVolume{
-		what: "secret " + pod.Namespace + "/" + src.SecretName, items: src.Items, defaultMode: src.DefaultMode,
-		fallbackMode: defaultSecretMode, optional: src.Optional != nil && *src.Optional,
-		read: func() (map[string][]byte, error) {
-			s, err := objects.Secret(pod.Namespace, src.SecretName)
-			if err != nil || s == nil {
-				return nil, errOrMissing(err)
-			}
-			data := make(map[string][]byte, len(s.StringData)+len(s.Data))
-			for k, v := range s.StringData {
-				data[k] = []byte(v)
-			}
-			for k, v := range s.Data {
-				data[k] = v
-			}
-			return data, nil
-		},
-	}, dir)
+func secretFiles(pod *v1.Pod, src *v1.SecretVolumeSource, objects ObjectSource) ([]volumeFile, error) {
+	return keyedFiles(keyedVolume{
+		what: "secret " + pod.Namespace + "/" + src.SecretName, items: src.Items,
+		mode: modeOr(src.DefaultMode, defaultSecretMode), optional: src.Optional != nil && *src.Optional,
+		read: func() (map[string][]byte, error) { return secretData(objects, pod.Namespace, src.SecretName) },
+	})
 }
 
-// keyedVolume is a configMap or secret volume: keys projected into files.
+func configMapData(objects ObjectSource, namespace, name string) (map[string][]byte, error) {
+	cm, err := objects.ConfigMap(namespace, name)
+	if err != nil || cm == nil {
+		return nil, errOrMissing(err)
+	}
+	data := make(map[string][]byte, len(cm.Data)+len(cm.BinaryData))
+	for k, v := range cm.Data {
+		data[k] = []byte(v)
+	}
+	for k, v := range cm.BinaryData {
+		data[k] = v
+	}
+	return data, nil
+}
+
+func secretData(objects ObjectSource, namespace, name string) (map[string][]byte, error) {
+	s, err := objects.Secret(namespace, name)
+	if err != nil || s == nil {
+		return nil, errOrMissing(err)
+	}
+	data := make(map[string][]byte, len(s.StringData)+len(s.Data))
+	for k, v := range s.StringData {
+		data[k] = []byte(v)
+	}
+	for k, v := range s.Data {
+		data[k] = v
+	}
+	return data, nil
+}
+
+// modeOr is *mode, or def when unset.
+func modeOr(mode *int32, def uint32) uint32 {
+	if mode != nil {
+		return uint32(*mode)
+	}
+	return def
+}
+
+// keyedVolume is a configMap or secret (volume or projection): keys
+// projected into files.
 type keyedVolume struct {
-	what         string
-	items        []v1.KeyToPath
-	defaultMode  *int32
-	fallbackMode int
-	optional     bool
-	read         func() (map[string][]byte, error)
+	what     string
+	items    []v1.KeyToPath
+	mode     uint32
+	optional bool
+	read     func() (map[string][]byte, error)
 }
 
-func writeKeyedVolume(v keyedVolume, dir string) error {
+func keyedFiles(v keyedVolume) ([]volumeFile, error) {
 	data, err := v.read()
 	if err != nil {
 		if !v.optional {
-			return fmt.Errorf("%s: %w", v.what, err)
+			return nil, fmt.Errorf("%s: %w", v.what, err)
 		}
 		data = map[string][]byte{}
 	}
-	mode := os.FileMode(v.fallbackMode)
-	if v.defaultMode != nil {
-		mode = os.FileMode(*v.defaultMode)
-	}
-	files, err := projectItems(v.items, data, mode, v.optional, v.what)
-	if err != nil {
-		return err
-	}
-	return writeAtomic(dir, files)
-}
-
-// writeAtomic publishes files under dir the way the kubelet does, so running
-// containers see a consistent update: the files go into a fresh hidden
-// directory, the ..data symlink is swapped to it, and each visible name is a
-// symlink through ..data.
-func writeAtomic(dir string, files []volumeFile) error {
-	if err := os.MkdirAll(dir, 0o755); err != nil {
-		return err
-	}
-	if same, err := unchanged(dir, files); err == nil && same {
-		return nil
-	}
-	gen := "..gen_" + time.Now().UTC().Format("2006_01_02_15_04_05.000000000")
-	genDir := filepath.Join(dir, gen)
-	if err := os.Mkdir(genDir, 0o755); err != nil {
-		return err
-	}
-	for _, f := range files {
-		p := filepath.Join(genDir, f.path)
-		if err := os.MkdirAll(filepath.Dir(p), 0o755); err != nil {
-			return err
-		}
-		if err := os.WriteFile(p, f.data, f.mode); err != nil {
-			return err
-		}
-		if err := os.Chmod(p, f.mode); err != nil { // WriteFile's mode is filtered by umask
-			return err
-		}
-	}
-	tmpLink := filepath.Join(dir, "..data_tmp")
-	_ = os.Remove(tmpLink)
-	if err := os.Symlink(gen, tmpLink); err != nil {
-		return err
-	}
-	old, _ := os.Readlink(filepath.Join(dir, dataLink))
-	if err := os.Rename(tmpLink, filepath.Join(dir, dataLink)); err != nil {
-		return err
-	}
-	wanted := map[string]bool{}
-	for _, f := range files {
-		top := strings.SplitN(f.path, "/", 2)[0]
-		wanted[top] = true
-		link, err := childOf(dir, top)
-		if err != nil {
-			return err
-		}
-		if target, err := os.Readlink(link); err == nil && target == filepath.Join(dataLink, top) {
-			continue
-		}
-		_ = os.RemoveAll(link)
-		if err := os.Symlink(filepath.Join(dataLink, top), link); err != nil {
-			return err
-		}
-	}
-	entries, err := os.ReadDir(dir)
-	if err != nil {
-		return err
-	}
-	for _, e := range entries {
-		name := e.Name()
-		if strings.HasPrefix(name, "..") || wanted[name] {
-			continue
-		}
-		_ = os.RemoveAll(filepath.Join(dir, name))
-	}
-	if old != "" && old != gen {
-		_ = os.RemoveAll(filepath.Join(dir, old))
-	}
-	return nil
-}
-
-// unchanged reports whether dir already publishes exactly files.
-func unchanged(dir string, files []volumeFile) (bool, error) {
-	current := filepath.Join(dir, dataLink)
-	count := 0
-	err := filepath.WalkDir(current+"/", func(p string, d os.DirEntry, err error) error {
-		if err != nil {
-			return err
-		}
-		if !d.IsDir() {
-			count++
-		}
-		return nil
-	})
-	if err != nil || count != len(files) {
-		return false, err
-	}
-	for _, f := range files {
-		p := filepath.Join(current, f.path)
-		info, err := os.Stat(p)
-		if err != nil || info.Mode().Perm() != f.mode.Perm() {
-			return false, err
-		}
-		data, err := os.ReadFile(p)
-		if err != nil || string(data) != string(f.data) {
-			return false, err
-		}
-	}
-	return true, nil
+	return projectItems(v.items, data, v.mode, v.optional, v.what)
 }
 
 // containerMounts maps the container's volumeMounts onto host paths. A
@@ -305,7 +219,7 @@ func unchanged(dir string, files []volumeFile) (bool, error) {
 func (m *Manager) containerMounts(pod *v1.Pod, c *v1.Container, paths map[string]string, env []v1.EnvVar) ([]*runtimeapi.Mount, error) {
 	readOnlyKind := map[string]bool{}
 	for _, vol := range pod.Spec.Volumes {
-		readOnlyKind[vol.Name] = vol.ConfigMap != nil || vol.Secret != nil
+		readOnlyKind[vol.Name] = vol.ConfigMap != nil || vol.Secret != nil || vol.DownwardAPI != nil || vol.Projected != nil
 	}
 	var (
 		mounts []*runtimeapi.Mount
@@ -332,6 +246,13 @@ func (m *Manager) containerMounts(pod *v1.Pod, c *v1.Container, paths map[string
 			Readonly:      vm.ReadOnly || readOnlyKind[vm.Name],
 			Propagation:   runtimeapi.MountPropagation_PROPAGATION_PRIVATE,
 		})
+	}
+	hosts, err := m.hostsMount(pod, c)
+	if err != nil {
+		return nil, err
+	}
+	if hosts != nil {
+		mounts = append(mounts, hosts)
 	}
 	slices.SortStableFunc(mounts, func(a, b *runtimeapi.Mount) int {
 		return cmp.Compare(strings.Count(a.ContainerPath, "/"), strings.Count(b.ContainerPath, "/"))
@@ -435,4 +356,36 @@ func (m *Manager) pruneMounts(pod *v1.Pod) error {
 		prune(filepath.Join(podDir, subpathsDir, v), func(n string) bool { return containers[n] })
 	}
 	return errors.Join(errs...)
+}
+
+// refreshVolumes rewrites the configMap, secret, downwardAPI and projected
+// volumes of a running pod from the current objects, so its containers
+// see a change without a restart (the atomic writer leaves unchanged
+// volumes alone). subPath mounts keep what they had, as in the kubelet.
+// A failure keeps the old files and is reported as FailedMount: the
+// running containers are not touched for it.
+func (m *Manager) refreshVolumes(pod *v1.Pod, objects ObjectSource, events EventRecorder) {
+	refreshable := *pod
+	refreshable.Spec.Volumes = nil
+	for _, vol := range pod.Spec.Volumes {
+		if vol.ConfigMap != nil || vol.Secret != nil || vol.DownwardAPI != nil || vol.Projected != nil {
+			refreshable.Spec.Volumes = append(refreshable.Spec.Volumes, vol)
+		}
+	}
+	if len(refreshable.Spec.Volumes) == 0 {
+		return
+	}
+	if _, err := m.prepareVolumes(&refreshable, objects); err != nil {
+		events.Event(pod, v1.EventTypeWarning, "FailedMount", err.Error())
+		m.log.Warn().Err(err).Str("pod", pod.Namespace+"/"+pod.Name).Msg("refreshing volumes of a running pod")
+	}
+}
+
+// currentSetgid is the setgid bit dir has (fsGroup sets it), to keep.
+func currentSetgid(dir string) uint32 {
+	var st unix.Stat_t
+	if unix.Stat(dir, &st) == nil {
+		return st.Mode & unix.S_ISGID
+	}
+	return 0
 }

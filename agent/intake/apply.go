@@ -103,6 +103,7 @@ func (in *Intake) applyObjects(id string, payload []byte, replaceAll bool) {
 	for _, key := range keys {
 		in.pods.Enqueue(key)
 	}
+	in.enqueueUsers(changes, want)
 	for _, pod := range created {
 		in.events.Event(pod, v1.EventTypeNormal, "Scheduled", "Successfully assigned "+pod.Namespace+"/"+pod.Name+" to "+in.opts.Topics.Node)
 	}
@@ -133,6 +134,9 @@ func (in *Intake) validateAll(id string, objs []apiruntime.Object) []string {
 			if errs := validate.ValidatePod(obj, in.opts.Topics.Node, in.podPolicy(obj.Namespace)); len(errs) > 0 {
 				note(v1.ObjectReference{}, obj, fmt.Sprintf("Pod %s/%s: %s", obj.Namespace, obj.Name, validate.FormatErrors(errs)))
 			}
+			// Bound to this node, as the scheduler would: the downward API
+			// and the published pod show it.
+			obj.Spec.NodeName = in.opts.Topics.Node
 		case *v1.ConfigMap:
 			if obj.Namespace == "" {
 				obj.Namespace = v1.NamespaceDefault

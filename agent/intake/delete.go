@@ -3,6 +3,7 @@ package intake
 import (
 	"errors"
 	"fmt"
+	"github.com/mqlet/mqlet/agent/store"
 	"strings"
 
 	"github.com/mqlet/mqlet/agent/manifest"
@@ -25,6 +26,7 @@ func (in *Intake) handleDelete(r request) {
 	}
 	want := map[string]pending.Want{}
 	var deleted, missing []string
+	var objChanges []store.Change
 	for _, r := range refs {
 		existed, err := in.store.Delete(r.Kind, r.Namespace, r.Name)
 		if err != nil {
@@ -36,6 +38,9 @@ func (in *Intake) handleDelete(r request) {
 			continue
 		}
 		deleted = append(deleted, r.String())
+		if r.Kind == store.KindConfigMap || r.Kind == store.KindSecret {
+			objChanges = append(objChanges, store.Change{Kind: r.Kind, Key: r.Namespace + "/" + r.Name, Action: store.Deleted})
+		}
 		if r.Kind == "Pod" {
 			want[r.Namespace+"/"+r.Name] = pending.Want{Gone: true}
 		}
@@ -53,4 +58,5 @@ func (in *Intake) handleDelete(r request) {
 	for _, key := range sortedKeys(want) {
 		in.pods.EnqueueDelete(key, grace)
 	}
+	in.enqueueUsers(objChanges, want)
 }

@@ -451,9 +451,10 @@ func TestNodeRejectsAtEveryProfile(t *testing.T) {
 				{Name: "b", VolumeSource: v1.VolumeSource{ConfigMap: &v1.ConfigMapVolumeSource{LocalObjectReference: v1.LocalObjectReference{Name: "c"}}}},
 				{Name: "c", VolumeSource: v1.VolumeSource{NFS: &v1.NFSVolumeSource{Server: "nas", Path: "/x"}}}}
 		}, "spec.volumes[2].nfs", "mqlet does not support nfs volumes"},
-		{"downwardAPI volume", func(p *v1.Pod) {
-			p.Spec.Volumes = []v1.Volume{{Name: "d", VolumeSource: v1.VolumeSource{DownwardAPI: &v1.DownwardAPIVolumeSource{}}}}
-		}, "spec.volumes[0].downwardAPI", "mqlet does not support downwardAPI volumes"},
+		{"serviceAccountToken projection", func(p *v1.Pod) {
+			p.Spec.Volumes = []v1.Volume{{Name: "d", VolumeSource: v1.VolumeSource{Projected: &v1.ProjectedVolumeSource{Sources: []v1.VolumeProjection{
+				{ServiceAccountToken: &v1.ServiceAccountTokenProjection{Path: "token"}}}}}}}
+		}, "spec.volumes[0].projected.sources[0].serviceAccountToken", "mqlet does not support serviceAccountToken"},
 		{"host sysctl", func(p *v1.Pod) { podSC(p).Sysctls = []v1.Sysctl{{Name: "kernel.panic", Value: "1"}} },
 			"spec.securityContext.sysctls[0].name", "would change the host"},
 		{"vm sysctl", func(p *v1.Pod) {
@@ -617,13 +618,13 @@ func TestRecursiveReadOnlyEnabledRefused(t *testing.T) {
 	}
 }
 
-// emptyDir medium Memory (for data that must not reach a disk) and
-// sizeLimit were accepted and ignored: the files went to the node's disk
-// without a limit. Refused, naming the field.
+// A sizeLimit on a disk emptyDir was accepted and ignored (mqlet evicts
+// nothing), as was a huge pages medium: refused, naming the field.
+// Medium Memory, with or without a sizeLimit, is a sized tmpfs.
 func TestEmptyDirMediumAndSizeLimitRefused(t *testing.T) {
 	limit := resource.MustParse("1Mi")
 	for field, ed := range map[string]*v1.EmptyDirVolumeSource{
-		"spec.volumes[0].emptyDir.medium: Forbidden":    {Medium: v1.StorageMediumMemory},
+		"spec.volumes[0].emptyDir.medium: Forbidden":    {Medium: v1.StorageMediumHugePages},
 		"spec.volumes[0].emptyDir.sizeLimit: Forbidden": {SizeLimit: &limit},
 	} {
 		pod := basePod()
@@ -632,9 +633,11 @@ func TestEmptyDirMediumAndSizeLimitRefused(t *testing.T) {
 			t.Errorf("want %s: %s", field, msg)
 		}
 	}
-	pod := basePod()
-	pod.Spec.Volumes = []v1.Volume{{Name: "d", VolumeSource: v1.VolumeSource{EmptyDir: &v1.EmptyDirVolumeSource{}}}}
-	if errs := ValidatePod(pod, node, Policy{}); len(errs) != 0 {
-		t.Fatalf("a plain emptyDir refused: %s", FormatErrors(errs))
+	for _, ed := range []*v1.EmptyDirVolumeSource{{}, {Medium: v1.StorageMediumMemory}, {Medium: v1.StorageMediumMemory, SizeLimit: &limit}} {
+		pod := basePod()
+		pod.Spec.Volumes = []v1.Volume{{Name: "d", VolumeSource: v1.VolumeSource{EmptyDir: ed}}}
+		if errs := ValidatePod(pod, node, Policy{}); len(errs) != 0 {
+			t.Fatalf("emptyDir %+v refused: %s", ed, FormatErrors(errs))
+		}
 	}
 }

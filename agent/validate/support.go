@@ -62,7 +62,8 @@ func keysIn(keys ...string) func(reflect.Value) bool {
 }
 
 // supportedFieldRefs are the fieldRef paths the runtime resolves for env.
-var supportedFieldRefs = []string{"metadata.name", "metadata.namespace", "metadata.uid", "status.podIP", "spec.serviceAccountName"}
+var supportedFieldRefs = []string{"metadata.name", "metadata.namespace", "metadata.uid", "metadata.labels", "metadata.annotations",
+	"spec.nodeName", "spec.serviceAccountName", "status.hostIP", "status.hostIPs", "status.podIP", "status.podIPs"}
 
 func fieldRefSupported(v reflect.Value) bool {
 	p := v.String()
@@ -118,11 +119,11 @@ var supportTable = supportRules{
 	"PodSpec.securityContext":               honoured(""),
 	"PodSpec.imagePullSecrets":              honoured(""),
 	"PodSpec.hostname":                      honoured(""),
-	"PodSpec.subdomain":                     rejected("mqlet does not support subdomain (it manages no /etc/hosts entry for the pod's FQDN)"),
+	"PodSpec.subdomain":                     honoured("the pod's FQDN in its /etc/hosts (cluster domain cluster.local)"),
 	"PodSpec.affinity":                      honoured(""),
 	"PodSpec.schedulerName":                 ignored(notScheduled),
 	"PodSpec.tolerations":                   ignored("the node has no taints, so there is nothing to tolerate"),
-	"PodSpec.hostAliases":                   rejected("mqlet does not support hostAliases (it manages no /etc/hosts)"),
+	"PodSpec.hostAliases":                   honoured("written into the pod's /etc/hosts"),
 	"PodSpec.priorityClassName":             ignored("resolved into priority by the API server; the kubelet ignores the name"),
 	"PodSpec.priority":                      ignored("the kubelet uses it only to evict and preempt, and mqlet does neither"),
 	"PodSpec.dnsConfig":                     honoured(""),
@@ -132,7 +133,7 @@ var supportTable = supportRules{
 	"PodSpec.preemptionPolicy":              ignored(notScheduled),
 	"PodSpec.overhead":                      rejected("mqlet does not support overhead (it does not account a RuntimeClass's overhead)"),
 	"PodSpec.topologySpreadConstraints":     ignored(notScheduled),
-	"PodSpec.setHostnameAsFQDN":             rejected("mqlet does not support setHostnameAsFQDN"),
+	"PodSpec.setHostnameAsFQDN":             honoured("64-character limit as the kubelet's"),
 	"PodSpec.os":                            honoured("linux only (PodOSNotSupported otherwise)"),
 	"PodSpec.hostUsers":                     honoured("true only: mqlet makes no user namespace, hostUsers: false is refused"),
 	"PodSpec.schedulingGates":               rejected("mqlet does not support schedulingGates (there is no scheduler to remove them)"),
@@ -145,7 +146,7 @@ var supportTable = supportRules{
 	// Volumes: emptyDir, hostPath, configMap and secret are mounted.
 	"Volume.name":                        honoured(""),
 	"VolumeSource.hostPath":              honoured("only beneath admission's allowedHostPaths"),
-	"VolumeSource.emptyDir":              honoured("a directory on the node's disk"),
+	"VolumeSource.emptyDir":              honoured("a directory on the node's disk, or a tmpfs of its own for medium Memory"),
 	"VolumeSource.gcePersistentDisk":     unsupportedVolume("gcePersistentDisk"),
 	"VolumeSource.awsElasticBlockStore":  unsupportedVolume("awsElasticBlockStore"),
 	"VolumeSource.gitRepo":               unsupportedVolume("gitRepo"),
@@ -159,7 +160,7 @@ var supportTable = supportRules{
 	"VolumeSource.cinder":                unsupportedVolume("cinder"),
 	"VolumeSource.cephfs":                unsupportedVolume("cephfs"),
 	"VolumeSource.flocker":               unsupportedVolume("flocker"),
-	"VolumeSource.downwardAPI":           unsupportedVolume("downwardAPI"),
+	"VolumeSource.downwardAPI":           honoured("on a tmpfs of its own, updated in place by an atomic swap"),
 	"VolumeSource.fc":                    unsupportedVolume("fc"),
 	"VolumeSource.azureFile":             unsupportedVolume("azureFile"),
 	"VolumeSource.configMap":             honoured(""),
@@ -167,7 +168,7 @@ var supportTable = supportRules{
 	"VolumeSource.quobyte":               unsupportedVolume("quobyte"),
 	"VolumeSource.azureDisk":             unsupportedVolume("azureDisk"),
 	"VolumeSource.photonPersistentDisk":  unsupportedVolume("photonPersistentDisk"),
-	"VolumeSource.projected":             unsupportedVolume("projected"),
+	"VolumeSource.projected":             honoured("configMap, secret and downwardAPI sources, on a tmpfs of its own"),
 	"VolumeSource.portworxVolume":        unsupportedVolume("portworxVolume"),
 	"VolumeSource.scaleIO":               unsupportedVolume("scaleIO"),
 	"VolumeSource.storageos":             unsupportedVolume("storageos"),
@@ -178,9 +179,10 @@ var supportTable = supportRules{
 	"HostPathVolumeSource.path": honoured("resolved and checked again when mounted"),
 	"HostPathVolumeSource.type": honoured(""),
 
-	"EmptyDirVolumeSource.medium": rejected("mqlet supports only the default medium (the node's disk)").
-		except(`"" (the node's disk)`, stringIn("")),
-	"EmptyDirVolumeSource.sizeLimit": rejected("mqlet does not enforce emptyDir size limits"),
+	"EmptyDirVolumeSource.medium": rejected("mqlet supports only the default medium (the node's disk) and Memory").
+		except(`"" (the node's disk) or "Memory" (a tmpfs)`, stringIn("", "Memory")),
+	// On disk a size limit is refused by checkNode: mqlet evicts nothing.
+	"EmptyDirVolumeSource.sizeLimit": honoured("the size of the tmpfs of medium Memory (refused on disk)"),
 	"EmptyDirVolumeSource.mode":      rejected("mqlet does not support an emptyDir mode (the directory is always 0777)"),
 
 	"SecretVolumeSource.secretName":  honoured(""),
@@ -246,10 +248,14 @@ var supportTable = supportRules{
 	"EnvVar.value":                   honoured("with $(VAR) expansion"),
 	"EnvVar.valueFrom":               honoured(""),
 	"EnvVarSource.fieldRef":          honoured(""),
-	"EnvVarSource.resourceFieldRef":  rejected("mqlet does not support resourceFieldRef"),
+	"EnvVarSource.resourceFieldRef":  honoured("limits and requests with divisor; the node's allocatable when unlimited"),
 	"EnvVarSource.configMapKeyRef":   honoured(""),
 	"EnvVarSource.secretKeyRef":      honoured(""),
-	"EnvVarSource.fileKeyRef":        rejected("mqlet does not support fileKeyRef"),
+	"EnvVarSource.fileKeyRef":        honoured("read from an emptyDir, opened beneath the volume, at most 1 MiB"),
+	"FileKeySelector.volumeName":     honoured("an emptyDir volume of the pod"),
+	"FileKeySelector.path":           honoured("opened beneath the volume, no symlink followed"),
+	"FileKeySelector.key":            honoured(""),
+	"FileKeySelector.optional":       honoured(""),
 	"ObjectFieldSelector.apiVersion": honoured(""),
 	"ObjectFieldSelector.fieldPath": rejected("mqlet does not support this fieldRef (supported: "+strings.Join(supportedFieldRefs, ", ")+", metadata.labels['<key>'], metadata.annotations['<key>'])").
 		except(strings.Join(supportedFieldRefs, ", ")+", metadata.labels['<key>'], metadata.annotations['<key>']", fieldRefSupported),
@@ -301,8 +307,8 @@ var supportTable = supportRules{
 	"PodSecurityContext.runAsNonRoot":             honoured(""),
 	"PodSecurityContext.supplementalGroups":       honoured(""),
 	"PodSecurityContext.supplementalGroupsPolicy": rejected("mqlet does not support supplementalGroupsPolicy Strict").except("Merge (the runtime's behaviour)", stringIn(string(v1.SupplementalGroupsPolicyMerge))),
-	"PodSecurityContext.fsGroup":                  rejected("mqlet does not support fsGroup (volume ownership is not changed)"),
-	"PodSecurityContext.fsGroupChangePolicy":      rejected("mqlet does not support fsGroupChangePolicy"),
+	"PodSecurityContext.fsGroup":                  honoured("group ownership and setgid on volumes, added to the containers' groups"),
+	"PodSecurityContext.fsGroupChangePolicy":      honoured(""),
 	"PodSecurityContext.sysctls":                  honoured("namespaced sysctls of namespaces the pod does not share with the host"),
 	"PodSecurityContext.seccompProfile":           honoured(""),
 	"PodSecurityContext.appArmorProfile":          rejected("mqlet does not support AppArmor profiles (it passes none to the runtime)"),

@@ -170,7 +170,7 @@ func TestCheckSupportRejects(t *testing.T) {
 		{"projected serviceAccountToken", func(p *v1.Pod) {
 			p.Spec.Volumes = []v1.Volume{{Name: "t", VolumeSource: v1.VolumeSource{Projected: &v1.ProjectedVolumeSource{
 				Sources: []v1.VolumeProjection{{ServiceAccountToken: &v1.ServiceAccountTokenProjection{Path: "token"}}}}}}}
-		}, "spec.volumes[0].projected: Forbidden: mqlet does not support projected volumes"},
+		}, "spec.volumes[0].projected.sources[0].serviceAccountToken: Forbidden: mqlet does not support serviceAccountToken projections"},
 		{"ephemeral containers", func(p *v1.Pod) {
 			p.Spec.EphemeralContainers = []v1.EphemeralContainer{{EphemeralContainerCommon: v1.EphemeralContainerCommon{Name: "d", Image: "busybox"}}}
 		}, "spec.ephemeralContainers: Forbidden: mqlet does not support ephemeral containers"},
@@ -195,29 +195,11 @@ func TestCheckSupportRejects(t *testing.T) {
 		{"termination message path", func(p *v1.Pod) { p.Spec.Containers[0].TerminationMessagePath = "/tmp/msg" },
 			"spec.containers[0].terminationMessagePath: Forbidden"},
 		{"activeDeadlineSeconds", func(p *v1.Pod) { p.Spec.ActiveDeadlineSeconds = &seven }, "spec.activeDeadlineSeconds: Forbidden"},
-		{"downwardAPI volume", func(p *v1.Pod) {
-			p.Spec.Volumes = []v1.Volume{{Name: "d", VolumeSource: v1.VolumeSource{DownwardAPI: &v1.DownwardAPIVolumeSource{}}}}
-		}, "spec.volumes[0].downwardAPI: Forbidden"},
-		{"fieldRef spec.nodeName", func(p *v1.Pod) {
-			p.Spec.Containers[0].Env = []v1.EnvVar{{Name: "N", ValueFrom: &v1.EnvVarSource{FieldRef: &v1.ObjectFieldSelector{FieldPath: "spec.nodeName"}}}}
-		}, `spec.containers[0].env[0].valueFrom.fieldRef.fieldPath: Forbidden: mqlet does not support this fieldRef (supported: metadata.name, metadata.namespace, metadata.uid, status.podIP, spec.serviceAccountName, metadata.labels['<key>'], metadata.annotations['<key>']): "spec.nodeName"`},
-		{"fieldRef status.hostIP", func(p *v1.Pod) {
-			p.Spec.Containers[0].Env = []v1.EnvVar{{Name: "N", ValueFrom: &v1.EnvVarSource{FieldRef: &v1.ObjectFieldSelector{FieldPath: "status.hostIP"}}}}
-		}, "spec.containers[0].env[0].valueFrom.fieldRef.fieldPath: Forbidden"},
-		{"resourceFieldRef", func(p *v1.Pod) {
-			p.Spec.Containers[0].Env = []v1.EnvVar{{Name: "N", ValueFrom: &v1.EnvVarSource{ResourceFieldRef: &v1.ResourceFieldSelector{Resource: "limits.cpu"}}}}
-		}, "spec.containers[0].env[0].valueFrom.resourceFieldRef: Forbidden"},
-		{"fsGroup", func(p *v1.Pod) { p.Spec.SecurityContext = &v1.PodSecurityContext{FSGroup: &seven} }, "spec.securityContext.fsGroup: Forbidden"},
-		{"hostAliases", func(p *v1.Pod) { p.Spec.HostAliases = []v1.HostAlias{{IP: "10.0.0.1", Hostnames: []string{"a"}}} },
-			"spec.hostAliases: Forbidden"},
 		{"readinessGates", func(p *v1.Pod) { p.Spec.ReadinessGates = []v1.PodReadinessGate{{ConditionType: "x"}} }, "spec.readinessGates: Forbidden"},
 		{"schedulingGates", func(p *v1.Pod) { p.Spec.SchedulingGates = []v1.PodSchedulingGate{{Name: "x"}} }, "spec.schedulingGates: Forbidden"},
 		{"resourceClaims", func(p *v1.Pod) { p.Spec.ResourceClaims = []v1.PodResourceClaim{{Name: "x"}} }, "spec.resourceClaims: Forbidden"},
 		{"runtimeClassName", func(p *v1.Pod) { p.Spec.RuntimeClassName = ptr("kata") }, "spec.runtimeClassName: Forbidden"},
 		{"overhead", func(p *v1.Pod) { p.Spec.Overhead = v1.ResourceList{v1.ResourceCPU: resource.MustParse("1")} }, "spec.overhead: Forbidden"},
-		{"emptyDir Memory", func(p *v1.Pod) {
-			p.Spec.Volumes = []v1.Volume{{Name: "m", VolumeSource: v1.VolumeSource{EmptyDir: &v1.EmptyDirVolumeSource{Medium: v1.StorageMediumMemory}}}}
-		}, "spec.volumes[0].emptyDir.medium: Forbidden"},
 		{"ephemeral-storage limit", func(p *v1.Pod) {
 			p.Spec.Containers[0].Resources.Limits = v1.ResourceList{v1.ResourceEphemeralStorage: resource.MustParse("1Gi")}
 		}, "spec.containers[0].resources.limits: Forbidden: mqlet enforces only cpu and memory limits"},
@@ -254,7 +236,7 @@ func TestCheckSupportReportsAll(t *testing.T) {
 	pod := basePod()
 	seven := int64(7)
 	pod.Spec.ActiveDeadlineSeconds = &seven
-	pod.Spec.HostAliases = []v1.HostAlias{{IP: "10.0.0.1", Hostnames: []string{"a"}}}
+	pod.Spec.ReadinessGates = []v1.PodReadinessGate{{ConditionType: "x"}}
 	pod.Spec.Containers = append(pod.Spec.Containers, v1.Container{Name: "b", Image: "busybox",
 		LivenessProbe: &v1.Probe{ProbeHandler: v1.ProbeHandler{Exec: &v1.ExecAction{Command: []string{"true"}}}}})
 	DefaultPod(pod)
@@ -262,7 +244,7 @@ func TestCheckSupportReportsAll(t *testing.T) {
 	for _, e := range CheckSupport(pod) {
 		got = append(got, e.Field)
 	}
-	want := []string{"spec.containers[1].livenessProbe", "spec.activeDeadlineSeconds", "spec.hostAliases"}
+	want := []string{"spec.containers[1].livenessProbe", "spec.activeDeadlineSeconds", "spec.readinessGates"}
 	if fmt.Sprint(got) != fmt.Sprint(want) {
 		t.Errorf("CheckSupport fields = %v, want %v", got, want)
 	}
@@ -384,4 +366,45 @@ func podFieldsMarkdown() string {
 		}
 	}
 	return b.String()
+}
+
+// Fields the runtime now honours (downward API, /etc/hosts, volumes,
+// fsGroup) pass the table; a disk emptyDir's sizeLimit is still refused.
+func TestCheckSupportAcceptsHonouredDownwardAndVolumeFields(t *testing.T) {
+	seven := int64(7)
+	tests := map[string]func(*v1.Pod){
+		"downwardAPI volume": func(p *v1.Pod) {
+			p.Spec.Volumes = []v1.Volume{{Name: "d", VolumeSource: v1.VolumeSource{DownwardAPI: &v1.DownwardAPIVolumeSource{}}}}
+		},
+		"fieldRef spec.nodeName": func(p *v1.Pod) {
+			p.Spec.Containers[0].Env = []v1.EnvVar{{Name: "N", ValueFrom: &v1.EnvVarSource{FieldRef: &v1.ObjectFieldSelector{FieldPath: "spec.nodeName"}}}}
+		},
+		"fieldRef status.hostIP": func(p *v1.Pod) {
+			p.Spec.Containers[0].Env = []v1.EnvVar{{Name: "N", ValueFrom: &v1.EnvVarSource{FieldRef: &v1.ObjectFieldSelector{FieldPath: "status.hostIP"}}}}
+		},
+		"resourceFieldRef": func(p *v1.Pod) {
+			p.Spec.Containers[0].Env = []v1.EnvVar{{Name: "N", ValueFrom: &v1.EnvVarSource{ResourceFieldRef: &v1.ResourceFieldSelector{Resource: "limits.cpu"}}}}
+		},
+		"fsGroup":     func(p *v1.Pod) { p.Spec.SecurityContext = &v1.PodSecurityContext{FSGroup: &seven} },
+		"hostAliases": func(p *v1.Pod) { p.Spec.HostAliases = []v1.HostAlias{{IP: "10.0.0.1", Hostnames: []string{"a"}}} },
+		"emptyDir Memory with a size": func(p *v1.Pod) {
+			size := resource.MustParse("16Mi")
+			p.Spec.Volumes = []v1.Volume{{Name: "m", VolumeSource: v1.VolumeSource{EmptyDir: &v1.EmptyDirVolumeSource{Medium: v1.StorageMediumMemory, SizeLimit: &size}}}}
+		},
+	}
+	for name, mutate := range tests {
+		t.Run(name, func(t *testing.T) {
+			pod := basePod()
+			mutate(pod)
+			if errs := ValidatePod(pod, node, Policy{Profile: ProfilePrivileged}); len(errs) > 0 {
+				t.Errorf("refused: %s", FormatErrors(errs))
+			}
+		})
+	}
+	pod := basePod()
+	size := resource.MustParse("16Mi")
+	pod.Spec.Volumes = []v1.Volume{{Name: "e", VolumeSource: v1.VolumeSource{EmptyDir: &v1.EmptyDirVolumeSource{SizeLimit: &size}}}}
+	if got := FormatErrors(ValidatePod(pod, node, Policy{Profile: ProfilePrivileged})); !strings.Contains(got, "spec.volumes[0].emptyDir.sizeLimit: Forbidden") {
+		t.Errorf("a disk emptyDir's sizeLimit: %q", got)
+	}
 }

@@ -144,6 +144,7 @@ func criConfig(cfg *config.Config, secrets *redact.Live) cri.Config {
 		PullBackoffBase:  cfg.Images.PullBackoffBase.Duration,
 		PullBackoffMax:   cfg.Images.PullBackoffMax.Duration,
 		NodeCredentials:  cfg.Images.CredentialsFile,
+		HostIPs:          hostIPs(),
 	}
 }
 
