@@ -22,6 +22,7 @@ import (
 	"github.com/mqlet/mqlet/agent/intake"
 	"github.com/mqlet/mqlet/agent/pending"
 	"github.com/mqlet/mqlet/agent/podworker"
+	"github.com/mqlet/mqlet/agent/prober"
 	"github.com/mqlet/mqlet/agent/reply"
 	"github.com/mqlet/mqlet/agent/restart"
 	"github.com/mqlet/mqlet/agent/statusmgr"
@@ -37,6 +38,7 @@ import (
 // Runtime is what the agent needs of the container runtime manager.
 type Runtime interface {
 	podworker.Runtime
+	prober.Execer
 	Run(ctx context.Context)
 	Ready() bool
 	Changes() <-chan struct{}
@@ -113,6 +115,7 @@ type Agent struct {
 	cmds    *intake.Pipeline // the only caller of intake.Handle
 	group   *intake.Group
 	backoff *restart.Tracker
+	probes  *prober.Manager
 }
 
 // New builds the agent; Run starts it.
@@ -129,7 +132,12 @@ func New(opts Options, st Store, out Publisher, rt Runtime, log zerolog.Logger) 
 	sender := reply.NewSender(opts.Topics, a.group.Publisher(), a.group.Recorder(), nil, log.With().Str("component", "reply").Logger(), replyOpts...)
 	a.tracker = pending.New(sender, nil)
 	a.backoff = restart.New(opts.Restart, nil)
-	poolOpts := podworker.Options{Workers: opts.Workers, BackoffBase: opts.Restart.Base, BackoffMax: opts.Restart.Max, HostIPs: opts.HostIPs, Quarantines: st}
+	// A probe result that changes syncs the pod at once: its status (Ready)
+	// is published, or its container killed for a failed liveness probe.
+	a.probes = prober.New(prober.Options{Exec: rt, Events: a.events, Log: log.With().Str("component", "prober").Logger(),
+		OnChange: func(uid string) { a.pool.EnqueueUID(uid) }})
+	poolOpts := podworker.Options{Workers: opts.Workers, BackoffBase: opts.Restart.Base, BackoffMax: opts.Restart.Max, HostIPs: opts.HostIPs, Quarantines: st,
+		Probes: a.probes}
 	intakeOpts := intake.Options{Topics: opts.Topics, MaxPayloadBytes: opts.MaxPayloadBytes, Policy: opts.Policy, ApplyDeadline: opts.ApplyDeadline, MaxPods: opts.MaxPods,
 		Opener: opts.Opener, ProfilePolicy: opts.ProfilePolicy}
 	// Set only when present: a nil *inflight.File in an interface is not nil.
@@ -212,6 +220,7 @@ func (a *Agent) Run(ctx context.Context) error {
 	spawn("reply-group", a.group.Run)
 	spawn("runtime", a.rt.Run)
 	spawn("workers", a.pool.Run)
+	spawn("prober", a.probes.Run)
 	spawn("pending", a.tracker.Run)
 	spawn("status-resync", func(ctx context.Context) { a.status.Run(ctx, a.opts.PodStatusResync) })
 	spawn("pleg", a.runPLEG)

@@ -40,6 +40,8 @@ func (f *fakeRuntime) KillPodByRef(_ context.Context, _ cri.PodRef, grace *int64
 	return nil
 }
 
+func (f *fakeRuntime) StopContainer(context.Context, string, int64) error { return nil }
+
 func (f *fakeRuntime) ListPods(context.Context) ([]cri.PodRef, error) {
 	f.mu.Lock()
 	defer f.mu.Unlock()

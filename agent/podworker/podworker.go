@@ -20,6 +20,7 @@ import (
 
 	"github.com/mqlet/mqlet/agent/pending"
 	"github.com/mqlet/mqlet/agent/podstatus"
+	"github.com/mqlet/mqlet/agent/prober"
 	"github.com/mqlet/mqlet/agent/store"
 	"github.com/mqlet/mqlet/cri"
 )
@@ -29,6 +30,7 @@ type Runtime interface {
 	GetPodStatus(ctx context.Context, uid, name, namespace string) (*cri.PodStatus, error)
 	SyncPod(ctx context.Context, pod *v1.Pod, status *cri.PodStatus, objects cri.ObjectSource, backoff cri.RestartBackoff, events cri.EventRecorder) error
 	KillPodByRef(ctx context.Context, ref cri.PodRef, gracePeriodOverride *int64) error
+	StopContainer(ctx context.Context, containerID string, grace int64) error
 	ListPods(ctx context.Context) ([]cri.PodRef, error)
 	RuntimeInfo() (name, version string)
 }
@@ -65,6 +67,16 @@ type Marker interface {
 	Clear(slot int) error
 }
 
+// Probes runs the containers' probes (agent/prober): it follows each
+// pod's running containers and says which are started, ready, or to be
+// killed for a failed liveness or startup probe.
+type Probes interface {
+	Track(pod *v1.Pod, rs *cri.PodStatus)
+	Forget(podUID string)
+	States(podUID string) map[string]podstatus.Probed
+	Unhealthy(podUID string) []prober.Unhealthy
+}
+
 // Quarantines are the persisted quarantines of pods not to sync (the store).
 type Quarantines interface {
 	SetQuarantine(key string, q store.Quarantine) error
@@ -93,6 +105,9 @@ type Options struct {
 	// Quarantines, when set, keeps pods whose sync stopped the agent from
 	// being synced again until their spec changes.
 	Quarantines Quarantines
+	// Probes, when set, runs the containers' probes; without it probes
+	// are not run and a probed container is never ready.
+	Probes Probes
 }
 
 // Pool owns the queue and the workers.
@@ -418,12 +433,22 @@ func (p *Pool) syncKey(ctx context.Context, key string) (time.Duration, error) {
 		p.publish(pod, nil, podstatus.Hints{RuntimeUnreachable: true}, "")
 		return 0, fmt.Errorf("getting runtime status of pod %s: %w", key, err)
 	}
+	if p.killUnhealthy(ctx, pod, rs) {
+		if again, err := p.rt.GetPodStatus(ctx, string(pod.UID), pod.Name, pod.Namespace); err == nil {
+			rs = again
+		}
+	}
 	syncErr := p.rt.SyncPod(ctx, pod, rs, p.desired, p.backoff, p.events)
 	after, err := p.rt.GetPodStatus(ctx, string(pod.UID), pod.Name, pod.Namespace)
 	if err != nil {
 		after = rs
 	}
-	p.publish(pod, after, podstatus.Hints{Waiting: waitingFrom(syncErr)}, definiteFrom(syncErr))
+	hints := podstatus.Hints{Waiting: waitingFrom(syncErr)}
+	if pr := p.opts.Probes; pr != nil {
+		pr.Track(pod, after)
+		hints.Probes = pr.States(string(pod.UID))
+	}
+	p.publish(pod, after, hints, definiteFrom(syncErr))
 
 	var be *cri.BackoffError
 	switch wait, ok := retryFrom(syncErr); {
@@ -440,6 +465,48 @@ func (p *Pool) syncKey(ctx context.Context, key string) (time.Duration, error) {
 	default:
 		return 0, fmt.Errorf("syncing pod %s: %w", key, syncErr)
 	}
+}
+
+// killUnhealthy stops each running container whose liveness or startup
+// probe failed, as the kubelet does; the sync that follows restarts it
+// under the restart policy (and its crash-loop backoff). It reports
+// whether it stopped any.
+func (p *Pool) killUnhealthy(ctx context.Context, pod *v1.Pod, rs *cri.PodStatus) bool {
+	pr := p.opts.Probes
+	if pr == nil || rs == nil {
+		return false
+	}
+	killed := false
+	for _, u := range pr.Unhealthy(string(pod.UID)) {
+		running := false
+		for _, c := range rs.Containers {
+			if c.ID == u.ContainerID && c.State == cri.ContainerRunning {
+				running = true
+			}
+		}
+		if !running {
+			continue
+		}
+		grace := int64(30)
+		switch {
+		case u.Grace != nil:
+			grace = *u.Grace
+		case pod.Spec.TerminationGracePeriodSeconds != nil:
+			grace = *pod.Spec.TerminationGracePeriodSeconds
+		}
+		msg := fmt.Sprintf("Container %s failed %s probe", u.Container, strings.ToLower(string(u.Kind)))
+		if pod.Spec.RestartPolicy != v1.RestartPolicyNever {
+			msg += ", will be restarted"
+		}
+		p.events.Event(pod, v1.EventTypeNormal, "Killing", msg)
+		p.log.Info().Str("pod", pod.Namespace+"/"+pod.Name).Str("container", u.Container).Str("probe", string(u.Kind)).Int64("grace", grace).Msg("killing container: probe failed")
+		if err := p.rt.StopContainer(ctx, u.ContainerID, grace); err != nil {
+			p.log.Warn().Err(err).Str("pod", pod.Namespace+"/"+pod.Name).Str("container", u.Container).Msg("stopping a container whose probe failed; trying again at the next sync")
+			continue
+		}
+		killed = true
+	}
+	return killed
 }
 
 // removePod kills every runtime pod named key whose UID is not keepUID.
@@ -480,6 +547,9 @@ func (p *Pool) removePod(ctx context.Context, key, namespace, name, keepUID stri
 			// would remove <podDir>/<uid>, a path outside the pods dir.
 			p.log.Error().Str("pod", key).Str("uid", ref.UID).Msg("a runtime pod has a uid that is not a single path element; not removing it: remove its sandbox by hand")
 			continue
+		}
+		if pr := p.opts.Probes; pr != nil {
+			pr.Forget(ref.UID)
 		}
 		done, err := p.killAsync(ctx, key, ref, grace)
 		if err != nil {

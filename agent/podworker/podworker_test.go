@@ -28,6 +28,7 @@ type scriptedRuntime struct {
 	maxActive int
 	pods      []cri.PodRef
 	killed    []string
+	stopped   []string
 }
 
 func newScriptedRuntime() *scriptedRuntime {
@@ -65,6 +66,13 @@ func (f *scriptedRuntime) KillPodByRef(_ context.Context, ref cri.PodRef, _ *int
 	f.mu.Lock()
 	defer f.mu.Unlock()
 	f.killed = append(f.killed, ref.UID)
+	return nil
+}
+
+func (f *scriptedRuntime) StopContainer(_ context.Context, id string, _ int64) error {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	f.stopped = append(f.stopped, id)
 	return nil
 }
 
