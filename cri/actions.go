@@ -4,6 +4,120 @@ import (
 	v1 "k8s.io/api/core/v1"
 )
 
+// Reason says why the planner decided what it did. It is a value, so the
+// sync acts on it without parsing text; String is the wording for events
+// and logs.
+type Reason int
+
+const (
+	ReasonNone Reason = iota
+	// Sandbox (re)creation.
+	ReasonNoSandbox
+	ReasonSandboxNotReady
+	ReasonMoreThanOneSandbox
+	ReasonSandboxSpecChanged
+	// Whole-pod stops.
+	ReasonInitFailed
+	ReasonAllTerminated
+	// One container killed.
+	ReasonContainerSpecChanged
+	ReasonContainerNotRunning
+	ReasonLivenessFailed
+	ReasonStartupFailed
+)
+
+var reasonText = map[Reason]string{
+	ReasonNone:                 "",
+	ReasonNoSandbox:            "no sandbox",
+	ReasonSandboxNotReady:      "sandbox is not ready",
+	ReasonMoreThanOneSandbox:   "more than one ready sandbox",
+	ReasonSandboxSpecChanged:   "sandbox spec changed",
+	ReasonInitFailed:           "init container failed",
+	ReasonAllTerminated:        "all containers have terminated",
+	ReasonContainerSpecChanged: "container spec changed",
+	ReasonContainerNotRunning:  "container is not running",
+	ReasonLivenessFailed:       "failed liveness probe",
+	ReasonStartupFailed:        "failed startup probe",
+}
+
+func (r Reason) String() string {
+	if s, ok := reasonText[r]; ok {
+		return s
+	}
+	return "unknown reason"
+}
+
+// ProbeType names one of a container's probes.
+type ProbeType int
+
+const (
+	ProbeLiveness ProbeType = iota
+	ProbeReadiness
+	ProbeStartup
+)
+
+func (p ProbeType) String() string {
+	switch p {
+	case ProbeLiveness:
+		return "liveness"
+	case ProbeReadiness:
+		return "readiness"
+	case ProbeStartup:
+		return "startup"
+	}
+	return "unknown probe"
+}
+
+// ProbeResult is the latest outcome of one probe of one container.
+type ProbeResult int
+
+const (
+	// ProbeUnknown: not probed yet (or no result kept).
+	ProbeUnknown ProbeResult = iota
+	ProbeSuccess
+	ProbeFailure
+)
+
+// ProbeResults holds the latest probe outcomes by container ID (the
+// runtime's ID of one attempt, so a restarted container starts unknown).
+type ProbeResults interface {
+	Get(containerID string, probe ProbeType) ProbeResult
+}
+
+// ProbeKey names one probe of one container attempt.
+type ProbeKey struct {
+	ContainerID string
+	Probe       ProbeType
+}
+
+// ProbeResultMap is a ProbeResults held in a map; absent keys are unknown.
+type ProbeResultMap map[ProbeKey]ProbeResult
+
+func (m ProbeResultMap) Get(containerID string, probe ProbeType) ProbeResult {
+	return m[ProbeKey{containerID, probe}]
+}
+
+type noProbes struct{}
+
+func (noProbes) Get(string, ProbeType) ProbeResult { return ProbeUnknown }
+
+// Started reports whether a container attempt counts as started: it runs,
+// and its startup probe, if the spec has one, has succeeded. Until then its
+// liveness result is not acted on (as in the kubelet, where liveness and
+// readiness wait for startup).
+func Started(c *v1.Container, s *ContainerStatus, probes ProbeResults) bool {
+	if s == nil || s.State != ContainerRunning {
+		return false
+	}
+	if c.StartupProbe == nil {
+		return true
+	}
+	if probes == nil {
+		return false
+	}
+	return probes.Get(s.ID, ProbeStartup) == ProbeSuccess
+}
+
 // podActions is what one sync must do to move a pod from its runtime status
 // towards its spec. It is computed without side effects (see computePodActions).
 type podActions struct {
@@ -23,12 +137,47 @@ type podActions struct {
 	// ContainersToKill maps container IDs to the reason.
 	ContainersToKill map[string]killReason
 	// Reason says why the sandbox (re)starts or the pod is killed.
-	Reason string
+	Reason Reason
+	// FailedInit names the init container behind ReasonInitFailed.
+	FailedInit string
+}
+
+// reasonText is Reason's wording with the container it concerns, if any.
+func (a podActions) reasonText() string {
+	if a.Reason == ReasonInitFailed && a.FailedInit != "" {
+		return "init container " + a.FailedInit + " failed"
+	}
+	return a.Reason.String()
 }
 
 type killReason struct {
-	Name    string
-	Message string
+	Name   string
+	Reason Reason
+	// State is the state found, for ReasonContainerNotRunning.
+	State ContainerState
+	// Restart: the container is started again in the same sync.
+	Restart bool
+	Init    bool
+}
+
+// Message is the wording of a Killing event.
+func (k killReason) Message() string {
+	var msg string
+	switch k.Reason {
+	case ReasonContainerNotRunning:
+		msg = "container is in state " + string(k.State)
+		if k.Init {
+			msg = "init " + msg
+		}
+	case ReasonLivenessFailed, ReasonStartupFailed:
+		msg = "container " + k.Name + " " + k.Reason.String()
+	default:
+		msg = k.Reason.String()
+	}
+	if k.Restart {
+		msg += ", will be restarted"
+	}
+	return msg
 }
 
 // latestByName returns the newest status of each container name (statuses
@@ -61,10 +210,26 @@ func shouldRestart(policy v1.RestartPolicy, c *ContainerStatus) bool {
 	}
 }
 
+// probeFailure is why a running container must be killed for its probes,
+// or ReasonNone: a failed liveness probe of a started container, or a
+// failed startup probe (results of probes the spec lacks are ignored).
+func probeFailure(c *v1.Container, s *ContainerStatus, probes ProbeResults) Reason {
+	if c.LivenessProbe != nil && Started(c, s, probes) && probes.Get(s.ID, ProbeLiveness) == ProbeFailure {
+		return ReasonLivenessFailed
+	}
+	if c.StartupProbe != nil && probes.Get(s.ID, ProbeStartup) == ProbeFailure {
+		return ReasonStartupFailed
+	}
+	return ReasonNone
+}
+
 // computePodActions is a lean version of the kubelet's computePodActions.
-func computePodActions(pod *v1.Pod, status *PodStatus) podActions {
+func computePodActions(pod *v1.Pod, status *PodStatus, probes ProbeResults) podActions {
 	if status == nil {
 		status = &PodStatus{}
+	}
+	if probes == nil {
+		probes = noProbes{}
 	}
 	act := podActions{NextInit: -1, ContainersToKill: map[string]killReason{}}
 	apps := latestByName(status, false)
@@ -79,15 +244,15 @@ func computePodActions(pod *v1.Pod, status *PodStatus) podActions {
 	wantHash := HashSandbox(pod)
 	switch {
 	case len(status.Sandboxes) == 0:
-		act.CreateSandbox, act.Reason = true, "no sandbox"
+		act.CreateSandbox, act.Reason = true, ReasonNoSandbox
 	case !status.Sandboxes[0].Ready:
-		act.CreateSandbox, act.Reason = true, "sandbox is not ready"
+		act.CreateSandbox, act.Reason = true, ReasonSandboxNotReady
 		act.SandboxAttempt = status.Sandboxes[0].Attempt + 1
 	case readySandboxes > 1:
-		act.CreateSandbox, act.Reason = true, "more than one ready sandbox"
+		act.CreateSandbox, act.Reason = true, ReasonMoreThanOneSandbox
 		act.SandboxAttempt = status.Sandboxes[0].Attempt + 1
 	case status.Sandboxes[0].SpecHash != wantHash:
-		act.CreateSandbox, act.Reason = true, "sandbox spec changed"
+		act.CreateSandbox, act.Reason = true, ReasonSandboxSpecChanged
 		act.SandboxAttempt = status.Sandboxes[0].Attempt + 1
 	default:
 		act.SandboxID = status.Sandboxes[0].ID
@@ -97,7 +262,7 @@ func computePodActions(pod *v1.Pod, status *PodStatus) podActions {
 		act.KillPod = len(status.Sandboxes) > 0 || len(status.Containers) > 0
 		// A finished pod that must not restart gets no new sandbox.
 		if pod.Spec.RestartPolicy == v1.RestartPolicyNever && act.SandboxAttempt != 0 &&
-			len(status.Containers) > 0 && act.Reason == "sandbox is not ready" {
+			len(status.Containers) > 0 && act.Reason == ReasonSandboxNotReady {
 			act.CreateSandbox = false
 			return act
 		}
@@ -134,13 +299,13 @@ func computePodActions(pod *v1.Pod, status *PodStatus) podActions {
 		case s.State == ContainerExited:
 			if pod.Spec.RestartPolicy == v1.RestartPolicyNever {
 				act.PodFailed, act.KillPod = true, true
-				act.Reason = "init container " + ic.Name + " failed"
+				act.Reason, act.FailedInit = ReasonInitFailed, ic.Name
 				return act
 			}
 			act.NextInit = i
 			return act
 		default: // created but never started, or unknown: start over
-			act.ContainersToKill[s.ID] = killReason{ic.Name, "init container is in state " + string(s.State)}
+			act.ContainersToKill[s.ID] = killReason{Name: ic.Name, Reason: ReasonContainerNotRunning, State: s.State, Init: true}
 			act.NextInit = i
 			return act
 		}
@@ -155,8 +320,17 @@ func computePodActions(pod *v1.Pod, status *PodStatus) podActions {
 			act.ContainersToStart = append(act.ContainersToStart, i)
 		case s.State == ContainerRunning:
 			if s.SpecHash != HashContainer(c) {
-				act.ContainersToKill[s.ID] = killReason{c.Name, "container spec changed, will be restarted"}
+				act.ContainersToKill[s.ID] = killReason{Name: c.Name, Reason: ReasonContainerSpecChanged, Restart: true}
 				act.ContainersToStart = append(act.ContainersToStart, i)
+				continue
+			}
+			if why := probeFailure(c, s, probes); why != ReasonNone {
+				// As a failed run: restarted unless the policy is Never.
+				restart := pod.Spec.RestartPolicy != v1.RestartPolicyNever
+				act.ContainersToKill[s.ID] = killReason{Name: c.Name, Reason: why, Restart: restart}
+				if restart {
+					act.ContainersToStart = append(act.ContainersToStart, i)
+				}
 				continue
 			}
 			keep++
@@ -165,14 +339,14 @@ func computePodActions(pod *v1.Pod, status *PodStatus) podActions {
 				act.ContainersToStart = append(act.ContainersToStart, i)
 			}
 		default:
-			act.ContainersToKill[s.ID] = killReason{c.Name, "container is in state " + string(s.State) + ", will be restarted"}
+			act.ContainersToKill[s.ID] = killReason{Name: c.Name, Reason: ReasonContainerNotRunning, State: s.State, Restart: true}
 			act.ContainersToStart = append(act.ContainersToStart, i)
 		}
 	}
 	// Nothing left to run: stop the sandbox too.
 	if keep == 0 && len(act.ContainersToStart) == 0 {
 		act.KillPod = true
-		act.Reason = "all containers have terminated"
+		act.Reason = ReasonAllTerminated
 	}
 	return act
 }

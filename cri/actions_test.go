@@ -37,6 +37,20 @@ func exited(name string, code int32, init bool) ContainerStatus {
 	return ContainerStatus{ID: "id-" + name, Name: name, State: ContainerExited, ExitCode: code, Init: init}
 }
 
+func withProbes(pod *v1.Pod, liveness, startup bool) *v1.Pod {
+	p := pod.DeepCopy()
+	for i := range p.Spec.Containers {
+		probe := &v1.Probe{ProbeHandler: v1.ProbeHandler{Exec: &v1.ExecAction{Command: []string{"true"}}}}
+		if liveness {
+			p.Spec.Containers[i].LivenessProbe = probe
+		}
+		if startup {
+			p.Spec.Containers[i].StartupProbe = probe
+		}
+	}
+	return p
+}
+
 func TestComputePodActions(t *testing.T) {
 	always := testPod(v1.RestartPolicyAlways, nil, "a", "b")
 	never := testPod(v1.RestartPolicyNever, nil, "a")
@@ -47,80 +61,195 @@ func TestComputePodActions(t *testing.T) {
 	changed.Spec.Containers[1].Image = "busybox:2"
 	hostNet := testPod(v1.RestartPolicyAlways, nil, "a")
 	hostNet.Spec.HostNetwork = true
+	live := withProbes(always, true, false)
+	liveNever := withProbes(never, true, false)
+	liveOnFailure := withProbes(onFailure, true, false)
+	liveStartup := withProbes(always, true, true)
+	startupOnly := withProbes(always, false, true)
+
+	type pr = ProbeResultMap
+	type pk = ProbeKey
+	kills := func(r Reason, restart bool, ids ...string) map[string]killReason {
+		m := map[string]killReason{}
+		for _, id := range ids {
+			m[id] = killReason{Reason: r, Restart: restart}
+		}
+		return m
+	}
+	runningSet := func(pod *v1.Pod, names ...string) PodStatus {
+		st := PodStatus{Sandboxes: []SandboxStatus{readySandbox(pod)}}
+		for _, n := range names {
+			st.Containers = append(st.Containers, running(pod, n))
+		}
+		return st
+	}
 
 	tests := []struct {
 		name   string
 		pod    *v1.Pod
 		status PodStatus
+		probes ProbeResults
 		want   podActions
 	}{
-		{"new pod creates sandbox and starts all", always, PodStatus{},
-			podActions{CreateSandbox: true, NextInit: -1, ContainersToStart: []int{0, 1}}},
-		{"running pod: nothing to do", always,
-			PodStatus{Sandboxes: []SandboxStatus{readySandbox(always)}, Containers: []ContainerStatus{running(always, "a"), running(always, "b")}},
+		{"new pod creates sandbox and starts all", always, PodStatus{}, nil,
+			podActions{CreateSandbox: true, NextInit: -1, ContainersToStart: []int{0, 1}, Reason: ReasonNoSandbox}},
+		{"running pod: nothing to do", always, runningSet(always, "a", "b"), nil,
 			podActions{SandboxID: "sb1", NextInit: -1}},
 		{"exited under Always restarts", always,
-			PodStatus{Sandboxes: []SandboxStatus{readySandbox(always)}, Containers: []ContainerStatus{running(always, "a"), exited("b", 0, false)}},
+			PodStatus{Sandboxes: []SandboxStatus{readySandbox(always)}, Containers: []ContainerStatus{running(always, "a"), exited("b", 0, false)}}, nil,
 			podActions{SandboxID: "sb1", NextInit: -1, ContainersToStart: []int{1}}},
 		{"exited 1 under Never stops the pod", never,
-			PodStatus{Sandboxes: []SandboxStatus{readySandbox(never)}, Containers: []ContainerStatus{exited("a", 1, false)}},
-			podActions{SandboxID: "sb1", NextInit: -1, KillPod: true}},
+			PodStatus{Sandboxes: []SandboxStatus{readySandbox(never)}, Containers: []ContainerStatus{exited("a", 1, false)}}, nil,
+			podActions{SandboxID: "sb1", NextInit: -1, KillPod: true, Reason: ReasonAllTerminated}},
 		{"exited 1 under OnFailure restarts", onFailure,
-			PodStatus{Sandboxes: []SandboxStatus{readySandbox(onFailure)}, Containers: []ContainerStatus{exited("a", 1, false)}},
+			PodStatus{Sandboxes: []SandboxStatus{readySandbox(onFailure)}, Containers: []ContainerStatus{exited("a", 1, false)}}, nil,
 			podActions{SandboxID: "sb1", NextInit: -1, ContainersToStart: []int{0}}},
 		{"exited 0 under OnFailure is done", onFailure,
-			PodStatus{Sandboxes: []SandboxStatus{readySandbox(onFailure)}, Containers: []ContainerStatus{exited("a", 0, false)}},
-			podActions{SandboxID: "sb1", NextInit: -1, KillPod: true}},
+			PodStatus{Sandboxes: []SandboxStatus{readySandbox(onFailure)}, Containers: []ContainerStatus{exited("a", 0, false)}}, nil,
+			podActions{SandboxID: "sb1", NextInit: -1, KillPod: true, Reason: ReasonAllTerminated}},
 		{"spec change replaces only that container", changed,
-			PodStatus{Sandboxes: []SandboxStatus{readySandbox(changed)}, Containers: []ContainerStatus{running(changed, "a"), running(always, "b")}},
-			podActions{SandboxID: "sb1", NextInit: -1, ContainersToStart: []int{1}, ContainersToKill: map[string]killReason{"id-b": {}}}},
+			PodStatus{Sandboxes: []SandboxStatus{readySandbox(changed)}, Containers: []ContainerStatus{running(changed, "a"), running(always, "b")}}, nil,
+			podActions{SandboxID: "sb1", NextInit: -1, ContainersToStart: []int{1}, ContainersToKill: kills(ReasonContainerSpecChanged, true, "id-b")}},
 		{"sandbox spec change recreates the pod", hostNet,
-			PodStatus{Sandboxes: []SandboxStatus{{ID: "sb1", Ready: true, Attempt: 2, SpecHash: HashSandbox(always)}}, Containers: []ContainerStatus{running(hostNet, "a")}},
-			podActions{KillPod: true, CreateSandbox: true, SandboxAttempt: 3, NextInit: -1, ContainersToStart: []int{0}}},
+			PodStatus{Sandboxes: []SandboxStatus{{ID: "sb1", Ready: true, Attempt: 2, SpecHash: HashSandbox(always)}}, Containers: []ContainerStatus{running(hostNet, "a")}}, nil,
+			podActions{KillPod: true, CreateSandbox: true, SandboxAttempt: 3, NextInit: -1, ContainersToStart: []int{0}, Reason: ReasonSandboxSpecChanged}},
+		{"two ready sandboxes recreate the pod", always,
+			PodStatus{Sandboxes: []SandboxStatus{{ID: "sb2", Ready: true, Attempt: 1, SpecHash: HashSandbox(always)}, readySandbox(always)}}, nil,
+			podActions{KillPod: true, CreateSandbox: true, SandboxAttempt: 2, NextInit: -1, ContainersToStart: []int{0, 1}, Reason: ReasonMoreThanOneSandbox}},
 		{"dead sandbox is recreated with attempt+1", always,
-			PodStatus{Sandboxes: []SandboxStatus{{ID: "sb1", Ready: false, Attempt: 0, SpecHash: HashSandbox(always)}}},
-			podActions{KillPod: true, CreateSandbox: true, SandboxAttempt: 1, NextInit: -1, ContainersToStart: []int{0, 1}}},
+			PodStatus{Sandboxes: []SandboxStatus{{ID: "sb1", Ready: false, Attempt: 0, SpecHash: HashSandbox(always)}}}, nil,
+			podActions{KillPod: true, CreateSandbox: true, SandboxAttempt: 1, NextInit: -1, ContainersToStart: []int{0, 1}, Reason: ReasonSandboxNotReady}},
 		{"dead sandbox of a finished Never pod stays dead", never,
-			PodStatus{Sandboxes: []SandboxStatus{{ID: "sb1", Ready: false, SpecHash: HashSandbox(never)}}, Containers: []ContainerStatus{exited("a", 0, false)}},
-			podActions{KillPod: true, SandboxAttempt: 1, NextInit: -1}},
+			PodStatus{Sandboxes: []SandboxStatus{{ID: "sb1", Ready: false, SpecHash: HashSandbox(never)}}, Containers: []ContainerStatus{exited("a", 0, false)}}, nil,
+			podActions{KillPod: true, SandboxAttempt: 1, NextInit: -1, Reason: ReasonSandboxNotReady}},
 		{"first init container starts first", withInit,
-			PodStatus{Sandboxes: []SandboxStatus{readySandbox(withInit)}},
+			PodStatus{Sandboxes: []SandboxStatus{readySandbox(withInit)}}, nil,
 			podActions{SandboxID: "sb1", NextInit: 0}},
 		{"running init container blocks", withInit,
-			PodStatus{Sandboxes: []SandboxStatus{readySandbox(withInit)}, Containers: []ContainerStatus{{ID: "x", Name: "i1", Init: true, State: ContainerRunning}}},
+			PodStatus{Sandboxes: []SandboxStatus{readySandbox(withInit)}, Containers: []ContainerStatus{{ID: "x", Name: "i1", Init: true, State: ContainerRunning}}}, nil,
 			podActions{SandboxID: "sb1", NextInit: -1}},
+		{"created init container is killed and started over", withInit,
+			PodStatus{Sandboxes: []SandboxStatus{readySandbox(withInit)}, Containers: []ContainerStatus{{ID: "x", Name: "i1", Init: true, State: ContainerCreated}}}, nil,
+			podActions{SandboxID: "sb1", NextInit: 0, ContainersToKill: kills(ReasonContainerNotRunning, false, "x")}},
 		{"second init after first succeeded", withInit,
-			PodStatus{Sandboxes: []SandboxStatus{readySandbox(withInit)}, Containers: []ContainerStatus{exited("i1", 0, true)}},
+			PodStatus{Sandboxes: []SandboxStatus{readySandbox(withInit)}, Containers: []ContainerStatus{exited("i1", 0, true)}}, nil,
 			podActions{SandboxID: "sb1", NextInit: 1}},
 		{"failed init restarts and blocks apps", withInit,
-			PodStatus{Sandboxes: []SandboxStatus{readySandbox(withInit)}, Containers: []ContainerStatus{exited("i2", 1, true), exited("i1", 0, true)}},
+			PodStatus{Sandboxes: []SandboxStatus{readySandbox(withInit)}, Containers: []ContainerStatus{exited("i2", 1, true), exited("i1", 0, true)}}, nil,
 			podActions{SandboxID: "sb1", NextInit: 1}},
 		{"failed init under Never fails the pod", neverInit,
-			PodStatus{Sandboxes: []SandboxStatus{readySandbox(neverInit)}, Containers: []ContainerStatus{exited("i1", 1, true)}},
-			podActions{SandboxID: "sb1", NextInit: -1, PodFailed: true, KillPod: true}},
+			PodStatus{Sandboxes: []SandboxStatus{readySandbox(neverInit)}, Containers: []ContainerStatus{exited("i1", 1, true)}}, nil,
+			podActions{SandboxID: "sb1", NextInit: -1, PodFailed: true, KillPod: true, Reason: ReasonInitFailed, FailedInit: "i1"}},
 		{"apps start after all inits succeeded", withInit,
-			PodStatus{Sandboxes: []SandboxStatus{readySandbox(withInit)}, Containers: []ContainerStatus{exited("i2", 0, true), exited("i1", 0, true)}},
+			PodStatus{Sandboxes: []SandboxStatus{readySandbox(withInit)}, Containers: []ContainerStatus{exited("i2", 0, true), exited("i1", 0, true)}}, nil,
 			podActions{SandboxID: "sb1", NextInit: -1, ContainersToStart: []int{0}}},
+
+		// Probes.
+		{"liveness failure under Always kills and restarts that container", live, runningSet(live, "a", "b"),
+			pr{pk{"id-b", ProbeLiveness}: ProbeFailure, pk{"id-a", ProbeLiveness}: ProbeSuccess},
+			podActions{SandboxID: "sb1", NextInit: -1, ContainersToStart: []int{1}, ContainersToKill: kills(ReasonLivenessFailed, true, "id-b")}},
+		{"liveness failure under OnFailure restarts", liveOnFailure, runningSet(liveOnFailure, "a"),
+			pr{pk{"id-a", ProbeLiveness}: ProbeFailure},
+			podActions{SandboxID: "sb1", NextInit: -1, ContainersToStart: []int{0}, ContainersToKill: kills(ReasonLivenessFailed, true, "id-a")}},
+		{"liveness failure under Never kills without restart and stops the pod", liveNever, runningSet(liveNever, "a"),
+			pr{pk{"id-a", ProbeLiveness}: ProbeFailure},
+			podActions{SandboxID: "sb1", NextInit: -1, KillPod: true, Reason: ReasonAllTerminated, ContainersToKill: kills(ReasonLivenessFailed, false, "id-a")}},
+		{"liveness unknown or success keeps the container", live, runningSet(live, "a", "b"),
+			pr{pk{"id-a", ProbeLiveness}: ProbeSuccess},
+			podActions{SandboxID: "sb1", NextInit: -1}},
+		{"readiness failure does not kill", live, runningSet(live, "a", "b"),
+			pr{pk{"id-a", ProbeReadiness}: ProbeFailure},
+			podActions{SandboxID: "sb1", NextInit: -1}},
+		{"liveness result of a container without a liveness probe is ignored", always, runningSet(always, "a", "b"),
+			pr{pk{"id-a", ProbeLiveness}: ProbeFailure},
+			podActions{SandboxID: "sb1", NextInit: -1}},
+		{"startup failure kills and restarts", startupOnly, runningSet(startupOnly, "a", "b"),
+			pr{pk{"id-a", ProbeStartup}: ProbeFailure, pk{"id-b", ProbeStartup}: ProbeSuccess},
+			podActions{SandboxID: "sb1", NextInit: -1, ContainersToStart: []int{0}, ContainersToKill: kills(ReasonStartupFailed, true, "id-a")}},
+		{"liveness is not acted on before startup succeeded", liveStartup, runningSet(liveStartup, "a", "b"),
+			pr{pk{"id-a", ProbeLiveness}: ProbeFailure, pk{"id-b", ProbeLiveness}: ProbeFailure, pk{"id-b", ProbeStartup}: ProbeSuccess},
+			podActions{SandboxID: "sb1", NextInit: -1, ContainersToStart: []int{1}, ContainersToKill: kills(ReasonLivenessFailed, true, "id-b")}},
+		{"results of an older attempt do not touch the new one", live, runningSet(live, "a", "b"),
+			pr{pk{"id-old", ProbeLiveness}: ProbeFailure},
+			podActions{SandboxID: "sb1", NextInit: -1}},
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
 			st := tt.status
-			got := computePodActions(tt.pod, &st)
+			got := computePodActions(tt.pod, &st, tt.probes)
 			if got.KillPod != tt.want.KillPod || got.CreateSandbox != tt.want.CreateSandbox ||
 				got.SandboxAttempt != tt.want.SandboxAttempt || got.SandboxID != tt.want.SandboxID ||
 				got.PodFailed != tt.want.PodFailed || got.NextInit != tt.want.NextInit ||
+				got.Reason != tt.want.Reason || got.FailedInit != tt.want.FailedInit ||
 				!slices.Equal(got.ContainersToStart, tt.want.ContainersToStart) {
 				t.Fatalf("got %+v\nwant %+v", got, tt.want)
 			}
 			if len(got.ContainersToKill) != len(tt.want.ContainersToKill) {
 				t.Fatalf("kill %v, want %v", got.ContainersToKill, tt.want.ContainersToKill)
 			}
-			for id := range tt.want.ContainersToKill {
-				if _, ok := got.ContainersToKill[id]; !ok {
-					t.Fatalf("kill %v, want %s killed", got.ContainersToKill, id)
+			for id, want := range tt.want.ContainersToKill {
+				k, ok := got.ContainersToKill[id]
+				if !ok || k.Reason != want.Reason || k.Restart != want.Restart {
+					t.Fatalf("kill %+v, want %s killed with %+v", got.ContainersToKill, id, want)
 				}
 			}
 		})
+	}
+}
+
+func TestStarted(t *testing.T) {
+	plain := v1.Container{Name: "a"}
+	gated := v1.Container{Name: "a", StartupProbe: &v1.Probe{}}
+	run := &ContainerStatus{ID: "c1", State: ContainerRunning}
+	done := &ContainerStatus{ID: "c1", State: ContainerExited}
+	ok := ProbeResultMap{{"c1", ProbeStartup}: ProbeSuccess}
+	failed := ProbeResultMap{{"c1", ProbeStartup}: ProbeFailure}
+	for _, tt := range []struct {
+		name   string
+		c      *v1.Container
+		s      *ContainerStatus
+		probes ProbeResults
+		want   bool
+	}{
+		{"running without a startup probe", &plain, run, nil, true},
+		{"exited is never started", &plain, done, nil, false},
+		{"no status", &plain, nil, nil, false},
+		{"startup probe with no result", &gated, run, ProbeResultMap{}, false},
+		{"startup probe with no results at all", &gated, run, nil, false},
+		{"startup probe failed", &gated, run, failed, false},
+		{"startup probe succeeded", &gated, run, ok, true},
+	} {
+		if got := Started(tt.c, tt.s, tt.probes); got != tt.want {
+			t.Errorf("%s: Started = %v, want %v", tt.name, got, tt.want)
+		}
+	}
+}
+
+func TestReasonWording(t *testing.T) {
+	for r := ReasonNone + 1; r <= ReasonStartupFailed; r++ {
+		if s := r.String(); s == "" || s == "unknown reason" {
+			t.Errorf("Reason %d has no wording", r)
+		}
+	}
+	if s := Reason(999).String(); s != "unknown reason" {
+		t.Errorf("Reason(999) = %q", s)
+	}
+	for _, tt := range []struct {
+		k    killReason
+		want string
+	}{
+		{killReason{Name: "a", Reason: ReasonLivenessFailed, Restart: true}, "container a failed liveness probe, will be restarted"},
+		{killReason{Name: "a", Reason: ReasonStartupFailed}, "container a failed startup probe"},
+		{killReason{Name: "a", Reason: ReasonContainerSpecChanged, Restart: true}, "container spec changed, will be restarted"},
+		{killReason{Name: "i", Reason: ReasonContainerNotRunning, State: ContainerCreated, Init: true}, "init container is in state created"},
+		{killReason{Name: "a", Reason: ReasonContainerNotRunning, State: ContainerUnknown, Restart: true}, "container is in state unknown, will be restarted"},
+	} {
+		if got := tt.k.Message(); got != tt.want {
+			t.Errorf("Message() = %q, want %q", got, tt.want)
+		}
+	}
+	if got := (podActions{Reason: ReasonInitFailed, FailedInit: "i1"}).reasonText(); got != "init container i1 failed" {
+		t.Errorf("reasonText = %q", got)
 	}
 }
 
@@ -152,6 +281,28 @@ func TestHashes(t *testing.T) {
 		mutate(p)
 		if HashSandbox(p) == base {
 			t.Errorf("sandbox hash ignores %s", name)
+		}
+	}
+}
+
+// A failed probe's own terminationGracePeriodSeconds bounds its kill;
+// other kills, and probes without one, take the pod's.
+func TestKillGraceOfAFailedProbe(t *testing.T) {
+	five, nine := int64(5), int64(9)
+	pod := &v1.Pod{Spec: v1.PodSpec{TerminationGracePeriodSeconds: &nine, Containers: []v1.Container{
+		{Name: "a", LivenessProbe: &v1.Probe{TerminationGracePeriodSeconds: &five}, StartupProbe: &v1.Probe{}},
+	}}}
+	for _, tc := range []struct {
+		why  killReason
+		want int64
+	}{
+		{killReason{Name: "a", Reason: ReasonLivenessFailed}, 5},
+		{killReason{Name: "a", Reason: ReasonStartupFailed}, 9},
+		{killReason{Name: "a", Reason: ReasonContainerSpecChanged}, 9},
+		{killReason{Name: "b", Reason: ReasonLivenessFailed}, 9},
+	} {
+		if got := killGrace(pod, tc.why); got != tc.want {
+			t.Errorf("killGrace(%+v) = %d, want %d", tc.why, got, tc.want)
 		}
 	}
 }

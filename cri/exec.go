@@ -48,16 +48,3 @@ func capBytes(b []byte) []byte {
 	}
 	return b
 }
-
-// StopContainer stops one container of a pod (a failed liveness probe),
-// giving it grace seconds after SIGTERM. The ID must come from GetPodStatus.
-func (m *Manager) StopContainer(ctx context.Context, containerID string, grace int64) error {
-	svc, err := m.conn.get()
-	if err != nil {
-		return err
-	}
-	if err := m.stopContainer(quietContext(ctx), svc, containerID, grace); err != nil {
-		return fmt.Errorf("stop container %s: %w", containerID, err)
-	}
-	return nil
-}

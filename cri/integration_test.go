@@ -150,7 +150,7 @@ func (e *env) status(pod *v1.Pod) *PodStatus {
 
 // sync runs one SyncPod on a fresh status and returns its error.
 func (e *env) sync(pod *v1.Pod) error {
-	return e.m.SyncPod(e.ctx, pod, e.status(pod), e.objects, e.backoff, e.events)
+	return e.m.SyncPod(e.ctx, SyncInput{Pod: pod, Status: e.status(pod), Objects: e.objects, Backoff: e.backoff, Events: e.events})
 }
 
 // syncUntil syncs every 100ms until cond holds; backoff errors are expected.

@@ -14,11 +14,26 @@ type noEvents struct{}
 
 func (noEvents) Event(*v1.Pod, string, string, string) {}
 
-// SyncPod moves pod towards its spec given its runtime status (from
-// GetPodStatus): it (re)creates the sandbox, kills changed containers, runs
-// init containers in order and starts app containers per restart policy,
-// gated by backoff. A container waiting in backoff yields a *BackoffError.
-func (m *Manager) SyncPod(ctx context.Context, pod *v1.Pod, status *PodStatus, objects ObjectSource, backoff RestartBackoff, events EventRecorder) (err error) {
+// SyncInput is everything one sync of one pod acts on.
+type SyncInput struct {
+	Pod *v1.Pod
+	// Status is the pod's runtime status (from GetPodStatus).
+	Status *PodStatus
+	// Probes are the latest probe results by container ID; nil means none
+	// known. A failed liveness or startup result kills the container.
+	Probes  ProbeResults
+	Objects ObjectSource
+	Backoff RestartBackoff
+	Events  EventRecorder
+}
+
+// SyncPod moves the pod towards its spec given its runtime status and probe
+// results: it (re)creates the sandbox, kills changed or failing containers,
+// runs init containers in order and starts app containers per restart
+// policy, gated by backoff. A container waiting in backoff yields a
+// *BackoffError.
+func (m *Manager) SyncPod(ctx context.Context, in SyncInput) (err error) {
+	pod, status, objects, backoff, events := in.Pod, in.Status, in.Objects, in.Backoff, in.Events
 	if events == nil {
 		events = noEvents{}
 	}
@@ -34,21 +49,21 @@ func (m *Manager) SyncPod(ctx context.Context, pod *v1.Pod, status *PodStatus, o
 		return err
 	}
 	ctx = quietContext(ctx)
-	act := computePodActions(pod, status)
+	act := computePodActions(pod, status, in.Probes)
 	log := m.log.With().Str("pod", pod.Namespace+"/"+pod.Name).Str("uid", string(pod.UID)).Logger()
 
 	if act.KillPod {
-		log.Info().Str("reason", act.Reason).Msg("stopping pod")
+		log.Info().Str("reason", act.reasonText()).Msg("stopping pod")
 		if err := m.stopPod(ctx, svc, pod, status, nil, events); err != nil {
-			return fmt.Errorf("stop pod %s/%s (%s): %w", pod.Namespace, pod.Name, act.Reason, err)
+			return fmt.Errorf("stop pod %s/%s (%s): %w", pod.Namespace, pod.Name, act.reasonText(), err)
 		}
 	}
 	if act.PodFailed {
 		return nil
 	}
 	for id, why := range act.ContainersToKill {
-		events.Event(pod, v1.EventTypeNormal, "Killing", fmt.Sprintf("Stopping container %s: %s", why.Name, why.Message))
-		if err := m.stopContainer(ctx, svc, id, gracePeriod(pod, nil)); err != nil {
+		events.Event(pod, v1.EventTypeNormal, "Killing", fmt.Sprintf("Stopping container %s: %s", why.Name, why.Message()))
+		if err := m.stopContainer(ctx, svc, id, killGrace(pod, why)); err != nil {
 			return fmt.Errorf("stop container %s of pod %s/%s: %w", why.Name, pod.Namespace, pod.Name, err)
 		}
 	}
@@ -81,7 +96,7 @@ func (m *Manager) SyncPod(ctx context.Context, pod *v1.Pod, status *PodStatus, o
 		if err := m.createPodDirs(pod); err != nil {
 			return err
 		}
-		log.Info().Str("reason", act.Reason).Uint32("attempt", act.SandboxAttempt).Msg("creating sandbox")
+		log.Info().Str("reason", act.reasonText()).Uint32("attempt", act.SandboxAttempt).Msg("creating sandbox")
 		sandboxID, err = svc.runtime.RunPodSandbox(ctx, sandboxCfg, "")
 		if err != nil {
 			err = m.conn.classify(err)
@@ -134,6 +149,27 @@ func joinSyncErrors(errs []error) error {
 		return errs[0]
 	}
 	return errors.Join(errs...)
+}
+
+// killGrace is the grace period of one container kill: a failed probe's
+// own terminationGracePeriodSeconds when it sets one, else the pod's.
+func killGrace(pod *v1.Pod, why killReason) int64 {
+	for _, c := range pod.Spec.Containers {
+		if c.Name != why.Name {
+			continue
+		}
+		var probe *v1.Probe
+		switch why.Reason {
+		case ReasonLivenessFailed:
+			probe = c.LivenessProbe
+		case ReasonStartupFailed:
+			probe = c.StartupProbe
+		}
+		if probe != nil && probe.TerminationGracePeriodSeconds != nil {
+			return *probe.TerminationGracePeriodSeconds
+		}
+	}
+	return gracePeriod(pod, nil)
 }
 
 func gracePeriod(pod *v1.Pod, override *int64) int64 {

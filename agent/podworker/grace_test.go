@@ -24,7 +24,8 @@ func (f *fakeRuntime) GetPodStatus(_ context.Context, uid, name, namespace strin
 	return &cri.PodStatus{UID: uid, Name: name, Namespace: namespace}, nil
 }
 
-func (f *fakeRuntime) SyncPod(_ context.Context, pod *v1.Pod, _ *cri.PodStatus, _ cri.ObjectSource, _ cri.RestartBackoff, _ cri.EventRecorder) error {
+func (f *fakeRuntime) SyncPod(_ context.Context, in cri.SyncInput) error {
+	pod := in.Pod
 	f.mu.Lock()
 	f.refs = []cri.PodRef{{UID: string(pod.UID), Name: pod.Name, Namespace: pod.Namespace}}
 	f.mu.Unlock()
@@ -39,8 +40,6 @@ func (f *fakeRuntime) KillPodByRef(_ context.Context, _ cri.PodRef, grace *int64
 	f.killed <- grace
 	return nil
 }
-
-func (f *fakeRuntime) StopContainer(context.Context, string, int64) error { return nil }
 
 func (f *fakeRuntime) ListPods(context.Context) ([]cri.PodRef, error) {
 	f.mu.Lock()

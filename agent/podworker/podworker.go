@@ -20,7 +20,6 @@ import (
 
 	"github.com/mqlet/mqlet/agent/pending"
 	"github.com/mqlet/mqlet/agent/podstatus"
-	"github.com/mqlet/mqlet/agent/prober"
 	"github.com/mqlet/mqlet/agent/store"
 	"github.com/mqlet/mqlet/cri"
 )
@@ -28,9 +27,8 @@ import (
 // Runtime is what the workers need of the container cri.
 type Runtime interface {
 	GetPodStatus(ctx context.Context, uid, name, namespace string) (*cri.PodStatus, error)
-	SyncPod(ctx context.Context, pod *v1.Pod, status *cri.PodStatus, objects cri.ObjectSource, backoff cri.RestartBackoff, events cri.EventRecorder) error
+	SyncPod(ctx context.Context, in cri.SyncInput) error
 	KillPodByRef(ctx context.Context, ref cri.PodRef, gracePeriodOverride *int64) error
-	StopContainer(ctx context.Context, containerID string, grace int64) error
 	ListPods(ctx context.Context) ([]cri.PodRef, error)
 	RuntimeInfo() (name, version string)
 }
@@ -68,13 +66,13 @@ type Marker interface {
 }
 
 // Probes runs the containers' probes (agent/prober): it follows each
-// pod's running containers and says which are started, ready, or to be
-// killed for a failed liveness or startup probe.
+// pod's running containers, says which are started and ready, and gives
+// SyncPod the results (a failed liveness or startup probe kills).
 type Probes interface {
+	cri.ProbeResults
 	Track(pod *v1.Pod, rs *cri.PodStatus)
 	Forget(podUID string)
 	States(podUID string) map[string]podstatus.Probed
-	Unhealthy(podUID string) []prober.Unhealthy
 }
 
 // Quarantines are the persisted quarantines of pods not to sync (the store).
@@ -433,12 +431,11 @@ func (p *Pool) syncKey(ctx context.Context, key string) (time.Duration, error) {
 		p.publish(pod, nil, podstatus.Hints{RuntimeUnreachable: true}, "")
 		return 0, fmt.Errorf("getting runtime status of pod %s: %w", key, err)
 	}
-	if p.killUnhealthy(ctx, pod, rs) {
-		if again, err := p.rt.GetPodStatus(ctx, string(pod.UID), pod.Name, pod.Namespace); err == nil {
-			rs = again
-		}
+	in := cri.SyncInput{Pod: pod, Status: rs, Objects: p.desired, Backoff: p.backoff, Events: p.events}
+	if pr := p.opts.Probes; pr != nil {
+		in.Probes = pr
 	}
-	syncErr := p.rt.SyncPod(ctx, pod, rs, p.desired, p.backoff, p.events)
+	syncErr := p.rt.SyncPod(ctx, in)
 	after, err := p.rt.GetPodStatus(ctx, string(pod.UID), pod.Name, pod.Namespace)
 	if err != nil {
 		after = rs
@@ -465,48 +462,6 @@ func (p *Pool) syncKey(ctx context.Context, key string) (time.Duration, error) {
 	default:
 		return 0, fmt.Errorf("syncing pod %s: %w", key, syncErr)
 	}
-}
-
-// killUnhealthy stops each running container whose liveness or startup
-// probe failed, as the kubelet does; the sync that follows restarts it
-// under the restart policy (and its crash-loop backoff). It reports
-// whether it stopped any.
-func (p *Pool) killUnhealthy(ctx context.Context, pod *v1.Pod, rs *cri.PodStatus) bool {
-	pr := p.opts.Probes
-	if pr == nil || rs == nil {
-		return false
-	}
-	killed := false
-	for _, u := range pr.Unhealthy(string(pod.UID)) {
-		running := false
-		for _, c := range rs.Containers {
-			if c.ID == u.ContainerID && c.State == cri.ContainerRunning {
-				running = true
-			}
-		}
-		if !running {
-			continue
-		}
-		grace := int64(30)
-		switch {
-		case u.Grace != nil:
-			grace = *u.Grace
-		case pod.Spec.TerminationGracePeriodSeconds != nil:
-			grace = *pod.Spec.TerminationGracePeriodSeconds
-		}
-		msg := fmt.Sprintf("Container %s failed %s probe", u.Container, strings.ToLower(string(u.Kind)))
-		if pod.Spec.RestartPolicy != v1.RestartPolicyNever {
-			msg += ", will be restarted"
-		}
-		p.events.Event(pod, v1.EventTypeNormal, "Killing", msg)
-		p.log.Info().Str("pod", pod.Namespace+"/"+pod.Name).Str("container", u.Container).Str("probe", string(u.Kind)).Int64("grace", grace).Msg("killing container: probe failed")
-		if err := p.rt.StopContainer(ctx, u.ContainerID, grace); err != nil {
-			p.log.Warn().Err(err).Str("pod", pod.Namespace+"/"+pod.Name).Str("container", u.Container).Msg("stopping a container whose probe failed; trying again at the next sync")
-			continue
-		}
-		killed = true
-	}
-	return killed
 }
 
 // removePod kills every runtime pod named key whose UID is not keepUID.

@@ -28,7 +28,6 @@ type scriptedRuntime struct {
 	maxActive int
 	pods      []cri.PodRef
 	killed    []string
-	stopped   []string
 }
 
 func newScriptedRuntime() *scriptedRuntime {
@@ -39,7 +38,8 @@ func (f *scriptedRuntime) GetPodStatus(_ context.Context, uid, name, ns string) 
 	return &cri.PodStatus{UID: uid, Name: name, Namespace: ns}, nil
 }
 
-func (f *scriptedRuntime) SyncPod(_ context.Context, pod *v1.Pod, _ *cri.PodStatus, _ cri.ObjectSource, _ cri.RestartBackoff, _ cri.EventRecorder) error {
+func (f *scriptedRuntime) SyncPod(_ context.Context, in cri.SyncInput) error {
+	pod := in.Pod
 	key := pod.Namespace + "/" + pod.Name
 	f.mu.Lock()
 	f.active[key]++
@@ -66,13 +66,6 @@ func (f *scriptedRuntime) KillPodByRef(_ context.Context, ref cri.PodRef, _ *int
 	f.mu.Lock()
 	defer f.mu.Unlock()
 	f.killed = append(f.killed, ref.UID)
-	return nil
-}
-
-func (f *scriptedRuntime) StopContainer(_ context.Context, id string, _ int64) error {
-	f.mu.Lock()
-	defer f.mu.Unlock()
-	f.stopped = append(f.stopped, id)
 	return nil
 }
 

@@ -47,9 +47,9 @@ type hookRuntime struct {
 	hook func(pod *v1.Pod)
 }
 
-func (h *hookRuntime) SyncPod(ctx context.Context, pod *v1.Pod, st *cri.PodStatus, o cri.ObjectSource, b cri.RestartBackoff, e cri.EventRecorder) error {
-	h.hook(pod)
-	return h.scriptedRuntime.SyncPod(ctx, pod, st, o, b, e)
+func (h *hookRuntime) SyncPod(ctx context.Context, in cri.SyncInput) error {
+	h.hook(in.Pod)
+	return h.scriptedRuntime.SyncPod(ctx, in)
 }
 
 type qrig struct {

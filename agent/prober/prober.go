@@ -242,33 +242,25 @@ func (m *Manager) passedLocked(id string, kind Kind) bool {
 	return !ok || r == Success
 }
 
-// Unhealthy is a running container whose liveness or startup probe failed:
-// the kubelet kills it, and the restart policy decides what follows.
-type Unhealthy struct {
-	ContainerID string
-	Container   string
-	Kind        Kind
-	// Grace is the probe's terminationGracePeriodSeconds, or nil for the pod's.
-	Grace *int64
-}
-
-// Unhealthy returns the containers of the pod to kill for a failed probe.
-func (m *Manager) Unhealthy(podUID string) []Unhealthy {
-	m.mu.Lock()
-	defer m.mu.Unlock()
-	var out []Unhealthy
-	for id := range m.pods[podUID] {
-		for _, kind := range []Kind{Liveness, Startup} {
-			k := key{id, kind}
-			if m.results[k] != Failure {
-				continue
-			}
-			w := m.workers[k]
-			out = append(out, Unhealthy{ContainerID: id, Container: w.container.Name, Kind: kind, Grace: w.spec.TerminationGracePeriodSeconds})
-			break
-		}
+// Get returns a probe's result for SyncPod's planner (cri.ProbeResults):
+// a failed liveness (once started) or startup result kills the container.
+func (m *Manager) Get(containerID string, probe cri.ProbeType) cri.ProbeResult {
+	kind := Liveness
+	switch probe {
+	case cri.ProbeReadiness:
+		kind = Readiness
+	case cri.ProbeStartup:
+		kind = Startup
 	}
-	return out
+	r, _ := m.Result(containerID, kind)
+	switch r {
+	case Success:
+		return cri.ProbeSuccess
+	case Failure:
+		return cri.ProbeFailure
+	default:
+		return cri.ProbeUnknown
+	}
 }
 
 // set stores a worker's result; a change is reported to OnChange.

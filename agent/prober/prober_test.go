@@ -174,7 +174,6 @@ func running(id string, started time.Time) *cri.PodStatus {
 // is then reported once (OnChange, Unhealthy) and stops checking the
 // attempt being killed; each failure is an Unhealthy event.
 func TestLivenessFailsAfterThreshold(t *testing.T) {
-	grace := int64(3)
 	h := newHarness(t, map[Kind]func(int) probe.Result{
 		// success, failure, success (streak broken), then failures
 		Liveness: func(n int) probe.Result {
@@ -184,7 +183,7 @@ func TestLivenessFailsAfterThreshold(t *testing.T) {
 			return probe.Failure
 		},
 	})
-	pod := testPod(v1.Container{Name: "main", LivenessProbe: defaulted(&v1.Probe{FailureThreshold: 3, TerminationGracePeriodSeconds: &grace})})
+	pod := testPod(v1.Container{Name: "main", LivenessProbe: defaulted(&v1.Probe{FailureThreshold: 3})})
 	h.m.Track(pod, running("c1", t0))
 	h.until("first check", func() bool { return h.checks.count(Liveness) == 1 })
 	if r, ok := h.m.Result("c1", Liveness); !ok || r != Success {
@@ -193,14 +192,16 @@ func TestLivenessFailsAfterThreshold(t *testing.T) {
 	for i := 2; i <= 6; i++ {
 		h.step(1, 10*time.Second)
 		h.until(fmt.Sprintf("check %d", i), func() bool { return h.checks.count(Liveness) == i })
-		if i < 6 && len(h.m.Unhealthy("uid-1")) != 0 {
+		if i < 6 && h.m.Get("c1", cri.ProbeLiveness) != cri.ProbeSuccess {
 			t.Fatalf("after %d checks (fewer than 3 failures in a row) the container is already unhealthy", i)
 		}
 	}
 	h.until("the failure to be stored", func() bool { r, _ := h.m.Result("c1", Liveness); return r == Failure })
-	un := h.m.Unhealthy("uid-1")
-	if len(un) != 1 || un[0].ContainerID != "c1" || un[0].Container != "main" || un[0].Kind != Liveness || un[0].Grace == nil || *un[0].Grace != 3 {
-		t.Fatalf("Unhealthy = %+v, want c1/main Liveness with grace 3", un)
+	if got := h.m.Get("c1", cri.ProbeLiveness); got != cri.ProbeFailure {
+		t.Fatalf("planner sees liveness %v, want failure", got)
+	}
+	if got := h.m.Get("c1", cri.ProbeReadiness); got != cri.ProbeUnknown {
+		t.Fatalf("planner sees readiness %v of a container without one, want unknown", got)
 	}
 	select {
 	case uid := <-h.changes:
@@ -251,8 +252,8 @@ func TestReadinessThresholds(t *testing.T) {
 	}
 	h.step(1, 10*time.Second)
 	h.until("unready", func() bool { return !h.m.States("uid-1")["c1"].Ready })
-	if len(h.m.Unhealthy("uid-1")) != 0 {
-		t.Fatal("a failing readiness probe made the container unhealthy (only liveness/startup kill)")
+	if got := h.m.Get("c1", cri.ProbeReadiness); got != cri.ProbeFailure {
+		t.Fatalf("planner sees readiness %v, want failure", got)
 	}
 }
 
