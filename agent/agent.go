@@ -85,6 +85,10 @@ type Options struct {
 	// allowed a pod security profile (nil: always the node's policy).
 	ProfilePolicy func(node validate.Policy, namespace, profile string) validate.Policy
 	MaxPods       int // pods.maxPods; 0: no limit
+	// NodeLabels and Allocatable are what pods are admitted against
+	// (see intake.Options).
+	NodeLabels  map[string]string
+	Allocatable v1.ResourceList
 	// LogRotation bounds container log files, checked every
 	// LogRotationPeriod (0: never).
 	LogRotation       cri.LogRotation
@@ -139,7 +143,7 @@ func New(opts Options, st Store, out Publisher, rt Runtime, log zerolog.Logger) 
 	poolOpts := podworker.Options{Workers: opts.Workers, BackoffBase: opts.Restart.Base, BackoffMax: opts.Restart.Max, HostIPs: opts.HostIPs, Quarantines: st,
 		Probes: a.probes}
 	intakeOpts := intake.Options{Topics: opts.Topics, MaxPayloadBytes: opts.MaxPayloadBytes, Policy: opts.Policy, ApplyDeadline: opts.ApplyDeadline, MaxPods: opts.MaxPods,
-		Opener: opts.Opener, ProfilePolicy: opts.ProfilePolicy}
+		NodeLabels: opts.NodeLabels, Allocatable: opts.Allocatable, Opener: opts.Opener, ProfilePolicy: opts.ProfilePolicy}
 	// Set only when present: a nil *inflight.File in an interface is not nil.
 	if opts.SyncMarks != nil {
 		poolOpts.Marks = opts.SyncMarks

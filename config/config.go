@@ -43,10 +43,14 @@ func (d Duration) MarshalJSON() ([]byte, error) { return json.Marshal(d.String()
 // Config is the whole of mqlet's configuration. configs/mqlet.yaml documents
 // every field with its default.
 type Config struct {
-	Node      string `json:"node"`
-	StateDir  string `json:"stateDir"`
-	LogLevel  string `json:"logLevel"`
-	LogFormat string `json:"logFormat"`
+	Node string `json:"node"`
+	// NodeLabels are published on the node beside the kubelet's well-known
+	// kubernetes.io/hostname, /os and /arch; nodeSelector and node affinity
+	// are matched against them at pod admission.
+	NodeLabels map[string]string `json:"nodeLabels"`
+	StateDir   string            `json:"stateDir"`
+	LogLevel   string            `json:"logLevel"`
+	LogFormat  string            `json:"logFormat"`
 
 	MQTT           MQTT           `json:"mqtt"`
 	EmbeddedBroker EmbeddedBroker `json:"embeddedBroker"`
@@ -221,6 +225,7 @@ func Default() Config {
 			DiskAvailablePct:   10,
 			PIDAvailablePct:    5,
 		},
+		NodeLabels: map[string]string{},
 		Admission: Admission{Profile: "baseline", Namespaces: map[string]string{},
 			AllowedHostPaths: []string{}, AllowedCapabilities: []string{}, AllowedHostPorts: []string{}},
 		Requests: Requests{MaxRecords: 1000, TTL: Duration{24 * time.Hour}, MaxRecordBytes: 8 << 20, MaxReplyBytes: 256 << 10, MaxBacklog: 5000, MaxBacklogBytes: 32 << 20},
@@ -248,6 +253,7 @@ func (c *Config) Validate() error {
 	} else if strings.ContainsAny(c.Node, "/+#$") || c.Node != strings.TrimSpace(c.Node) {
 		bad("node", "%q must not contain '/', '+', '#', '$' or spaces", c.Node)
 	}
+	validateNodeLabels(c.NodeLabels, bad)
 	if c.StateDir == "" {
 		bad("stateDir", "must not be empty")
 	}
@@ -368,6 +374,27 @@ func (c *Config) Validate() error {
 	c.Security.validate(bad)
 	c.Images.validate(bad)
 	return errors.Join(errs...)
+}
+
+// wellKnownNodeLabels are set by mqlet itself, from the node's name and the
+// host, as the kubelet sets them.
+var wellKnownNodeLabels = []string{"kubernetes.io/hostname", "kubernetes.io/os", "kubernetes.io/arch"}
+
+func validateNodeLabels(labels map[string]string, bad func(field, format string, args ...any)) {
+	for k, v := range labels {
+		f := "nodeLabels[" + k + "]"
+		if errs := validation.IsQualifiedName(k); len(errs) > 0 {
+			bad(f, "%q is not a valid label key: %s", k, strings.Join(errs, "; "))
+		}
+		if errs := validation.IsValidLabelValue(v); len(errs) > 0 {
+			bad(f, "%q is not a valid label value: %s", v, strings.Join(errs, "; "))
+		}
+		for _, w := range wellKnownNodeLabels {
+			if k == w {
+				bad(f, "is set by mqlet itself (from the node name and the host)")
+			}
+		}
+	}
 }
 
 func validateAdmission(a *Admission, bad func(field, format string, args ...any)) {

@@ -53,21 +53,24 @@ func TestPrecedenceFlagOverEnvOverFile(t *testing.T) {
 
 func TestInvalidConfigNamesTheField(t *testing.T) {
 	cases := map[string]struct{ yaml, field string }{
-		"unknown field":   {"nodee: x\n", "nodee"},
-		"bad broker":      {"mqtt:\n  broker: http://x:1\n", "mqtt.broker"},
-		"bad duration":    {"mqtt:\n  keepAlive: soon\n", "soon"},
-		"zero workers":    {"pods:\n  workers: 0\n", "pods.workers"},
-		"bad log level":   {"logLevel: loud\n", "logLevel"},
-		"wildcard prefix": {"mqtt:\n  topicPrefix: a/+/b\n", "mqtt.topicPrefix"},
-		"cert w/o key":    {"mqtt:\n  certFile: /x\n", "mqtt.certFile"},
-		"duplicate key":   {"node: a\nnode: b\n", "node"},
-		"unknown profile": {"admission:\n  profile: lax\n", "admission.profile"},
-		"empty profile":   {"admission:\n  profile: \"\"\n", "admission.profile"},
-		"bad ns profile":  {"admission:\n  namespaces: {kube-system: root}\n", "admission.namespaces.kube-system"},
-		"bad ns name":     {"admission:\n  namespaces: {Kube_System: privileged}\n", "admission.namespaces"},
-		"bad host port":   {"admission:\n  allowedHostPorts: [\"8080\", \"70000\"]\n", "admission.allowedHostPorts[1]"},
-		"reversed range":  {"admission:\n  allowedHostPorts: [\"9000-8000\"]\n", "admission.allowedHostPorts[0]"},
-		"relative path":   {"admission:\n  allowedHostPaths: [data]\n", "admission.allowedHostPaths[0]"},
+		"unknown field":    {"nodee: x\n", "nodee"},
+		"bad broker":       {"mqtt:\n  broker: http://x:1\n", "mqtt.broker"},
+		"bad duration":     {"mqtt:\n  keepAlive: soon\n", "soon"},
+		"zero workers":     {"pods:\n  workers: 0\n", "pods.workers"},
+		"bad log level":    {"logLevel: loud\n", "logLevel"},
+		"wildcard prefix":  {"mqtt:\n  topicPrefix: a/+/b\n", "mqtt.topicPrefix"},
+		"cert w/o key":     {"mqtt:\n  certFile: /x\n", "mqtt.certFile"},
+		"duplicate key":    {"node: a\nnode: b\n", "node"},
+		"unknown profile":  {"admission:\n  profile: lax\n", "admission.profile"},
+		"empty profile":    {"admission:\n  profile: \"\"\n", "admission.profile"},
+		"bad ns profile":   {"admission:\n  namespaces: {kube-system: root}\n", "admission.namespaces.kube-system"},
+		"bad ns name":      {"admission:\n  namespaces: {Kube_System: privileged}\n", "admission.namespaces"},
+		"bad host port":    {"admission:\n  allowedHostPorts: [\"8080\", \"70000\"]\n", "admission.allowedHostPorts[1]"},
+		"reversed range":   {"admission:\n  allowedHostPorts: [\"9000-8000\"]\n", "admission.allowedHostPorts[0]"},
+		"relative path":    {"admission:\n  allowedHostPaths: [data]\n", "admission.allowedHostPaths[0]"},
+		"bad label key":    {"nodeLabels: {\"a b\": x}\n", "nodeLabels[a b]"},
+		"bad label value":  {"nodeLabels: {site: \"-x-\"}\n", "nodeLabels[site]"},
+		"well-known label": {"nodeLabels: {kubernetes.io/hostname: other}\n", "nodeLabels[kubernetes.io/hostname]"},
 	}
 	for name, tc := range cases {
 		t.Run(name, func(t *testing.T) {
@@ -172,6 +175,20 @@ func TestAdmissionFromFile(t *testing.T) {
 	a := cfg.Admission
 	if a.Profile != "restricted" || a.Namespaces["kube-system"] != "privileged" || len(a.AllowedHostPorts) != 2 {
 		t.Fatalf("admission loaded wrongly: %+v", a)
+	}
+}
+
+func TestNodeLabelsFromFile(t *testing.T) {
+	file := filepath.Join(t.TempDir(), "c.yaml")
+	if err := os.WriteFile(file, []byte("nodeLabels: {site: plant-3, example.com/tier: edge}\n"), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	cfg, err := Load(&Flags{ConfigFile: file, set: map[string]string{"node": "gw1"}}, noEnv)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if len(cfg.NodeLabels) != 2 || cfg.NodeLabels["site"] != "plant-3" || cfg.NodeLabels["example.com/tier"] != "edge" {
+		t.Fatalf("nodeLabels loaded wrongly: %v", cfg.NodeLabels)
 	}
 }
 

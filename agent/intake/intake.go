@@ -92,6 +92,14 @@ type Options struct {
 	// MaxPods is the node's pod capacity (pods.maxPods); an apply or sync
 	// that would make more pods desired is refused OutOfpods. 0: no limit.
 	MaxPods int
+	// NodeLabels are the node's labels as published (the configured ones
+	// and the well-known ones); a pod whose nodeSelector or required node
+	// affinity they do not match is refused NodeAffinity.
+	NodeLabels map[string]string
+	// Allocatable is the node's allocatable cpu and memory; a pod whose
+	// requests exceed what the stored pods leave of it is refused OutOfcpu
+	// or OutOfmemory. A resource missing here is not checked.
+	Allocatable v1.ResourceList
 	// Marks, when set, holds the in-flight mark of each command.
 	Marks Marker
 }
@@ -326,6 +334,10 @@ func (in *Intake) apply(id string, payload []byte, replaceAll bool) {
 		return
 	}
 	if err := in.checkCapacity(id, objs, replaceAll); err != nil {
+		in.fail(id, verb, err)
+		return
+	}
+	if err := in.checkAdmission(id, objs, replaceAll); err != nil {
 		in.fail(id, verb, err)
 		return
 	}

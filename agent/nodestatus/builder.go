@@ -176,16 +176,38 @@ func (b *Builder) Build(in Inputs, prev *v1.Node, now time.Time) *v1.Node {
 }
 
 func (b *Builder) labels(host HostInfo) map[string]string {
-	labels := make(map[string]string, len(b.opts.Labels)+3)
-	for k, v := range b.opts.Labels {
+	return Labels(b.opts.NodeName, b.opts.Labels, host)
+}
+
+// Labels are the node's labels: the configured ones plus the kubelet's
+// well-known kubernetes.io/hostname, kubernetes.io/os and
+// kubernetes.io/arch, which win on conflict. Pod admission matches
+// nodeSelector and node affinity against the same set.
+func Labels(nodeName string, configured map[string]string, host HostInfo) map[string]string {
+	labels := make(map[string]string, len(configured)+3)
+	for k, v := range configured {
 		labels[k] = v
 	}
-	labels[v1.LabelHostname] = b.opts.NodeName
+	labels[v1.LabelHostname] = nodeName
 	labels[v1.LabelOSStable] = operatingSystem(host)
 	if host.Architecture != "" {
 		labels[v1.LabelArchStable] = host.Architecture
 	}
 	return labels
+}
+
+// Allocatable is the cpu and memory pods may request of a machine with
+// cores CPUs and memoryBytes of memory: all cores, and the memory less the
+// memory.available eviction threshold (zero: DefaultMemoryAvailable), as
+// the kubelet computes it with no reservations and as Build publishes it.
+func Allocatable(cores int, memoryBytes uint64, memoryAvailable resource.Quantity) v1.ResourceList {
+	if memoryAvailable.IsZero() {
+		memoryAvailable = DefaultMemoryAvailable
+	}
+	return v1.ResourceList{
+		v1.ResourceCPU:    *resource.NewQuantity(int64(cores), resource.DecimalSI),
+		v1.ResourceMemory: *resource.NewQuantity(max(int64(memoryBytes)-memoryAvailable.Value(), 0), resource.BinarySI),
+	}
 }
 
 func operatingSystem(host HostInfo) string {
@@ -206,10 +228,10 @@ func (b *Builder) resources(in Inputs) (capacity, allocatable v1.ResourceList) {
 	allocatable = v1.ResourceList{v1.ResourcePods: *resource.NewQuantity(int64(maxPods), resource.DecimalSI)}
 	if in.Machine != nil {
 		capacity[v1.ResourceCPU] = *resource.NewQuantity(int64(in.Machine.NumCores), resource.DecimalSI)
-		allocatable[v1.ResourceCPU] = *resource.NewQuantity(int64(in.Machine.NumCores), resource.DecimalSI)
-		memory := int64(in.Machine.MemoryCapacity)
-		capacity[v1.ResourceMemory] = *resource.NewQuantity(memory, resource.BinarySI)
-		allocatable[v1.ResourceMemory] = *resource.NewQuantity(max(memory-b.opts.Thresholds.MemoryAvailable.Value(), 0), resource.BinarySI)
+		capacity[v1.ResourceMemory] = *resource.NewQuantity(int64(in.Machine.MemoryCapacity), resource.BinarySI)
+		for name, q := range Allocatable(in.Machine.NumCores, in.Machine.MemoryCapacity, b.opts.Thresholds.MemoryAvailable) {
+			allocatable[name] = q
+		}
 	}
 	if in.Disk != nil {
 		disk := int64(in.Disk.CapacityBytes)

@@ -3,6 +3,9 @@ package nodestatus
 import (
 	"bytes"
 	"encoding/json"
+	"maps"
+	"os"
+	"path/filepath"
 	"strings"
 	"testing"
 	"time"
@@ -291,5 +294,43 @@ func TestBuildListsImages(t *testing.T) {
 	n := b.Build(in, nil, time.Now())
 	if len(n.Status.Images) != 2 || n.Status.Images[0].Names[0] != "r/big:1" || n.Status.Images[1].SizeBytes != 1<<20 {
 		t.Fatalf("status.images %+v", n.Status.Images)
+	}
+}
+
+// Configured labels are published and pods are admitted against them; the
+// kubelet's well-known ones come from the node and the host and win.
+func TestLabelsAndAllocatable(t *testing.T) {
+	b, err := NewBuilder(Options{NodeName: "gw1", Labels: map[string]string{"site": "a", v1.LabelHostname: "spoofed"}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	n := b.Build(Inputs{Host: HostInfo{Architecture: "arm64"},
+		Machine: &cadvisorapi.MachineInfo{NumCores: 4, MemoryCapacity: 2 << 30}}, nil, time.Now())
+	want := map[string]string{"site": "a", v1.LabelHostname: "gw1", v1.LabelOSStable: "linux", v1.LabelArchStable: "arm64"}
+	if !maps.Equal(n.Labels, want) {
+		t.Fatalf("labels %v, want %v", n.Labels, want)
+	}
+	alloc := Allocatable(4, 2<<30, resource.Quantity{})
+	for _, name := range []v1.ResourceName{v1.ResourceCPU, v1.ResourceMemory} {
+		got, published := alloc[name], n.Status.Allocatable[name]
+		if got.Cmp(published) != 0 {
+			t.Errorf("allocatable %s: %s, published %s", name, got.String(), published.String())
+		}
+	}
+	if mem := alloc[v1.ResourceMemory]; mem.Value() != 2<<30-100<<20 {
+		t.Errorf("allocatable memory %d", mem.Value())
+	}
+}
+
+func TestReadMemTotal(t *testing.T) {
+	dir := t.TempDir()
+	if err := os.WriteFile(filepath.Join(dir, "meminfo"), []byte("MemTotal:        2048 kB\nMemFree:  1 kB\n"), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	if got, err := ReadMemTotal(dir); err != nil || got != 2048*1024 {
+		t.Fatalf("ReadMemTotal = %d, %v", got, err)
+	}
+	if _, err := ReadMemTotal(t.TempDir()); err == nil {
+		t.Fatal("no meminfo: no error")
 	}
 }

@@ -223,3 +223,28 @@ func ReadDiskUsage(dir string) (DiskUsage, error) {
 		AvailableBytes: st.Bavail * uint64(st.Bsize),
 	}, nil
 }
+
+// ReadMemTotal is the machine's memory in bytes (MemTotal of
+// <procRoot>/meminfo, what cAdvisor reports as memory capacity).
+func ReadMemTotal(procRoot string) (uint64, error) {
+	f, err := os.Open(filepath.Join(procRoot, "meminfo"))
+	if err != nil {
+		return 0, fmt.Errorf("reading meminfo: %w", err)
+	}
+	defer f.Close()
+	sc := bufio.NewScanner(f)
+	for sc.Scan() {
+		fields := strings.Fields(sc.Text())
+		if len(fields) == 3 && fields[0] == "MemTotal:" && fields[2] == "kB" {
+			kb, err := strconv.ParseUint(fields[1], 10, 64)
+			if err != nil {
+				return 0, fmt.Errorf("parsing MemTotal %q: %w", fields[1], err)
+			}
+			return kb * 1024, nil
+		}
+	}
+	if err := sc.Err(); err != nil {
+		return 0, fmt.Errorf("reading meminfo: %w", err)
+	}
+	return 0, errors.New("reading meminfo: no MemTotal line")
+}

@@ -31,6 +31,8 @@ type Config struct {
 	DiskAvailablePct int
 	PIDAvailablePct  int
 	MaxPods          int
+	// NodeLabels are published beside the well-known labels.
+	NodeLabels map[string]string
 }
 
 // Runtime is what telemetry needs of the runtime manager.
@@ -83,7 +85,7 @@ func New(ctx context.Context, cfg Config, deps Deps, log zerolog.Logger) (*Telem
 	if err != nil {
 		return nil, err
 	}
-	builder, err := nodestatus.NewBuilder(nodestatus.Options{NodeName: cfg.Topics.Node, Version: cfg.Version, Thresholds: thresholds})
+	builder, err := nodestatus.NewBuilder(nodestatus.Options{NodeName: cfg.Topics.Node, Version: cfg.Version, Labels: cfg.NodeLabels, Thresholds: thresholds})
 	if err != nil {
 		return nil, fmt.Errorf("setting up node telemetry: %w", err)
 	}

@@ -3,7 +3,6 @@ package validate
 import (
 	"fmt"
 	"reflect"
-	"slices"
 	"strings"
 
 	v1 "k8s.io/api/core/v1"
@@ -12,40 +11,16 @@ import (
 	"k8s.io/component-helpers/node/util/sysctl"
 )
 
-// supportedVolumeTypes are the volume sources mqlet's runtime can mount;
-// any other is rejected at admission, whatever the profile.
-var supportedVolumeTypes = []string{"emptyDir", "hostPath", "configMap", "secret"}
-
-// checkNode rejects, at every profile including privileged, what this node
-// would not honour or what would change the host rather than the pod:
-// volume types the runtime cannot mount, pods for another OS, user
+// checkNode rejects, at every profile including privileged, the values of
+// honoured fields that this node would not honour or that would change the
+// host rather than the pod (fields never honoured are the support table's:
+// see CheckSupport): pods for another OS, user
 // namespaces (hostUsers: false), sysctls that are not namespaced
 // (or whose namespace the pod shares with the host), and Localhost seccomp
-// and AppArmor profiles (mqlet installs none).
+// profiles (mqlet installs none).
 func checkNode(meta *metav1.ObjectMeta, spec *v1.PodSpec) field.ErrorList {
 	var errs field.ErrorList
 	specPath := field.NewPath("spec")
-	for i := range spec.Volumes {
-		name := volumeType(&spec.Volumes[i].VolumeSource)
-		if name != "" && !slices.Contains(supportedVolumeTypes, name) {
-			errs = append(errs, field.Forbidden(specPath.Child("volumes").Index(i).Child(name),
-				"mqlet does not support this volume type (supported: "+strings.Join(supportedVolumeTypes, ", ")+")"))
-		}
-	}
-	// emptyDir is a directory on the node's disk: a memory medium (chosen
-	// so that what the pod writes, often secrets, never reaches a disk) or
-	// a size limit would be silently not honoured.
-	for i := range spec.Volumes {
-		if ed := spec.Volumes[i].EmptyDir; ed != nil {
-			edPath := specPath.Child("volumes").Index(i).Child("emptyDir")
-			if ed.Medium != v1.StorageMediumDefault {
-				errs = append(errs, field.Forbidden(edPath.Child("medium"), "mqlet supports only the default medium (the node's disk)"))
-			}
-			if ed.SizeLimit != nil {
-				errs = append(errs, field.Forbidden(edPath.Child("sizeLimit"), "mqlet does not enforce emptyDir size limits"))
-			}
-		}
-	}
 	// A Windows pod would run here as a Linux one, and the Pod Security
 	// Standards skip the Linux-only restricted controls for it
 	// (allowPrivilegeEscalation, capabilities drop ALL, seccomp): the
@@ -69,11 +44,11 @@ func checkNode(meta *metav1.ObjectMeta, spec *v1.PodSpec) field.ErrorList {
 				errs = append(errs, field.Forbidden(podSC.Child("sysctls").Index(i).Child("name"), why))
 			}
 		}
-		errs = append(errs, localhostProfiles(podSC, sc.SeccompProfile, sc.AppArmorProfile)...)
+		errs = append(errs, localhostProfiles(podSC, sc.SeccompProfile)...)
 	}
 	visitContainers(spec, func(p *field.Path, c *v1.Container) {
 		if sc := c.SecurityContext; sc != nil {
-			errs = append(errs, localhostProfiles(p.Child("securityContext"), sc.SeccompProfile, sc.AppArmorProfile)...)
+			errs = append(errs, localhostProfiles(p.Child("securityContext"), sc.SeccompProfile)...)
 		}
 		// The runtime (containerd 1.6, runc 1.1) makes only the mount
 		// itself read-only: what is mounted below it would stay writable
@@ -96,13 +71,12 @@ func checkNode(meta *metav1.ObjectMeta, spec *v1.PodSpec) field.ErrorList {
 	return errs
 }
 
-func localhostProfiles(scPath *field.Path, seccomp *v1.SeccompProfile, appArmor *v1.AppArmorProfile) field.ErrorList {
+// localhostProfiles refuses a Localhost seccomp profile (appArmorProfile is
+// refused whole by the support table).
+func localhostProfiles(scPath *field.Path, seccomp *v1.SeccompProfile) field.ErrorList {
 	var errs field.ErrorList
 	if seccomp != nil && seccomp.Type == v1.SeccompProfileTypeLocalhost {
 		errs = append(errs, field.Forbidden(scPath.Child("seccompProfile", "type"), "mqlet does not support Localhost seccomp profiles"))
-	}
-	if appArmor != nil && appArmor.Type == v1.AppArmorProfileTypeLocalhost {
-		errs = append(errs, field.Forbidden(scPath.Child("appArmorProfile", "type"), "mqlet does not support Localhost AppArmor profiles"))
 	}
 	return errs
 }

@@ -450,10 +450,10 @@ func TestNodeRejectsAtEveryProfile(t *testing.T) {
 			p.Spec.Volumes = []v1.Volume{{Name: "a", VolumeSource: v1.VolumeSource{EmptyDir: &v1.EmptyDirVolumeSource{}}},
 				{Name: "b", VolumeSource: v1.VolumeSource{ConfigMap: &v1.ConfigMapVolumeSource{LocalObjectReference: v1.LocalObjectReference{Name: "c"}}}},
 				{Name: "c", VolumeSource: v1.VolumeSource{NFS: &v1.NFSVolumeSource{Server: "nas", Path: "/x"}}}}
-		}, "spec.volumes[2].nfs", "mqlet does not support this volume type"},
+		}, "spec.volumes[2].nfs", "mqlet does not support nfs volumes"},
 		{"downwardAPI volume", func(p *v1.Pod) {
 			p.Spec.Volumes = []v1.Volume{{Name: "d", VolumeSource: v1.VolumeSource{DownwardAPI: &v1.DownwardAPIVolumeSource{}}}}
-		}, "spec.volumes[0].downwardAPI", "mqlet does not support this volume type"},
+		}, "spec.volumes[0].downwardAPI", "mqlet does not support downwardAPI volumes"},
 		{"host sysctl", func(p *v1.Pod) { podSC(p).Sysctls = []v1.Sysctl{{Name: "kernel.panic", Value: "1"}} },
 			"spec.securityContext.sysctls[0].name", "would change the host"},
 		{"vm sysctl", func(p *v1.Pod) {
@@ -471,7 +471,7 @@ func TestNodeRejectsAtEveryProfile(t *testing.T) {
 		}, "spec.securityContext.seccompProfile.type", "Localhost seccomp"},
 		{"appArmor Localhost", func(p *v1.Pod) {
 			sc(p).AppArmorProfile = &v1.AppArmorProfile{Type: v1.AppArmorProfileTypeLocalhost, LocalhostProfile: ptr("x")}
-		}, "spec.containers[0].securityContext.appArmorProfile.type", "Localhost AppArmor"},
+		}, "spec.containers[0].securityContext.appArmorProfile", "mqlet does not support AppArmor profiles"},
 		{"appArmor localhost annotation", func(p *v1.Pod) {
 			p.Annotations = map[string]string{v1.DeprecatedAppArmorBetaContainerAnnotationKeyPrefix + "nginx": "localhost/x"}
 		}, "metadata.annotations[container.apparmor.security.beta.kubernetes.io/nginx]", "localhost profiles"},

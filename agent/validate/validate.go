@@ -66,7 +66,8 @@ func DefaultConfigMap(cm *v1.ConfigMap) {
 
 // ValidatePod checks a pod's bounds (CheckBounds), then the pod as the API
 // server would on create, then that it is not bound to another node, then
-// the admission policy. The pod is not changed: validation runs on a
+// the admission policy, then that it sets no field mqlet does not honour
+// (CheckSupport). The pod is not changed: validation runs on a
 // defaulted copy, so an undefaulted pod is judged as it will be run.
 func ValidatePod(pod *v1.Pod, nodeName string, policy Policy) field.ErrorList {
 	if errs := CheckBounds(&pod.Spec); len(errs) > 0 {
@@ -88,6 +89,7 @@ func ValidatePod(pod *v1.Pod, nodeName string, policy Policy) field.ErrorList {
 			fmt.Sprintf("pod is bound to another node; this node is %q", nodeName)))
 	}
 	errs = append(errs, policy.Check(&p.ObjectMeta, &p.Spec)...)
+	errs = append(errs, CheckSupport(p)...)
 	return errs
 }
 

@@ -8,14 +8,18 @@ import (
 	"net/url"
 	"os"
 	"path/filepath"
+	"runtime"
 	"strings"
 	"sync"
 	"time"
 
 	"github.com/rs/zerolog"
+	v1 "k8s.io/api/core/v1"
+	"k8s.io/apimachinery/pkg/api/resource"
 
 	"github.com/mqlet/mqlet/agent"
 	"github.com/mqlet/mqlet/agent/inflight"
+	"github.com/mqlet/mqlet/agent/nodestatus"
 	"github.com/mqlet/mqlet/agent/presence"
 	"github.com/mqlet/mqlet/agent/restart"
 	"github.com/mqlet/mqlet/agent/store"
@@ -95,6 +99,7 @@ func runAgent(ctx context.Context, cfg *config.Config, log zerolog.Logger, secre
 		log.Warn().Strs("objects", m).Msg("stored uids that were not UUIDs were replaced; those pods are re-created")
 	}
 	opts := agentOptions(cfg, topics)
+	opts.Allocatable = nodeAllocatable(cfg, log)
 	if opts.CommandMarks, err = inflight.Open(filepath.Join(cfg.StateDir, "inflight-command"), 1); err != nil {
 		return fmt.Errorf("opening command marks: %w", err)
 	}
@@ -295,6 +300,7 @@ func agentOptions(cfg *config.Config, topics topic.Scheme) agent.Options {
 		PodStatusResync:   cfg.Telemetry.PodStatusResync.Duration,
 		HostIPs:           hostIPs(),
 		MaxPods:           cfg.Pods.MaxPods,
+		NodeLabels:        nodeLabels(cfg),
 		LogRotation:       cri.LogRotation{MaxBytes: cfg.Runtime.ContainerLogMaxBytes, MaxFiles: cfg.Runtime.ContainerLogMaxFiles},
 		LogRotationPeriod: cfg.Runtime.LogRotationPeriod.Duration,
 		MaxReplyBytes:     cfg.Requests.MaxReplyBytes,
@@ -309,8 +315,33 @@ func telemetryConfig(cfg *config.Config, topics topic.Scheme) telemetry.Config {
 		Topics: topics, Version: version.Version, StateDir: cfg.StateDir, CgroupRoot: cfg.Runtime.CgroupRoot, RuntimeEndpoint: cfg.Runtime.CRIEndpoint,
 		MetricsInterval: cfg.Telemetry.MetricsInterval.Duration, NodeStatusInterval: cfg.Telemetry.NodeStatusInterval.Duration,
 		MemoryAvailable: cfg.Telemetry.MemoryAvailable, DiskAvailablePct: cfg.Telemetry.DiskAvailablePct, PIDAvailablePct: cfg.Telemetry.PIDAvailablePct,
-		MaxPods: cfg.Pods.MaxPods,
+		MaxPods: cfg.Pods.MaxPods, NodeLabels: cfg.NodeLabels,
 	}
+}
+
+// nodeLabels are the labels the node is published with, which pods are
+// admitted against.
+func nodeLabels(cfg *config.Config) map[string]string {
+	return nodestatus.Labels(cfg.Node, cfg.NodeLabels, nodestatus.HostInfo{OperatingSystem: runtime.GOOS, Architecture: runtime.GOARCH})
+}
+
+// nodeAllocatable is the cpu and memory pods are admitted against, as the
+// node status computes its allocatable. Memory that cannot be read is not
+// checked (logged).
+func nodeAllocatable(cfg *config.Config, log zerolog.Logger) v1.ResourceList {
+	threshold, err := resource.ParseQuantity(cfg.Telemetry.MemoryAvailable)
+	if err != nil {
+		threshold = nodestatus.DefaultMemoryAvailable
+	}
+	memory, err := nodestatus.ReadMemTotal("/proc")
+	if err != nil {
+		log.Warn().Err(err).Msg("memory requests of pods are not checked against the node's memory")
+	}
+	alloc := nodestatus.Allocatable(runtime.NumCPU(), memory, threshold)
+	if err != nil {
+		delete(alloc, v1.ResourceMemory)
+	}
+	return alloc
 }
 
 // redacted hides a password written into a broker URL.

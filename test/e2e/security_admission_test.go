@@ -200,7 +200,7 @@ func TestAdmissionRejectsEachControl(t *testing.T) {
 	op.Command(node, "apply", "node-level", podJSON(t, p))
 	r = op.WaitReply(node, "node-level", reply.Failed, 20*time.Second)
 	for _, want := range []string{`spec.securityContext.sysctls[0].name: Forbidden: sysctl "kernel.panic" is not isolated per pod`,
-		"spec.volumes[1].nfs: Forbidden: mqlet does not support this volume type",
+		"spec.volumes[1].nfs: Forbidden: mqlet does not support nfs volumes",
 		"spec.containers[0].securityContext.seccompProfile.type: Forbidden: mqlet does not support Localhost seccomp profiles"} {
 		if !strings.Contains(r.Message, want) {
 			t.Errorf("message %q lacks %q", r.Message, want)
