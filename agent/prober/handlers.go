@@ -43,7 +43,11 @@ func (m *Manager) runHandler(ctx context.Context, w *worker) (probe.Result, stri
 		if err != nil {
 			return probe.Unknown, "", fmt.Errorf("building the HTTP request: %w", err)
 		}
-		return httpProber.Probe(req.WithContext(ctx), timeout)
+		req = req.WithContext(ctx)
+		if pr := h.HTTPGet.Protocol; pr != nil && *pr == v1.HTTPProtocolHTTP2 {
+			return httpProber.ProbeH2C(req, timeout) // cleartext HTTP/2 with prior knowledge
+		}
+		return httpProber.Probe(req, timeout)
 	case h.TCPSocket != nil:
 		host := h.TCPSocket.Host
 		if host == "" {
@@ -65,7 +69,8 @@ func (m *Manager) runHandler(ctx context.Context, w *worker) (probe.Result, stri
 		if h.GRPC.Service != nil {
 			service = *h.GRPC.Service
 		}
-		return grpcProber.Probe(w.podIP, service, int(h.GRPC.Port), timeout, grpcprobe.ProbeOptions{})
+		tls := h.GRPC.Mode != nil && *h.GRPC.Mode == v1.GRPCProbeModeTLS // unverified, as in the kubelet
+		return grpcProber.Probe(w.podIP, service, int(h.GRPC.Port), timeout, grpcprobe.ProbeOptions{UseTLS: tls})
 	default:
 		return probe.Unknown, "", errors.New("the probe has no handler")
 	}
