@@ -218,7 +218,7 @@ var supportTable = supportRules{
 	"Container.livenessProbe":      honoured("a failure kills the container (Unhealthy, Killing); the restart policy decides"),
 	"Container.readinessProbe":     honoured("drives ready, ContainersReady and Ready"),
 	"Container.startupProbe":       honoured("holds liveness and readiness back; sets started"),
-	"Container.lifecycle":          rejected("mqlet does not support lifecycle hooks"),
+	"Container.lifecycle":          honoured("postStart bounded at 2 min; preStop within the grace period, before SIGTERM"),
 	"Container.terminationMessagePath": rejected("mqlet does not support terminationMessagePath (it reads no termination message)").
 		except(`the default /dev/termination-log (which every pod has, and which mqlet does not read)`, stringIn(v1.TerminationMessagePathDefault)),
 	"Container.terminationMessagePolicy": rejected("mqlet does not support terminationMessagePolicy FallbackToLogsOnError").

@@ -175,9 +175,11 @@ func TestCheckSupportRejects(t *testing.T) {
 		{"ephemeral containers", func(p *v1.Pod) {
 			p.Spec.EphemeralContainers = []v1.EphemeralContainer{{EphemeralContainerCommon: v1.EphemeralContainerCommon{Name: "d", Image: "busybox"}}}
 		}, "spec.ephemeralContainers: Forbidden: mqlet does not support ephemeral containers"},
-		{"postStart hook", func(p *v1.Pod) {
-			p.Spec.Containers[0].Lifecycle = &v1.Lifecycle{PostStart: &v1.LifecycleHandler{Exec: &v1.ExecAction{Command: []string{"true"}}}}
-		}, "spec.containers[0].lifecycle: Forbidden: mqlet does not support lifecycle hooks"},
+		{"stopSignal", func(p *v1.Pod) {
+			sig := v1.SIGUSR1
+			p.Spec.OS = &v1.PodOS{Name: v1.Linux}
+			p.Spec.Containers[0].Lifecycle = &v1.Lifecycle{StopSignal: &sig}
+		}, "spec.containers[0].lifecycle.stopSignal: Forbidden: mqlet does not support stopSignal"},
 		{"sidecar", func(p *v1.Pod) {
 			p.Spec.InitContainers = []v1.Container{{Name: "side", Image: "busybox", RestartPolicy: &always}}
 		}, "spec.initContainers[0].restartPolicy: Forbidden"},
@@ -248,13 +250,15 @@ func TestCheckSupportReportsAll(t *testing.T) {
 	pod.Spec.ActiveDeadlineSeconds = &seven
 	pod.Spec.HostAliases = []v1.HostAlias{{IP: "10.0.0.1", Hostnames: []string{"a"}}}
 	pod.Spec.Containers = append(pod.Spec.Containers, v1.Container{Name: "b", Image: "busybox",
-		Lifecycle: &v1.Lifecycle{PostStart: &v1.LifecycleHandler{Exec: &v1.ExecAction{Command: []string{"true"}}}}})
+		ReadinessProbe:           &v1.Probe{ProbeHandler: v1.ProbeHandler{Exec: &v1.ExecAction{Command: []string{"true"}}}},
+		Lifecycle:                &v1.Lifecycle{PostStart: &v1.LifecycleHandler{Exec: &v1.ExecAction{Command: []string{"true"}}}},
+		TerminationMessagePolicy: v1.TerminationMessageFallbackToLogsOnError})
 	DefaultPod(pod)
 	var got []string
 	for _, e := range CheckSupport(pod) {
 		got = append(got, e.Field)
 	}
-	want := []string{"spec.containers[1].lifecycle", "spec.activeDeadlineSeconds", "spec.hostAliases"}
+	want := []string{"spec.containers[1].terminationMessagePolicy", "spec.activeDeadlineSeconds", "spec.hostAliases"}
 	if fmt.Sprint(got) != fmt.Sprint(want) {
 		t.Errorf("CheckSupport fields = %v, want %v", got, want)
 	}
@@ -299,6 +303,8 @@ func TestCheckSupportAccepts(t *testing.T) {
 	c.ReadinessProbe = &v1.Probe{ProbeHandler: v1.ProbeHandler{TCPSocket: &v1.TCPSocketAction{Port: intstr.FromInt32(8080)}}, SuccessThreshold: 2}
 	tlsMode := v1.GRPCProbeModeTLS
 	c.StartupProbe = &v1.Probe{ProbeHandler: v1.ProbeHandler{GRPC: &v1.GRPCAction{Port: 9000, Service: ptr("db"), Mode: &tlsMode}}}
+	c.Lifecycle = &v1.Lifecycle{PostStart: &v1.LifecycleHandler{HTTPGet: &v1.HTTPGetAction{Path: "/up", Port: intstr.FromString("web")}},
+		PreStop: &v1.LifecycleHandler{Sleep: &v1.SleepAction{Seconds: 1}}}
 	pod.Spec.Containers = append(pod.Spec.Containers, v1.Container{Name: "exec", Image: "busybox",
 		LivenessProbe: &v1.Probe{ProbeHandler: v1.ProbeHandler{Exec: &v1.ExecAction{Command: []string{"cat", "/tmp/ok"}}}}})
 	DefaultPod(pod)

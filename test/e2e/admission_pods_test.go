@@ -88,9 +88,9 @@ func TestAdmissionUnsupportedFieldAnsweredAtOnce(t *testing.T) {
 			p.Spec.Volumes = []v1.Volume{{Name: "share", VolumeSource: v1.VolumeSource{NFS: &v1.NFSVolumeSource{Server: "nas.example", Path: "/export"}}}}
 			p.Spec.Containers[0].VolumeMounts = []v1.VolumeMount{{Name: "share", MountPath: "/share"}}
 		}, "spec.volumes[0].nfs: Forbidden: mqlet does not support nfs volumes"},
-		{"hooked", func(p *v1.Pod) {
-			p.Spec.Containers[0].Lifecycle = &v1.Lifecycle{PostStart: &v1.LifecycleHandler{Exec: &v1.ExecAction{Command: []string{"true"}}}}
-		}, "spec.containers[0].lifecycle: Forbidden: mqlet does not support lifecycle hooks"},
+		{"deadline", func(p *v1.Pod) {
+			p.Spec.ActiveDeadlineSeconds = ptrTo(int64(60))
+		}, "spec.activeDeadlineSeconds: Forbidden"},
 	}
 	for _, tt := range tests {
 		p := e.admitTestPod(tt.name)
