@@ -2,16 +2,24 @@ package prober
 
 import (
 	"context"
+	"crypto/tls"
 	"errors"
 	"fmt"
+	"net"
+	"strconv"
 	"strings"
 	"time"
 
+	"google.golang.org/grpc"
+	"google.golang.org/grpc/codes"
+	"google.golang.org/grpc/credentials"
+	"google.golang.org/grpc/credentials/insecure"
+	healthpb "google.golang.org/grpc/health/grpc_health_v1"
+	"google.golang.org/grpc/status"
+
 	v1 "k8s.io/api/core/v1"
 	"k8s.io/kubernetes/pkg/probe"
-	grpcprobe "k8s.io/kubernetes/pkg/probe/grpc"
 	httpprobe "k8s.io/kubernetes/pkg/probe/http"
-	tcpprobe "k8s.io/kubernetes/pkg/probe/tcp"
 	"k8s.io/kubernetes/third_party/forked/golang/expansion"
 
 	"github.com/mqlet/mqlet/cri"
@@ -20,13 +28,56 @@ import (
 // checkFunc runs one check of a worker's probe (swapped in unit tests).
 type checkFunc func(ctx context.Context, w *worker) (probe.Result, string, error)
 
-// The kubelet's probers; each holds no state of one probe. Redirects are
-// followed only to the same host, as in the kubelet.
-var (
-	httpProber = httpprobe.New(false)
-	tcpProber  = tcpprobe.New()
-	grpcProber = grpcprobe.New()
-)
+// The kubelet's HTTP prober; it holds no state of one probe. Redirects
+// are followed only to the same host, as in the kubelet.
+var httpProber = httpprobe.New(false)
+
+// tcpCheck is pkg/probe/tcp's check with a context: the library's takes
+// none, and a dial to an address that never answers would hold the worker
+// (and the agent's shutdown) for the whole timeout.
+func tcpCheck(ctx context.Context, addr string, timeout time.Duration) (probe.Result, string, error) {
+	d := probe.ProbeDialer()
+	d.Timeout = timeout
+	conn, err := d.DialContext(ctx, "tcp", addr)
+	if err != nil {
+		return probe.Failure, err.Error(), nil
+	}
+	if err := conn.Close(); err != nil {
+		return probe.Failure, err.Error(), nil
+	}
+	return probe.Success, "", nil
+}
+
+// grpcCheck asks the standard health service (grpc.health.v1.Health/Check)
+// as pkg/probe/grpc does, within ctx (the library's takes none): SERVING
+// passes, any other answer or error fails.
+func grpcCheck(ctx context.Context, addr, service string, useTLS bool, timeout time.Duration) (probe.Result, string, error) {
+	creds := insecure.NewCredentials()
+	if useTLS {
+		creds = credentials.NewTLS(&tls.Config{InsecureSkipVerify: true})
+	}
+	ctx, cancel := context.WithTimeout(ctx, timeout)
+	defer cancel()
+	conn, err := grpc.NewClient("passthrough:///"+addr, grpc.WithTransportCredentials(creds),
+		grpc.WithContextDialer(func(ctx context.Context, a string) (net.Conn, error) {
+			return probe.ProbeDialer().DialContext(ctx, "tcp", a)
+		}))
+	if err != nil {
+		return probe.Failure, fmt.Sprintf("error: failed to connect service at %q: %v", addr, err), nil
+	}
+	defer func() { _ = conn.Close() }()
+	resp, err := healthpb.NewHealthClient(conn).Check(ctx, &healthpb.HealthCheckRequest{Service: service})
+	if err != nil {
+		if status.Code(err) == codes.Unimplemented {
+			return probe.Failure, "error: this server does not implement the grpc health protocol (grpc.health.v1.Health)", nil
+		}
+		return probe.Failure, fmt.Sprintf("error: health rpc to %q failed: %v", addr, err), nil
+	}
+	if resp.GetStatus() != healthpb.HealthCheckResponse_SERVING {
+		return probe.Failure, fmt.Sprintf("service unhealthy (responded with %q)", resp.GetStatus()), nil
+	}
+	return probe.Success, "", nil
+}
 
 // runHandler runs the probe's handler against the worker's container.
 func (m *Manager) runHandler(ctx context.Context, w *worker) (probe.Result, string, error) {
@@ -60,7 +111,7 @@ func (m *Manager) runHandler(ctx context.Context, w *worker) (probe.Result, stri
 		if err != nil {
 			return probe.Unknown, "", err
 		}
-		return tcpProber.Probe(host, port, timeout)
+		return tcpCheck(ctx, net.JoinHostPort(host, strconv.Itoa(port)), timeout)
 	case h.GRPC != nil:
 		if w.podIP == "" {
 			return probe.Unknown, "", errors.New("the pod has no IP address yet")
@@ -70,7 +121,7 @@ func (m *Manager) runHandler(ctx context.Context, w *worker) (probe.Result, stri
 			service = *h.GRPC.Service
 		}
 		tls := h.GRPC.Mode != nil && *h.GRPC.Mode == v1.GRPCProbeModeTLS // unverified, as in the kubelet
-		return grpcProber.Probe(w.podIP, service, int(h.GRPC.Port), timeout, grpcprobe.ProbeOptions{UseTLS: tls})
+		return grpcCheck(ctx, net.JoinHostPort(w.podIP, strconv.Itoa(int(h.GRPC.Port))), service, tls, timeout)
 	default:
 		return probe.Unknown, "", errors.New("the probe has no handler")
 	}

@@ -156,3 +156,34 @@ func TestGRPCHandler(t *testing.T) {
 		t.Fatalf("service db not serving: %v %v, want failure", r, err)
 	}
 }
+
+// A check in flight ends with its worker: a server that accepts and never
+// answers does not hold a gRPC or tcp check for its whole timeout.
+func TestChecksEndWithTheirContext(t *testing.T) {
+	l, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer l.Close()
+	go func() {
+		for {
+			c, err := l.Accept()
+			if err != nil {
+				return
+			}
+			defer c.Close() // held open, silent
+		}
+	}()
+	ctx, cancel := context.WithTimeout(context.Background(), 200*time.Millisecond)
+	defer cancel()
+	start := time.Now()
+	r, _, err := grpcCheck(ctx, l.Addr().String(), "", false, time.Hour)
+	if took := time.Since(start); took > 10*time.Second || err != nil || r != probe.Failure {
+		t.Fatalf("silent server: %v %v after %v, want a failure as soon as the context ends", r, err, took)
+	}
+	done, stop := context.WithCancel(context.Background())
+	stop()
+	if r, _, _ := tcpCheck(done, l.Addr().String(), time.Hour); r != probe.Failure {
+		t.Fatalf("tcp check with an ended context: %v", r)
+	}
+}
