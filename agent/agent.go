@@ -24,6 +24,7 @@ import (
 	"github.com/mqlet/mqlet/agent/pending"
 	"github.com/mqlet/mqlet/agent/podworker"
 	"github.com/mqlet/mqlet/agent/presence"
+	"github.com/mqlet/mqlet/agent/prober"
 	"github.com/mqlet/mqlet/agent/reply"
 	"github.com/mqlet/mqlet/agent/restart"
 	"github.com/mqlet/mqlet/agent/statusmgr"
@@ -42,6 +43,7 @@ type Runtime interface {
 	podworker.Runtime
 	telemetry.Runtime
 	telemetry.CRICallStats
+	prober.Execer
 	Run(ctx context.Context)
 	Ready() bool
 	Changes() <-chan struct{}
@@ -154,6 +156,7 @@ type Agent struct {
 	intake   *intake.Intake
 	cmds     *intake.Pipeline // the only caller of intake.Handle
 	group    *intake.Group
+	probes   *prober.Manager
 }
 
 // New builds the agent and everything it runs; Run starts it.
@@ -174,8 +177,12 @@ func New(ctx context.Context, opts Options, deps Deps, log zerolog.Logger) (*Age
 	}
 	sender := reply.NewSender(opts.Topics, a.group.Publisher(), a.group.Recorder(), nil, log.With().Str("component", "reply").Logger(), replyOpts...)
 	a.tracker = pending.New(sender, nil)
+	// A probe result that changes syncs the pod at once: its status (Ready)
+	// is published, or its container killed for a failed liveness probe.
+	a.probes = prober.New(prober.Options{Exec: rt, Events: a.events, Log: log.With().Str("component", "prober").Logger(),
+		OnChange: func(uid string) { a.pool.EnqueueUID(uid) }})
 	poolOpts := podworker.Options{Workers: opts.Workers, BackoffBase: opts.Restart.Base, BackoffMax: opts.Restart.Max, Restart: opts.Restart,
-		Resync: opts.PodResync, HostIPs: opts.HostIPs, Quarantines: st}
+		Resync: opts.PodResync, HostIPs: opts.HostIPs, Quarantines: st, Probes: a.probes}
 	intakeOpts := intake.Options{Topics: opts.Topics, MaxPayloadBytes: opts.MaxPayloadBytes, Policy: opts.Policy, ApplyDeadline: opts.ApplyDeadline, MaxPods: opts.MaxPods,
 		NodeLabels: opts.NodeLabels, Allocatable: opts.Allocatable, Opener: opts.Opener, ProfilePolicy: opts.ProfilePolicy}
 	// Set only when present: a nil *inflight.File in an interface is not nil.
@@ -322,6 +329,7 @@ func (a *Agent) Run(ctx context.Context) error {
 	spawn("reply-group", loop(a.group.Run))
 	spawn("runtime", loop(a.rt.Run))
 	spawn("workers", loop(a.pool.Run))
+	spawn("prober", loop(a.probes.Run))
 	spawn("pending", loop(a.tracker.Run))
 	spawn("status-resync", loop(func(ctx context.Context) { a.status.Run(ctx, a.opts.PodStatusResync) }))
 	spawn("pleg", loop(a.runPLEG))

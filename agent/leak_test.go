@@ -136,3 +136,7 @@ func TestRunLeavesNoGoroutine(t *testing.T) {
 		t.Fatal("Run did not return after its context ended")
 	}
 }
+
+func (r *loopRuntime) ExecSync(context.Context, string, []string, time.Duration) ([]byte, []byte, int, error) {
+	return nil, nil, 0, nil
+}

@@ -284,3 +284,25 @@ func TestHashes(t *testing.T) {
 		}
 	}
 }
+
+// A failed probe's own terminationGracePeriodSeconds bounds its kill;
+// other kills, and probes without one, take the pod's.
+func TestKillGraceOfAFailedProbe(t *testing.T) {
+	five, nine := int64(5), int64(9)
+	pod := &v1.Pod{Spec: v1.PodSpec{TerminationGracePeriodSeconds: &nine, Containers: []v1.Container{
+		{Name: "a", LivenessProbe: &v1.Probe{TerminationGracePeriodSeconds: &five}, StartupProbe: &v1.Probe{}},
+	}}}
+	for _, tc := range []struct {
+		why  killReason
+		want int64
+	}{
+		{killReason{Name: "a", Reason: ReasonLivenessFailed}, 5},
+		{killReason{Name: "a", Reason: ReasonStartupFailed}, 9},
+		{killReason{Name: "a", Reason: ReasonContainerSpecChanged}, 9},
+		{killReason{Name: "b", Reason: ReasonLivenessFailed}, 9},
+	} {
+		if got := killGrace(pod, tc.why); got != tc.want {
+			t.Errorf("killGrace(%+v) = %d, want %d", tc.why, got, tc.want)
+		}
+	}
+}

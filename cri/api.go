@@ -58,6 +58,9 @@ type ContainerStatus struct {
 	SpecHash     string // hash of the v1.Container it was created from
 	Init         bool   // an init container
 	GracePeriod  *int64 // the pod's terminationGracePeriodSeconds when it was created
+	// PreStop is the container's preStop handler as recorded when it was
+	// created (named port resolved), or nil.
+	PreStop *v1.LifecycleHandler
 }
 
 // SandboxStatus is one pod sandbox attempt.

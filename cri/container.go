@@ -133,6 +133,13 @@ func (m *Manager) buildContainerConfig(pod *v1.Pod, c *v1.Container, p container
 	if c.TerminationMessagePath != "" {
 		cfg.Annotations[AnnotationTerminationMsg] = c.TerminationMessagePath
 	}
+	preStop, err := preStopAnnotation(c)
+	if err != nil {
+		return nil, err
+	}
+	if preStop != "" {
+		cfg.Annotations[AnnotationPreStop] = preStop
+	}
 	for _, e := range env {
 		cfg.Envs = append(cfg.Envs, &runtimeapi.KeyValue{Key: e.Name, Value: []byte(e.Value)})
 	}

@@ -49,14 +49,14 @@ func (m *Manager) stopPod(ctx context.Context, svc *services, pod *v1.Pod, statu
 		}
 		grace := containerGrace(pod, c, override)
 		wg.Add(1)
-		go func(id, name string) {
+		go func(c ContainerStatus) {
 			defer wg.Done()
-			if err := m.stopContainer(ctx, svc, id, grace); err != nil {
+			if err := m.stopWithPreStop(ctx, svc, pod, c, podIPOf(status), grace, specOf(pod, c), events); err != nil {
 				mu.Lock()
-				errs = append(errs, fmt.Errorf("stop container %s: %w", name, err))
+				errs = append(errs, fmt.Errorf("stop container %s: %w", c.Name, err))
 				mu.Unlock()
 			}
-		}(c.ID, c.Name)
+		}(c)
 	}
 	wg.Wait()
 	if err := errors.Join(errs...); err != nil {
@@ -68,6 +68,32 @@ func (m *Manager) stopPod(ctx context.Context, svc *services, pod *v1.Pod, statu
 		}
 		if err := svc.runtime.StopPodSandbox(ctx, sb.ID); err != nil && !isNotFound(err) {
 			return fmt.Errorf("stop sandbox %s: %w", sb.ID, err)
+		}
+	}
+	return nil
+}
+
+// podIPOf is the IP of the pod's live sandbox, or "".
+func podIPOf(status *PodStatus) string {
+	if status == nil || len(status.Sandboxes) == 0 || !status.Sandboxes[0].Ready {
+		return ""
+	}
+	return status.Sandboxes[0].IP
+}
+
+// specOf is the container's spec in pod, or nil (a pod known by its
+// runtime labels only).
+func specOf(pod *v1.Pod, c ContainerStatus) *v1.Container {
+	if pod == nil {
+		return nil
+	}
+	list := pod.Spec.Containers
+	if c.Init {
+		list = pod.Spec.InitContainers
+	}
+	for i := range list {
+		if list[i].Name == c.Name {
+			return &list[i]
 		}
 	}
 	return nil

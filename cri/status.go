@@ -121,6 +121,7 @@ func (m *Manager) containerStatus(ctx context.Context, svc *services, c *runtime
 		RestartCount: restarts,
 		SpecHash:     c.Annotations[AnnotationContainerHash],
 		GracePeriod:  parseGrace(c.Annotations[AnnotationGracePeriod]),
+		PreStop:      parsePreStop(c.Annotations[AnnotationPreStop]),
 		Init:         c.Labels[LabelInitContainer] == "true",
 	}
 	if img := s.GetImage().GetImage(); img != "" {

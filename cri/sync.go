@@ -63,7 +63,13 @@ func (m *Manager) SyncPod(ctx context.Context, in SyncInput) (err error) {
 	}
 	for id, why := range act.ContainersToKill {
 		events.Event(pod, v1.EventTypeNormal, "Killing", fmt.Sprintf("Stopping container %s: %s", why.Name, why.Message()))
-		if err := m.stopContainer(ctx, svc, id, gracePeriod(pod, nil)); err != nil {
+		cs := ContainerStatus{ID: id, Name: why.Name, Init: why.Init}
+		for _, c := range status.Containers {
+			if c.ID == id {
+				cs = c
+			}
+		}
+		if err := m.stopWithPreStop(ctx, svc, pod, cs, podIPOf(status), killGrace(pod, why), specOf(pod, cs), events); err != nil {
 			return fmt.Errorf("stop container %s of pod %s/%s: %w", why.Name, pod.Namespace, pod.Name, err)
 		}
 	}
@@ -153,6 +159,27 @@ func joinSyncErrors(errs []error) error {
 		return errs[0]
 	}
 	return errors.Join(errs...)
+}
+
+// killGrace is the grace period of one container kill: a failed probe's
+// own terminationGracePeriodSeconds when it sets one, else the pod's.
+func killGrace(pod *v1.Pod, why killReason) int64 {
+	for _, c := range pod.Spec.Containers {
+		if c.Name != why.Name {
+			continue
+		}
+		var probe *v1.Probe
+		switch why.Reason {
+		case ReasonLivenessFailed:
+			probe = c.LivenessProbe
+		case ReasonStartupFailed:
+			probe = c.StartupProbe
+		}
+		if probe != nil && probe.TerminationGracePeriodSeconds != nil {
+			return *probe.TerminationGracePeriodSeconds
+		}
+	}
+	return gracePeriod(pod, nil)
 }
 
 func gracePeriod(pod *v1.Pod, override *int64) int64 {
@@ -272,6 +299,25 @@ func (m *Manager) startContainer(ctx context.Context, svc *services, r startRequ
 		return fail("RunContainerError", fmt.Errorf("start %s: %w", what, err))
 	}
 	r.events.Event(pod, v1.EventTypeNormal, "Started", "Started container "+c.Name)
+	if c.Lifecycle != nil && c.Lifecycle.PostStart != nil {
+		hctx, cancel := context.WithTimeout(ctx, maxPostStart)
+		err := m.runHook(hctx, svc, id, r.podIP, c.Lifecycle.PostStart, c)
+		cancel()
+		if err != nil {
+			// As the kubelet: the container is killed, and restarted under
+			// the restart policy.
+			msg := fmt.Sprintf("PostStartHook failed: %v", err)
+			r.events.Event(pod, v1.EventTypeWarning, "FailedPostStartHook", "container "+c.Name+": "+msg)
+			stopped := ContainerStatus{ID: id, Name: c.Name, Init: r.init, State: ContainerRunning}
+			if p, err := preStopAnnotation(c); err == nil {
+				stopped.PreStop = parsePreStop(p)
+			}
+			if err := m.stopWithPreStop(ctx, svc, pod, stopped, r.podIP, gracePeriod(pod, nil), c, r.events); err != nil {
+				m.log.Warn().Err(err).Str("pod", pod.Namespace+"/"+pod.Name).Str("container", c.Name).Msg("stopping a container whose postStart hook failed")
+			}
+			return fail("PostStartHookError", fmt.Errorf("%s: %s", what, msg))
+		}
+	}
 	m.log.Debug().Str("pod", pod.Namespace+"/"+pod.Name).Str("container", c.Name).Int("restartCount", restartCount).Msg("container started")
 	return nil
 }

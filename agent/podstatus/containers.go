@@ -232,24 +232,41 @@ func anyRegularContainerCreated(pod *v1.Pod, rs *cri.PodStatus) bool {
 	return false
 }
 
-// setProbeResults fills Started and Ready as the kubelet's prober does for
-// containers without probes: started and ready once running; a regular init
-// container is ready once it exited 0.
-func setProbeResults(pod *v1.Pod, s *v1.PodStatus) {
+// Probed is what the prober says of one running container attempt.
+type Probed struct {
+	Started bool // its startup probe succeeded (or it has none)
+	Ready   bool // started, and its readiness probe succeeded (or it has none)
+}
+
+// setProbeResults fills Started and Ready as the kubelet does: a running
+// container without probes is started and ready; one with a startup or
+// readiness probe is so only once the prober says so (hints.Probes, by
+// runtime container ID); a regular init container is ready once it exited 0.
+func setProbeResults(pod *v1.Pod, s *v1.PodStatus, hints Hints) {
+	prefix := hints.runtimeName() + "://"
+	probed := func(c *v1.Container, cs *v1.ContainerStatus) {
+		running := cs.State.Running != nil
+		started, ready := running, running
+		if running && (c.StartupProbe != nil || c.ReadinessProbe != nil) {
+			p := hints.Probes[strings.TrimPrefix(cs.ContainerID, prefix)]
+			if c.StartupProbe != nil {
+				started = p.Started
+			}
+			ready = started && (c.ReadinessProbe == nil || p.Ready)
+		}
+		cs.Started, cs.Ready = &started, ready
+	}
 	for i := range s.ContainerStatuses {
-		cs := &s.ContainerStatuses[i]
-		started := cs.State.Running != nil
-		cs.Started = &started
-		cs.Ready = started
+		probed(&pod.Spec.Containers[i], &s.ContainerStatuses[i])
 	}
 	for i := range s.InitContainerStatuses {
 		cs := &s.InitContainerStatuses[i]
+		if c := &pod.Spec.InitContainers[i]; isRestartableInit(c) {
+			probed(c, cs)
+			continue
+		}
 		started := cs.State.Running != nil
 		cs.Started = &started
-		if isRestartableInit(&pod.Spec.InitContainers[i]) {
-			cs.Ready = started
-		} else {
-			cs.Ready = cs.State.Terminated != nil && cs.State.Terminated.ExitCode == 0
-		}
+		cs.Ready = cs.State.Terminated != nil && cs.State.Terminated.ExitCode == 0
 	}
 }

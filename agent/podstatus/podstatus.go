@@ -62,6 +62,11 @@ type Hints struct {
 	// conditions' LastTransitionTime and terminal phases stable. Pass nil
 	// when the agent deliberately starts the pod afresh (new spec, restart).
 	Previous *v1.PodStatus
+	// Probes holds the prober's view of each probed running container, by
+	// runtime container ID (without the "<runtime>://" prefix). A container
+	// with a startup or readiness probe missing here is neither started
+	// nor ready.
+	Probes map[string]Probed
 	// RuntimeUnreachable says the runtime could not be asked; the runtime
 	// status passed to Build is then ignored and the previous view is kept
 	// with every container marked not ready.
@@ -104,7 +109,7 @@ func Build(pod *v1.Pod, rs *cri.PodStatus, hints Hints, now time.Time) v1.PodSta
 	hasInit := len(pod.Spec.InitContainers) > 0
 	s.InitContainerStatuses = containerStatuses(pod, rs, hints, old.InitContainerStatuses, pod.Spec.InitContainers, hasInit, true)
 	s.ContainerStatuses = containerStatuses(pod, rs, hints, old.ContainerStatuses, pod.Spec.Containers, hasInit, false)
-	setProbeResults(pod, &s)
+	setProbeResults(pod, &s, hints)
 
 	all := append(append([]v1.ContainerStatus{}, s.ContainerStatuses...), s.InitContainerStatuses...)
 	s.Phase = phase(pod, all, hints.Terminal, anyActiveRegularContainer(pod, rs))

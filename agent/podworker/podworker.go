@@ -13,6 +13,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"github.com/mqlet/mqlet/agent/podstatus"
 	"runtime/debug"
 	"strings"
 	"sync"
@@ -99,6 +100,19 @@ type Options struct {
 	// Quarantines, when set, keeps pods whose sync stopped the agent from
 	// being synced again until their spec changes.
 	Quarantines Quarantines
+	// Probes, when set, runs the containers' probes; without it probes
+	// are not run and a probed container is never ready.
+	Probes Probes
+}
+
+// Probes runs the containers' probes (agent/prober): it follows each
+// pod's running containers, says which are started and ready, and gives
+// SyncPod the results (a failed liveness or startup probe kills).
+type Probes interface {
+	cri.ProbeResults
+	Track(pod *v1.Pod, rs *cri.PodStatus)
+	Forget(podUID string)
+	States(podUID string) map[string]podstatus.Probed
 }
 
 // Pool owns the queue, the runners and the sync slots.

@@ -80,7 +80,11 @@ func (p *Pool) syncPod(ctx context.Context, pod *v1.Pod, backoff cri.RestartBack
 	if st := p.build(pod, rs, podstatus.Hints{}); st.Phase == v1.PodSucceeded || st.Phase == v1.PodFailed {
 		p.set(pod, st, "")
 	}
-	syncErr := p.rt.SyncPod(ctx, cri.SyncInput{Pod: pod, Status: rs, Objects: p.desired, Backoff: backoff, Events: p.events})
+	in := cri.SyncInput{Pod: pod, Status: rs, Objects: p.desired, Backoff: backoff, Events: p.events}
+	if pr := p.opts.Probes; pr != nil {
+		in.Probes = pr
+	}
+	syncErr := p.rt.SyncPod(ctx, in)
 	if ctx.Err() != nil {
 		// A delete cancelled it: what it leaves is removed next, and a
 		// status read now would be stale.
@@ -90,7 +94,12 @@ func (p *Pool) syncPod(ctx context.Context, pod *v1.Pod, backoff cri.RestartBack
 	if err != nil {
 		after = rs
 	}
-	p.publish(pod, after, podstatus.Hints{Waiting: waitingFrom(syncErr)}, definiteFrom(syncErr))
+	hints := podstatus.Hints{Waiting: waitingFrom(syncErr)}
+	if pr := p.opts.Probes; pr != nil {
+		pr.Track(pod, after)
+		hints.Probes = pr.States(string(pod.UID))
+	}
+	p.publish(pod, after, hints, definiteFrom(syncErr))
 
 	var be *cri.BackoffError
 	switch wait, ok := retryFrom(syncErr); {
@@ -137,6 +146,9 @@ func (p *Pool) removePod(life, ctx context.Context, r *runner, namespace, name, 
 			// would remove <podDir>/<uid>, a path outside the pods dir.
 			p.log.Error().Str("pod", key).Str("uid", ref.UID).Msg("a runtime pod has a uid that is not a single path element; not removing it: remove its sandbox by hand")
 			continue
+		}
+		if pr := p.opts.Probes; pr != nil {
+			pr.Forget(ref.UID)
 		}
 		done, err := p.killAsync(life, r, ref, grace)
 		if err != nil {

@@ -12,6 +12,7 @@ import (
 
 	v1 "k8s.io/api/core/v1"
 	"k8s.io/apimachinery/pkg/api/resource"
+	"k8s.io/apimachinery/pkg/util/intstr"
 	"k8s.io/apimachinery/pkg/util/validation/field"
 )
 
@@ -174,18 +175,11 @@ func TestCheckSupportRejects(t *testing.T) {
 		{"ephemeral containers", func(p *v1.Pod) {
 			p.Spec.EphemeralContainers = []v1.EphemeralContainer{{EphemeralContainerCommon: v1.EphemeralContainerCommon{Name: "d", Image: "busybox"}}}
 		}, "spec.ephemeralContainers: Forbidden: mqlet does not support ephemeral containers"},
-		{"liveness probe", func(p *v1.Pod) {
-			p.Spec.Containers[0].LivenessProbe = &v1.Probe{ProbeHandler: v1.ProbeHandler{Exec: &v1.ExecAction{Command: []string{"true"}}}}
-		}, "spec.containers[0].livenessProbe: Forbidden: mqlet does not support liveness probes"},
-		{"readiness probe", func(p *v1.Pod) {
-			p.Spec.Containers[0].ReadinessProbe = &v1.Probe{ProbeHandler: v1.ProbeHandler{Exec: &v1.ExecAction{Command: []string{"true"}}}}
-		}, "spec.containers[0].readinessProbe: Forbidden"},
-		{"startup probe", func(p *v1.Pod) {
-			p.Spec.Containers[0].StartupProbe = &v1.Probe{ProbeHandler: v1.ProbeHandler{Exec: &v1.ExecAction{Command: []string{"true"}}}}
-		}, "spec.containers[0].startupProbe: Forbidden"},
-		{"postStart hook", func(p *v1.Pod) {
-			p.Spec.Containers[0].Lifecycle = &v1.Lifecycle{PostStart: &v1.LifecycleHandler{Exec: &v1.ExecAction{Command: []string{"true"}}}}
-		}, "spec.containers[0].lifecycle: Forbidden: mqlet does not support lifecycle hooks"},
+		{"stopSignal", func(p *v1.Pod) {
+			sig := v1.SIGUSR1
+			p.Spec.OS = &v1.PodOS{Name: v1.Linux}
+			p.Spec.Containers[0].Lifecycle = &v1.Lifecycle{StopSignal: &sig}
+		}, "spec.containers[0].lifecycle.stopSignal: Forbidden: mqlet does not support stopSignal"},
 		{"sidecar", func(p *v1.Pod) {
 			p.Spec.InitContainers = []v1.Container{{Name: "side", Image: "busybox", RestartPolicy: &always}}
 		}, "spec.initContainers[0].restartPolicy: Forbidden"},
@@ -238,13 +232,15 @@ func TestCheckSupportReportsAll(t *testing.T) {
 	pod.Spec.ActiveDeadlineSeconds = &seven
 	pod.Spec.ReadinessGates = []v1.PodReadinessGate{{ConditionType: "x"}}
 	pod.Spec.Containers = append(pod.Spec.Containers, v1.Container{Name: "b", Image: "busybox",
-		LivenessProbe: &v1.Probe{ProbeHandler: v1.ProbeHandler{Exec: &v1.ExecAction{Command: []string{"true"}}}}})
+		ReadinessProbe:           &v1.Probe{ProbeHandler: v1.ProbeHandler{Exec: &v1.ExecAction{Command: []string{"true"}}}},
+		Lifecycle:                &v1.Lifecycle{PostStart: &v1.LifecycleHandler{Exec: &v1.ExecAction{Command: []string{"true"}}}},
+		TerminationMessagePolicy: v1.TerminationMessageFallbackToLogsOnError})
 	DefaultPod(pod)
 	var got []string
 	for _, e := range CheckSupport(pod) {
 		got = append(got, e.Field)
 	}
-	want := []string{"spec.containers[1].livenessProbe", "spec.activeDeadlineSeconds", "spec.readinessGates"}
+	want := []string{"spec.containers[1].terminationMessagePolicy", "spec.activeDeadlineSeconds", "spec.readinessGates"}
 	if fmt.Sprint(got) != fmt.Sprint(want) {
 		t.Errorf("CheckSupport fields = %v, want %v", got, want)
 	}
@@ -281,6 +277,18 @@ func TestCheckSupportAccepts(t *testing.T) {
 	pod.Spec.Tolerations = []v1.Toleration{{Key: "k", Operator: v1.TolerationOpExists}}
 	pod.Spec.PriorityClassName = "high"
 	pod.Spec.InitContainers = []v1.Container{{Name: "init", Image: "busybox", Command: []string{"true"}}}
+	c.Ports = []v1.ContainerPort{{Name: "web", ContainerPort: 8080}}
+	grace, h2 := int64(3), v1.HTTPProtocolHTTP2
+	c.LivenessProbe = &v1.Probe{ProbeHandler: v1.ProbeHandler{HTTPGet: &v1.HTTPGetAction{Path: "/healthz", Port: intstr.FromString("web"),
+		Scheme: v1.URISchemeHTTP, Protocol: &h2, HTTPHeaders: []v1.HTTPHeader{{Name: "X", Value: "y"}}}},
+		InitialDelaySeconds: 5, PeriodSeconds: 2, TimeoutSeconds: 1, FailureThreshold: 3, TerminationGracePeriodSeconds: &grace}
+	c.ReadinessProbe = &v1.Probe{ProbeHandler: v1.ProbeHandler{TCPSocket: &v1.TCPSocketAction{Port: intstr.FromInt32(8080)}}, SuccessThreshold: 2}
+	tlsMode := v1.GRPCProbeModeTLS
+	c.StartupProbe = &v1.Probe{ProbeHandler: v1.ProbeHandler{GRPC: &v1.GRPCAction{Port: 9000, Service: ptr("db"), Mode: &tlsMode}}}
+	c.Lifecycle = &v1.Lifecycle{PostStart: &v1.LifecycleHandler{HTTPGet: &v1.HTTPGetAction{Path: "/up", Port: intstr.FromString("web")}},
+		PreStop: &v1.LifecycleHandler{Sleep: &v1.SleepAction{Seconds: 1}}}
+	pod.Spec.Containers = append(pod.Spec.Containers, v1.Container{Name: "exec", Image: "busybox",
+		LivenessProbe: &v1.Probe{ProbeHandler: v1.ProbeHandler{Exec: &v1.ExecAction{Command: []string{"cat", "/tmp/ok"}}}}})
 	DefaultPod(pod)
 	if errs := CheckSupport(pod); len(errs) > 0 {
 		t.Errorf("CheckSupport refused an honoured pod: %s", FormatErrors(errs))

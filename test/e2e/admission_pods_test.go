@@ -97,9 +97,9 @@ func TestAdmissionUnsupportedFieldAnsweredAtOnce(t *testing.T) {
 			p.Spec.Volumes = []v1.Volume{{Name: "share", VolumeSource: v1.VolumeSource{NFS: &v1.NFSVolumeSource{Server: "nas.example", Path: "/export"}}}}
 			p.Spec.Containers[0].VolumeMounts = []v1.VolumeMount{{Name: "share", MountPath: "/share"}}
 		}, "spec.volumes[0].nfs: Forbidden: mqlet does not support nfs volumes"},
-		{"probed", func(p *v1.Pod) {
-			p.Spec.Containers[0].LivenessProbe = &v1.Probe{ProbeHandler: v1.ProbeHandler{Exec: &v1.ExecAction{Command: []string{"true"}}}}
-		}, "spec.containers[0].livenessProbe: Forbidden: mqlet does not support liveness probes"},
+		{"deadline", func(p *v1.Pod) {
+			p.Spec.ActiveDeadlineSeconds = ptrTo(int64(60))
+		}, "spec.activeDeadlineSeconds: Forbidden"},
 	}
 	for _, tt := range tests {
 		p := e.admitTestPod(tt.name)
