@@ -19,6 +19,11 @@ func (noEvents) Event(*v1.Pod, string, string, string) {}
 // init containers in order and starts app containers per restart policy,
 // gated by backoff. A container waiting in backoff yields a *BackoffError.
 func (m *Manager) SyncPod(ctx context.Context, pod *v1.Pod, status *PodStatus, objects ObjectSource, backoff RestartBackoff, events EventRecorder) (err error) {
+	return m.syncPod(ctx, pod, status, objects, backoff, events, forced{})
+}
+
+// syncPod is SyncPod that also starts what a restart request forces.
+func (m *Manager) syncPod(ctx context.Context, pod *v1.Pod, status *PodStatus, objects ObjectSource, backoff RestartBackoff, events EventRecorder, force forced) (err error) {
 	if events == nil {
 		events = noEvents{}
 	}
@@ -35,6 +40,7 @@ func (m *Manager) SyncPod(ctx context.Context, pod *v1.Pod, status *PodStatus, o
 	}
 	ctx = quietContext(ctx)
 	act := computePodActions(pod, status)
+	backoff = force.apply(pod, status, &act, backoff)
 	log := m.log.With().Str("pod", pod.Namespace+"/"+pod.Name).Str("uid", string(pod.UID)).Logger()
 
 	if act.KillPod {

@@ -115,6 +115,7 @@ type Pool struct {
 	uids     map[string]string // key → uid last synced, to find a pod gone from the store
 	told     map[string]int64  // key → generation whose quarantine was announced by this process
 	kills    map[string]*kill  // runtime pod uid → its termination, running or finished
+	restarts restarts          // restart requests waiting for their pod's worker (restart.go)
 	syncs    uint64
 	failures uint64
 	backoffs uint64
@@ -396,6 +397,7 @@ func (p *Pool) syncKey(ctx context.Context, key string) (time.Duration, error) {
 		return 0, nil
 	}
 	if pod == nil {
+		p.dropRestarts(key)
 		if err := p.removePod(ctx, key, namespace, name, ""); !errors.Is(err, errTerminating) {
 			return 0, err
 		}
@@ -418,7 +420,7 @@ func (p *Pool) syncKey(ctx context.Context, key string) (time.Duration, error) {
 		p.publish(pod, nil, podstatus.Hints{RuntimeUnreachable: true}, "")
 		return 0, fmt.Errorf("getting runtime status of pod %s: %w", key, err)
 	}
-	syncErr := p.rt.SyncPod(ctx, pod, rs, p.desired, p.backoff, p.events)
+	syncErr := p.syncOrRestart(ctx, key, pod, rs)
 	after, err := p.rt.GetPodStatus(ctx, string(pod.UID), pod.Name, pod.Namespace)
 	if err != nil {
 		after = rs
