@@ -26,6 +26,7 @@ import (
 	"github.com/mqlet/mqlet/agent/restart"
 	"github.com/mqlet/mqlet/agent/statusmgr"
 	"github.com/mqlet/mqlet/agent/store"
+	"github.com/mqlet/mqlet/agent/streams"
 	"github.com/mqlet/mqlet/agent/validate"
 	"github.com/mqlet/mqlet/cri"
 	"github.com/mqlet/mqlet/internal/redact"
@@ -43,6 +44,7 @@ type Runtime interface {
 	RunPLEG(ctx context.Context, period time.Duration, out chan<- cri.PodLifecycleEvent)
 	GarbageCollect(ctx context.Context, policy cri.GCPolicy, isDesired func(uid string) bool) error
 	RotateLogs(ctx context.Context, r cri.LogRotation) error
+	intake.VerbRuntime
 }
 
 // Store is the persisted desired state.
@@ -96,6 +98,11 @@ type Options struct {
 	// persisted (0: the intake's defaults).
 	MaxBacklog      int
 	MaxBacklogBytes int
+	// Logs and Exec bound the operator verbs; MaxStreams bounds the logs,
+	// exec and restart requests running at once.
+	Logs       intake.LogLimits
+	Exec       intake.ExecLimits
+	MaxStreams int
 }
 
 // Agent is the running core.
@@ -113,6 +120,7 @@ type Agent struct {
 	cmds    *intake.Pipeline // the only caller of intake.Handle
 	group   *intake.Group
 	backoff *restart.Tracker
+	streams *streams.Manager
 }
 
 // New builds the agent; Run starts it.
@@ -140,6 +148,8 @@ func New(opts Options, st Store, out Publisher, rt Runtime, log zerolog.Logger) 
 		intakeOpts.Marks = opts.CommandMarks
 	}
 	a.pool = podworker.New(poolOpts, rt, desired{st}, a.status, a.tracker, a.backoff, a.events, log.With().Str("component", "podworker").Logger())
+	a.streams = streams.New(opts.MaxStreams)
+	intakeOpts.Verbs = intake.VerbOptions{Runtime: rt, Restarts: a.pool, Streams: a.streams, Logs: opts.Logs, Exec: opts.Exec, RestartTimeout: opts.ApplyDeadline}
 	a.intake = intake.New(intakeOpts, st, sender, a.tracker, a.pool, a.events, a.status, log.With().Str("component", "intake").Logger())
 	a.cmds = intake.NewPipeline(a.intake, st, out, sender, intake.PipelineOptions{MaxBacklog: opts.MaxBacklog, MaxBacklogBytes: opts.MaxBacklogBytes, Group: a.group}, log.With().Str("component", "intake").Logger())
 	a.recoverInFlight()
@@ -210,6 +220,7 @@ func (a *Agent) Run(ctx context.Context) error {
 	}
 	spawn("intake", a.cmds.Run)
 	spawn("reply-group", a.group.Run)
+	spawn("streams", a.streams.Run)
 	spawn("runtime", a.rt.Run)
 	spawn("workers", a.pool.Run)
 	spawn("pending", a.tracker.Run)

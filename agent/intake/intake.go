@@ -94,6 +94,8 @@ type Options struct {
 	MaxPods int
 	// Marks, when set, holds the in-flight mark of each command.
 	Marks Marker
+	// Verbs wire the operator verbs (logs, exec, restart, cancel; verbs.go).
+	Verbs VerbOptions
 }
 
 // Reasons of the intake's events and failed replies.
@@ -214,10 +216,18 @@ func (in *Intake) Handle(cmd Command) {
 		in.delete(id, payload)
 	case "get":
 		in.get(id, payload)
-	case "restart", "logs", "exec", "config":
+	case "logs":
+		in.logs(id, payload)
+	case "exec":
+		in.exec(id, payload)
+	case "restart":
+		in.restart(id, payload)
+	case "cancel":
+		in.cancel(id, payload)
+	case "config":
 		in.fail(id, verb, fmt.Errorf("verb %q is not supported yet by this mqlet", verb))
 	default:
-		in.fail(id, verb, fmt.Errorf("unknown verb %q (known: apply, delete, sync, get, restart, logs, exec, config)", verb))
+		in.fail(id, verb, fmt.Errorf("unknown verb %q (known: apply, delete, sync, get, restart, logs, exec, cancel, config)", verb))
 	}
 }
 

@@ -185,7 +185,7 @@ func TestBadCommandsFailAndStoreNothing(t *testing.T) {
 		"privileged":   {"apply/b3", "apiVersion: v1\nkind: Pod\nmetadata: {name: p}\nspec:\n  containers:\n  - name: c\n    image: i\n    securityContext: {privileged: true}\n", "privileged"},
 		"oversized":    {"apply/b4", strings.Repeat("x", 5000), "exceeds the limit of 4096 bytes"},
 		"bad id":       {"apply/a+b", webPod, "bad command topic"},
-		"unsupported":  {"logs/b5", `{}`, "not supported yet"},
+		"unsupported":  {"logs/b5", `{}`, "not supported by this mqlet"},
 		"unknown verb": {"dance/b6", `{}`, "unknown verb"},
 		"missing":      {"delete/b7", `{"kind":"Pod","name":"nope"}`, "not found"},
 		"bad get":      {"get/b8", `{"kind":"Deployment"}`, "unknown kind"},

@@ -16,6 +16,7 @@ import (
 
 	"github.com/mqlet/mqlet/agent"
 	"github.com/mqlet/mqlet/agent/inflight"
+	"github.com/mqlet/mqlet/agent/intake"
 	"github.com/mqlet/mqlet/agent/presence"
 	"github.com/mqlet/mqlet/agent/restart"
 	"github.com/mqlet/mqlet/agent/store"
@@ -300,6 +301,11 @@ func agentOptions(cfg *config.Config, topics topic.Scheme) agent.Options {
 		MaxReplyBytes:     cfg.Requests.MaxReplyBytes,
 		MaxBacklog:        cfg.Requests.MaxBacklog,
 		MaxBacklogBytes:   cfg.Requests.MaxBacklogBytes,
+		MaxStreams:        cfg.Requests.MaxStreams,
+		Logs: intake.LogLimits{MaxChunkBytes: cfg.Logs.MaxChunkBytes, MaxBytes: cfg.Logs.MaxBytes,
+			MaxFollow: cfg.Logs.MaxFollow.Duration, BytesPerSecond: cfg.Logs.MaxBytesPerSecond},
+		Exec: intake.ExecLimits{Enabled: cfg.Exec.Enabled, DefaultTimeout: cfg.Exec.DefaultTimeout.Duration,
+			MaxTimeout: cfg.Exec.MaxTimeout.Duration, MaxOutputBytes: cfg.Exec.MaxOutputBytes},
 	}
 }
 

@@ -1,0 +1,352 @@
+package intake
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"sync"
+	"time"
+	"unicode/utf8"
+
+	"golang.org/x/time/rate"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+
+	"github.com/mqlet/mqlet/agent/manifest"
+	"github.com/mqlet/mqlet/agent/reply"
+	"github.com/mqlet/mqlet/cri"
+)
+
+// LogsArgs are the arguments of logs (kubectl logs' options).
+type LogsArgs struct {
+	Namespace     string       `json:"namespace,omitempty"`
+	Name          string       `json:"name"`
+	Container     string       `json:"container,omitempty"`
+	TailLines     *int64       `json:"tailLines,omitempty"`
+	SinceSeconds  *int64       `json:"sinceSeconds,omitempty"`
+	SinceTime     *metav1.Time `json:"sinceTime,omitempty"`
+	LimitBytes    *int64       `json:"limitBytes,omitempty"`
+	Previous      bool         `json:"previous,omitempty"`
+	Timestamps    bool         `json:"timestamps,omitempty"`
+	Follow        bool         `json:"follow,omitempty"`
+	FollowSeconds *int64       `json:"followSeconds,omitempty"`
+}
+
+// LogChunk is the result of one in_progress reply of a log sent in chunks.
+type LogChunk struct {
+	Log string `json:"log"`
+}
+
+// LogsResult is the result of the final logs reply: the log itself when it
+// fits one message, else the count of chunks sent before it.
+type LogsResult struct {
+	Container string `json:"container"`
+	Log       string `json:"log,omitempty"`
+	Chunks    int    `json:"chunks,omitempty"`
+	Bytes     int64  `json:"bytes"`
+	// Truncated: the log was cut at logs.maxBytes.
+	Truncated bool `json:"truncated,omitempty"`
+	// Ended says why a followed log stopped: followSeconds, container
+	// exited, or cancelled.
+	Ended string `json:"ended,omitempty"`
+}
+
+// Bounds of the numbers of a logs request.
+const (
+	maxTailLines    = 1 << 20
+	maxSinceSeconds = 10 * 365 * 24 * 3600
+	// followFlush is how long a followed line may wait to be sent with others.
+	followFlush = 200 * time.Millisecond
+)
+
+func (in *Intake) logs(id string, payload []byte) {
+	const verb = "logs"
+	v := in.opts.Verbs
+	if v.Runtime == nil || v.Streams == nil {
+		in.fail(id, verb, errors.New("verb \"logs\" is not supported by this mqlet"))
+		return
+	}
+	var args LogsArgs
+	if err := manifest.DecodeArgs(payload, &args); err != nil {
+		in.fail(id, verb, fmt.Errorf("decoding logs request: %w", err))
+		return
+	}
+	req, follow, err := in.logRequest(args)
+	if err != nil {
+		in.fail(id, verb, err)
+		return
+	}
+	in.startStream(id, verb, func(ctx context.Context) { in.runLogs(ctx, id, req, follow) })
+}
+
+// logRequest checks args against the limits and turns them into the
+// runtime's request; follow is how long to follow (0: not).
+func (in *Intake) logRequest(args LogsArgs) (cri.LogRequest, time.Duration, error) {
+	lim := in.opts.Verbs.Logs
+	var req cri.LogRequest
+	pod, err := in.findPod(args.Namespace, args.Name)
+	if err != nil {
+		return req, 0, err
+	}
+	container, err := pickContainer(pod, args.Container, true)
+	if err != nil {
+		return req, 0, err
+	}
+	req = cri.LogRequest{Pod: podKey(pod), Container: container, Previous: args.Previous, Timestamps: args.Timestamps}
+	if t := args.TailLines; t != nil {
+		if *t < 0 || *t > maxTailLines {
+			return req, 0, fmt.Errorf("tailLines %d: must be 0 to %d", *t, maxTailLines)
+		}
+		req.TailLines = t
+	}
+	switch {
+	case args.SinceSeconds != nil && args.SinceTime != nil:
+		return req, 0, errors.New("sinceSeconds and sinceTime: give at most one")
+	case args.SinceSeconds != nil:
+		if s := *args.SinceSeconds; s < 1 || s > maxSinceSeconds {
+			return req, 0, fmt.Errorf("sinceSeconds %d: must be 1 to %d", s, maxSinceSeconds)
+		}
+		req.Since = in.now().Add(-time.Duration(*args.SinceSeconds) * time.Second)
+	case args.SinceTime != nil:
+		req.Since = args.SinceTime.Time
+	}
+	limit := lim.MaxBytes
+	if b := args.LimitBytes; b != nil {
+		if *b < 1 || *b > lim.MaxBytes {
+			return req, 0, fmt.Errorf("limitBytes %d: must be 1 to %d (logs.maxBytes)", *b, lim.MaxBytes)
+		}
+		limit = *b
+	}
+	if !args.Follow {
+		req.LimitBytes = &limit
+		if args.FollowSeconds != nil {
+			return req, 0, errors.New("followSeconds: only with follow")
+		}
+		return req, 0, nil
+	}
+	if args.Previous {
+		return req, 0, errors.New("follow and previous: a terminated container's log does not grow")
+	}
+	if args.LimitBytes != nil {
+		req.LimitBytes = &limit
+	}
+	req.Follow = true
+	follow := lim.MaxFollow
+	if s := args.FollowSeconds; s != nil {
+		if *s < 1 || time.Duration(*s)*time.Second > lim.MaxFollow {
+			return req, 0, fmt.Errorf("followSeconds %d: must be 1 to %d (logs.maxFollow)", *s, int64(lim.MaxFollow/time.Second))
+		}
+		follow = time.Duration(*s) * time.Second
+	}
+	return req, follow, nil
+}
+
+func (in *Intake) runLogs(ctx context.Context, id string, req cri.LogRequest, follow time.Duration) {
+	const verb = "logs"
+	lim := in.opts.Verbs.Logs
+	budget := chunkBudget(lim.MaxChunkBytes)
+	burst := max(budget, int(min(lim.BytesPerSecond, 1<<30)))
+	ch := &chunker{budget: budget, limiter: rate.NewLimiter(rate.Limit(lim.BytesPerSecond), burst),
+		send: func(seq int, text string) error {
+			return in.sendChunk(reply.Reply{RequestID: id, Verb: verb, Phase: reply.InProgress, Seq: seq,
+				Message: fmt.Sprintf("log chunk %d", seq), Result: LogChunk{Log: text}})
+		}}
+	readCtx := ctx
+	var flushDone sync.WaitGroup
+	if follow > 0 {
+		var cancel context.CancelFunc
+		readCtx, cancel = context.WithTimeout(ctx, follow)
+		defer cancel()
+		// Lines of a followed log go out within followFlush.
+		stopFlush := make(chan struct{})
+		flushDone.Add(1)
+		go func() {
+			defer flushDone.Done()
+			t := time.NewTicker(followFlush)
+			defer t.Stop()
+			for {
+				select {
+				case <-stopFlush:
+					return
+				case <-t.C:
+					_ = ch.flush(readCtx)
+				}
+			}
+		}()
+		defer func() { close(stopFlush); flushDone.Wait() }()
+	}
+	ch.ctx = readCtx
+	err := in.opts.Verbs.Runtime.ContainerLogs(readCtx, req, ch)
+	res := LogsResult{Container: req.Container}
+	switch {
+	case follow > 0 && ctx.Err() != nil:
+		res.Ended = "cancelled"
+	case follow > 0 && readCtx.Err() != nil:
+		res.Ended = "followSeconds"
+	case follow > 0 && err == nil:
+		res.Ended = "container exited"
+	}
+	if err != nil && readCtx.Err() == nil {
+		in.fail(id, verb, err)
+		return
+	}
+	if ch.err != nil && !errors.Is(ch.err, context.Canceled) && !errors.Is(ch.err, context.DeadlineExceeded) {
+		in.fail(id, verb, fmt.Errorf("sending log chunks: %w", ch.err))
+		return
+	}
+	// The rest goes in the final reply when nothing was sent before it;
+	// else as the last chunk (the flush is not bound to readCtx, which may
+	// have ended).
+	rest, seq := ch.finish()
+	res.Bytes = ch.total
+	if seq == 0 && follow == 0 {
+		res.Log = rest
+	} else if rest != "" {
+		if err := ch.emit(context.WithoutCancel(ctx), rest); err != nil {
+			in.fail(id, verb, fmt.Errorf("sending log chunks: %w", err))
+			return
+		}
+	}
+	res.Chunks = ch.seq
+	res.Truncated = follow == 0 && req.LimitBytes != nil && *req.LimitBytes == lim.MaxBytes && ch.total >= lim.MaxBytes
+	msg := fmt.Sprintf("%d bytes of container %s", res.Bytes, req.Container)
+	if res.Chunks > 0 {
+		msg += fmt.Sprintf(" in %d chunks", res.Chunks)
+	}
+	if res.Ended != "" {
+		msg += "; follow ended: " + res.Ended
+	}
+	if res.Truncated {
+		msg += fmt.Sprintf("; cut at logs.maxBytes (%d): ask with limitBytes, tailLines or sinceSeconds", lim.MaxBytes)
+	}
+	_ = in.replies.Send(reply.Reply{RequestID: id, Verb: verb, Phase: reply.Succeeded, Message: msg, Result: res})
+}
+
+// chunkBudget is how many JSON-escaped log bytes one chunk may carry: the
+// message bound less its envelope, and room for the scrubber's marks.
+func chunkBudget(maxChunk int) int {
+	return max(maxChunk*7/8-1024, 1024)
+}
+
+// chunker gathers log text and sends it in chunks whose JSON-escaped size
+// stays within budget, cut at a line end where one is near, paced by the
+// limiter; flush sends what there is (a followed log's latest lines).
+type chunker struct {
+	budget  int
+	limiter *rate.Limiter
+	send    func(seq int, text string) error
+	ctx     context.Context
+
+	mu     sync.Mutex
+	buf    []byte
+	cost   int // JSON-escaped size of buf
+	lastNL int // length of buf up to and with its last newline
+	seq    int
+	total  int64
+	err    error // the first failure to send; writes fail after it
+}
+
+func (c *chunker) Write(p []byte) (int, error) {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	if c.err != nil {
+		return 0, c.err
+	}
+	n := len(p)
+	c.total += int64(n)
+	for len(p) > 0 {
+		r, size := utf8.DecodeRune(p)
+		cost := escapedCost(r, size)
+		if c.cost+cost > c.budget {
+			if err := c.cutLocked(c.ctx); err != nil {
+				return n - len(p), err
+			}
+		}
+		c.buf = append(c.buf, p[:size]...)
+		c.cost += cost
+		if r == '\n' {
+			c.lastNL = len(c.buf)
+		}
+		p = p[size:]
+	}
+	return n, nil
+}
+
+// cutLocked sends buf up to its last newline (all of it when there is
+// none) and keeps the rest.
+func (c *chunker) cutLocked(ctx context.Context) error {
+	cut := c.lastNL
+	if cut == 0 {
+		cut = len(c.buf)
+	}
+	text := string(c.buf[:cut])
+	rest := append([]byte(nil), c.buf[cut:]...)
+	c.buf, c.lastNL, c.cost = rest, 0, escapedLen(rest)
+	if err := c.emitLocked(ctx, text); err != nil {
+		c.err = err
+		return err
+	}
+	return nil
+}
+
+// flush sends everything gathered (a followed log's latest lines).
+func (c *chunker) flush(ctx context.Context) error {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	if c.err != nil || len(c.buf) == 0 {
+		return c.err
+	}
+	text := string(c.buf)
+	c.buf, c.lastNL, c.cost = c.buf[:0], 0, 0
+	if err := c.emitLocked(ctx, text); err != nil {
+		c.err = err
+	}
+	return c.err
+}
+
+// finish returns what is left unsent and how many chunks went before.
+func (c *chunker) finish() (string, int) {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	rest := string(c.buf)
+	c.buf, c.lastNL, c.cost = nil, 0, 0
+	return rest, c.seq
+}
+
+func (c *chunker) emit(ctx context.Context, text string) error {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	return c.emitLocked(ctx, text)
+}
+
+func (c *chunker) emitLocked(ctx context.Context, text string) error {
+	if err := c.limiter.WaitN(ctx, min(len(text), c.limiter.Burst())); err != nil {
+		return err
+	}
+	c.seq++
+	return c.send(c.seq, text)
+}
+
+// escapedCost is how many bytes r (size bytes of the input) takes in a
+// JSON string as encoding/json writes it.
+func escapedCost(r rune, size int) int {
+	switch {
+	case r == utf8.RuneError && size == 1:
+		return 6 // \ufffd
+	case r == '"' || r == '\\' || r == '\n' || r == '\r' || r == '\t':
+		return 2
+	case r < 0x20 || r == '<' || r == '>' || r == '&' || r == '\u2028' || r == '\u2029':
+		return 6
+	default:
+		return size
+	}
+}
+
+func escapedLen(p []byte) int {
+	n := 0
+	for len(p) > 0 {
+		r, size := utf8.DecodeRune(p)
+		n += escapedCost(r, size)
+		p = p[size:]
+	}
+	return n
+}
