@@ -17,7 +17,7 @@ test:
 
 # Unit tests only (no broker, no containerd needed).
 unit:
-	$(GO) test -count=1 ./config/... ./logging/... ./agent/... ./mqtt/topic/...
+	$(GO) test -count=1 ./config/... ./logging/... ./agent/... ./api/...
 
 bench:
 	test/run-bench.sh

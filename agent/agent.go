@@ -28,11 +28,11 @@ import (
 	"github.com/mqlet/mqlet/agent/store"
 	"github.com/mqlet/mqlet/agent/streams"
 	"github.com/mqlet/mqlet/agent/validate"
+	apiv1 "github.com/mqlet/mqlet/api/v1"
 	"github.com/mqlet/mqlet/cri"
 	"github.com/mqlet/mqlet/internal/redact"
 	"github.com/mqlet/mqlet/mqtt/outbox"
 	"github.com/mqlet/mqlet/mqtt/session"
-	"github.com/mqlet/mqlet/mqtt/topic"
 )
 
 // Runtime is what the agent needs of the container runtime manager.
@@ -68,7 +68,7 @@ type Publisher interface {
 
 // Options are the agent's settings, taken from the configuration.
 type Options struct {
-	Topics          topic.Scheme
+	Topics          apiv1.Scheme
 	MaxPayloadBytes int
 	Policy          validate.Policy
 	Workers         int
@@ -395,7 +395,7 @@ func (d desired) DesiredPod(namespace, name string) (*v1.Pod, error) {
 
 // eventSink publishes events on the events topic.
 type eventSink struct {
-	topics topic.Scheme
+	topics apiv1.Scheme
 	out    reply.Publisher
 	log    zerolog.Logger
 }

@@ -16,8 +16,8 @@ import (
 	"github.com/mqlet/mqlet/agent/reply"
 	"github.com/mqlet/mqlet/agent/store"
 	"github.com/mqlet/mqlet/agent/validate"
+	apiv1 "github.com/mqlet/mqlet/api/v1"
 	"github.com/mqlet/mqlet/mqtt/outbox"
-	"github.com/mqlet/mqlet/mqtt/topic"
 )
 
 // benchRig is an intake over the real store, the real outbox and the real
@@ -28,7 +28,7 @@ type benchRig struct {
 	st     *store.Store
 	box    *outbox.Outbox
 	sender *reply.Sender
-	topics topic.Scheme
+	topics apiv1.Scheme
 }
 
 func newBenchRig(b *testing.B) *benchRig {
@@ -43,7 +43,7 @@ func newBenchRig(b *testing.B) *benchRig {
 		b.Fatal(err)
 	}
 	b.Cleanup(func() { box.Close() })
-	topics := topic.Scheme{Prefix: "mqlet/v1", Node: "n1"}
+	topics := apiv1.Scheme{Prefix: "mqlet/v1", Node: "n1"}
 	sender := reply.NewSender(topics, box, st, nil, zerolog.Nop())
 	in := New(Options{Topics: topics, MaxPayloadBytes: 1 << 20, Policy: validate.Policy{}, ApplyDeadline: time.Minute},
 		st, sender, &benchTracker{}, &fakeScheduler{deletes: map[string]*int64{}}, &fakeEvents{}, noStatus{}, zerolog.Nop())
@@ -118,7 +118,7 @@ func BenchmarkHandleParts(b *testing.B) {
 	b.Run("ReplySend", func(b *testing.B) { // record (state.db) + outbox put (outbox.db)
 		r := newBenchRig(b)
 		for i := 0; i < b.N; i++ {
-			if err := r.sender.Send(reply.Reply{RequestID: fmt.Sprintf("r%d", i), Verb: "apply", Phase: reply.Accepted, Message: "stored: ConfigMap default/x created"}); err != nil {
+			if err := r.sender.Send(apiv1.Reply{RequestID: fmt.Sprintf("r%d", i), Verb: "apply", Phase: apiv1.Accepted, Message: "stored: ConfigMap default/x created"}); err != nil {
 				b.Fatal(err)
 			}
 		}

@@ -5,7 +5,7 @@ import (
 	"strings"
 	"testing"
 
-	"github.com/mqlet/mqlet/agent/reply"
+	apiv1 "github.com/mqlet/mqlet/api/v1"
 )
 
 // FuzzHandle feeds arbitrary topics, payloads and retain flags to the
@@ -32,7 +32,7 @@ func FuzzHandle(f *testing.F) {
 			t.Fatalf("a retained command was answered with a recorded reply: %+v", r.sender.replies[before:])
 		}
 		for _, rep := range r.sender.replies[before:] {
-			if rep.RequestID == "" || (rep.Phase != reply.Accepted && rep.Phase != reply.InProgress && rep.Phase != reply.Succeeded && rep.Phase != reply.Failed) {
+			if rep.RequestID == "" || (rep.Phase != apiv1.Accepted && rep.Phase != apiv1.InProgress && rep.Phase != apiv1.Succeeded && rep.Phase != apiv1.Failed) {
 				t.Fatalf("bad reply %+v", rep)
 			}
 			if strings.ContainsAny(rep.RequestID, "/+#") {

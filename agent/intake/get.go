@@ -1,40 +1,33 @@
 package intake
 
 import (
+	"errors"
 	"fmt"
 	"strings"
 
 	v1 "k8s.io/api/core/v1"
 
 	"github.com/mqlet/mqlet/agent/manifest"
-	"github.com/mqlet/mqlet/agent/reply"
 	"github.com/mqlet/mqlet/agent/validate"
+	apiv1 "github.com/mqlet/mqlet/api/v1"
 )
 
-// GetArgs selects what a get returns; empty fields match everything.
-type GetArgs struct {
-	Kind      string `json:"kind,omitempty"`
-	Namespace string `json:"namespace,omitempty"`
-	Name      string `json:"name,omitempty"`
-}
-
-// GetResult is the result of a get: desired objects, pods with their status.
-// Secrets carry their keys and sizes only; so do ConfigMaps in a listing
-// (a get without a name), whose data is read one ConfigMap at a time: a
-// two-byte get must not answer with megabytes of stored data.
-type GetResult struct {
-	Pods       []*v1.Pod       `json:"pods"`
-	ConfigMaps []*v1.ConfigMap `json:"configMaps"`
-	Secrets    []*v1.Secret    `json:"secrets"`
-}
-
 func (in *Intake) get(id string, payload []byte) {
-	var args GetArgs
+	var args apiv1.GetRequest
 	if len(strings.TrimSpace(string(payload))) > 0 {
 		if err := manifest.DecodeArgs(payload, &args); err != nil {
 			in.fail(id, "get", fmt.Errorf("decoding get request: %w", err))
 			return
 		}
+	}
+	// Accepted by the contract, not yet honoured: refused, never ignored.
+	if args.LabelSelector != "" {
+		in.fail(id, "get", errors.New(`field "labelSelector" is not supported yet by this mqlet`))
+		return
+	}
+	if args.InvolvedObject != nil {
+		in.fail(id, "get", errors.New(`field "involvedObject" is not supported yet by this mqlet`))
+		return
 	}
 	switch strings.ToLower(args.Kind) {
 	case "", "pod", "pods", "configmap", "configmaps", "secret", "secrets":
@@ -46,7 +39,7 @@ func (in *Intake) get(id string, payload []byte) {
 	match := func(ns, name string) bool {
 		return (args.Namespace == "" || args.Namespace == ns) && (args.Name == "" || args.Name == name)
 	}
-	res := GetResult{Pods: []*v1.Pod{}, ConfigMaps: []*v1.ConfigMap{}, Secrets: []*v1.Secret{}}
+	res := apiv1.GetResult{Pods: []*v1.Pod{}, ConfigMaps: []*v1.ConfigMap{}, Secrets: []*v1.Secret{}}
 	if kind == "" || kind == "pod" {
 		pods, err := in.store.ListPods()
 		if err != nil {
@@ -102,7 +95,7 @@ func (in *Intake) get(id string, payload []byte) {
 	if args.Name == "" && len(res.ConfigMaps) > 0 {
 		msg += "; configmap data is shown one configmap at a time: get it by kind, namespace and name"
 	}
-	_ = in.replies.Send(reply.Reply{RequestID: id, Verb: "get", Phase: reply.Succeeded, Message: msg, Result: res})
+	_ = in.replies.Send(apiv1.Reply{RequestID: id, Verb: "get", Phase: apiv1.Succeeded, Message: msg, Result: res})
 }
 
 // withoutData is c as a listing shows it: every key with the size of its

@@ -14,7 +14,7 @@ import (
 	"github.com/mqlet/mqlet/agent/pending"
 	"github.com/mqlet/mqlet/agent/reply"
 	"github.com/mqlet/mqlet/agent/store"
-	"github.com/mqlet/mqlet/mqtt/topic"
+	apiv1 "github.com/mqlet/mqlet/api/v1"
 )
 
 // Ten ConfigMaps of ~900 KiB and ten "{}" gets: every reply message stays
@@ -31,7 +31,7 @@ func TestGetAmplificationIsBounded(t *testing.T) {
 	}
 	defer st.Close()
 	box := &recordingBox{}
-	topics := topic.Scheme{Prefix: "mqlet/v1", Node: "n1"}
+	topics := apiv1.Scheme{Prefix: "mqlet/v1", Node: "n1"}
 	const maxReply = 256 << 10
 	sender := reply.NewSender(topics, box, st, nil, zerolog.Nop(), reply.WithMaxReplyBytes(maxReply))
 	in := New(Options{Topics: topics, MaxPayloadBytes: 1 << 20, ApplyDeadline: time.Minute},
@@ -40,7 +40,7 @@ func TestGetAmplificationIsBounded(t *testing.T) {
 	for i := 0; i < 10; i++ {
 		payload := fmt.Appendf(nil, `{"apiVersion":"v1","kind":"ConfigMap","metadata":{"name":"big-%d"},"data":{"v":%q}}`, i, value)
 		in.Handle(Command{Topic: fmt.Sprintf("mqlet/v1/n1/cmd/apply/a%d", i), Payload: payload})
-		if reps := box.replies(t, fmt.Sprintf("a%d", i)); len(reps) != 1 || reps[0].Phase != reply.Accepted {
+		if reps := box.replies(t, fmt.Sprintf("a%d", i)); len(reps) != 1 || reps[0].Phase != apiv1.Accepted {
 			t.Fatalf("apply %d: %+v", i, reps)
 		}
 	}
@@ -68,7 +68,7 @@ func TestGetAmplificationIsBounded(t *testing.T) {
 	box.mu.Unlock()
 	for i := 0; i < 10; i++ {
 		reps := box.replies(t, fmt.Sprintf("g%d", i))
-		if len(reps) != 1 || reps[0].Phase != reply.Succeeded || !strings.Contains(reps[0].Message, "10 configmaps") {
+		if len(reps) != 1 || reps[0].Phase != apiv1.Succeeded || !strings.Contains(reps[0].Message, "10 configmaps") {
 			t.Fatalf("get %d: %d replies, first %+v", i, len(reps), reps[0].Message)
 		}
 	}
@@ -87,7 +87,7 @@ func TestGetAmplificationIsBounded(t *testing.T) {
 		if len(payloads) < 4 {
 			t.Fatalf("get by name %d: %d messages, want the ~900 KiB result in parts", i, len(payloads))
 		}
-		result, _, err := reply.Assemble(payloads)
+		result, _, err := apiv1.Assemble(payloads)
 		if err != nil {
 			t.Fatalf("get by name %d: %v", i, err)
 		}

@@ -6,8 +6,8 @@ import (
 	"strings"
 	"testing"
 
-	"github.com/mqlet/mqlet/agent/reply"
 	"github.com/mqlet/mqlet/agent/validate"
+	apiv1 "github.com/mqlet/mqlet/api/v1"
 )
 
 func hostPortPod(name string, port int, hostIP string) string {
@@ -23,7 +23,7 @@ func TestHostPortConflictRefused(t *testing.T) {
 	r := newRig(t)
 	r.in.opts.Policy.AllowedHostPorts = []validate.PortRange{{First: 18080, Last: 18081}}
 	r.in.Handle(cmd("apply", "victim", hostPortPod("victim", 18080, "")))
-	if got := r.sender.last("victim").Phase; got != reply.InProgress {
+	if got := r.sender.last("victim").Phase; got != apiv1.InProgress {
 		t.Fatalf("victim: %+v", r.sender.last("victim"))
 	}
 	for id, pod := range map[string]string{
@@ -32,7 +32,7 @@ func TestHostPortConflictRefused(t *testing.T) {
 	} {
 		r.in.Handle(cmd("apply", id, pod))
 		last := r.sender.last(id)
-		if last.Phase != reply.Failed || !strings.Contains(last.Message, "HostPortConflict: hostPort 18080/TCP of pod default/"+id+" is held by pod default/victim") {
+		if last.Phase != apiv1.Failed || !strings.Contains(last.Message, "HostPortConflict: hostPort 18080/TCP of pod default/"+id+" is held by pod default/victim") {
 			t.Fatalf("%s: %+v", id, last)
 		}
 	}
@@ -42,17 +42,17 @@ func TestHostPortConflictRefused(t *testing.T) {
 	// Two pods of one command conflict too; the victim may update itself;
 	// another port is free; a sync that drops the victim frees its port.
 	r.in.Handle(cmd("apply", "pair", `{"apiVersion":"v1","kind":"List","items":[`+hostPortPod("a", 18081, "")+","+hostPortPod("b", 18081, "")+`]}`))
-	if last := r.sender.last("pair"); last.Phase != reply.Failed || !strings.Contains(last.Message, "HostPortConflict") {
+	if last := r.sender.last("pair"); last.Phase != apiv1.Failed || !strings.Contains(last.Message, "HostPortConflict") {
 		t.Fatalf("pair: %+v", last)
 	}
 	for id, pod := range map[string]string{"update": hostPortPod("victim", 18080, ""), "other": hostPortPod("other", 18081, "")} {
 		r.in.Handle(cmd("apply", id, pod))
-		if got := r.sender.last(id).Phase; got != reply.InProgress {
+		if got := r.sender.last(id).Phase; got != apiv1.InProgress {
 			t.Fatalf("%s: %+v", id, r.sender.last(id))
 		}
 	}
 	r.in.Handle(cmd("sync", "takeover", `{"apiVersion":"v1","kind":"List","items":[`+hostPortPod("thief", 18080, "")+`]}`))
-	if got := r.sender.last("takeover").Phase; got != reply.InProgress {
+	if got := r.sender.last("takeover").Phase; got != apiv1.InProgress {
 		t.Fatalf("sync replacing the holder: %+v", r.sender.last("takeover"))
 	}
 }

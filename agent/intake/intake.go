@@ -23,10 +23,9 @@ import (
 
 	"github.com/mqlet/mqlet/agent/manifest"
 	"github.com/mqlet/mqlet/agent/pending"
-	"github.com/mqlet/mqlet/agent/reply"
 	"github.com/mqlet/mqlet/agent/store"
 	"github.com/mqlet/mqlet/agent/validate"
-	"github.com/mqlet/mqlet/mqtt/topic"
+	apiv1 "github.com/mqlet/mqlet/api/v1"
 )
 
 // Store is the persisted desired state.
@@ -42,7 +41,7 @@ type Store interface {
 
 // Sender publishes replies.
 type Sender interface {
-	Send(r reply.Reply) error
+	Send(r apiv1.Reply) error
 	Resend(requestID string, payload []byte) error
 }
 
@@ -78,7 +77,7 @@ type Marker interface {
 
 // Options are the intake's settings.
 type Options struct {
-	Topics          topic.Scheme
+	Topics          apiv1.Scheme
 	MaxPayloadBytes int
 	Policy          validate.Policy
 	ApplyDeadline   time.Duration
@@ -151,7 +150,7 @@ func (in *Intake) Handle(cmd Command) {
 	if id == "" {
 		id = DeriveRequestID(topicName, payload)
 	}
-	if err != nil && topic.ValidateRequestID(id) != nil {
+	if err != nil && apiv1.ValidateRequestID(id) != nil {
 		id = DeriveRequestID(topicName, payload)
 	}
 	log := in.log.With().Str("requestId", id).Str("verb", verb).Logger()
@@ -267,7 +266,7 @@ func (in *Intake) recoverPanic(id, verb string, log zerolog.Logger) {
 func (in *Intake) Recover(marks []string) {
 	for _, m := range marks {
 		verb, id, ok := strings.Cut(m, " ")
-		if !ok || topic.ValidateRequestID(id) != nil {
+		if !ok || apiv1.ValidateRequestID(id) != nil {
 			in.log.Warn().Str("mark", m).Msg("ignoring an unreadable in-flight mark")
 			continue
 		}
@@ -301,7 +300,7 @@ func DeriveRequestID(topicName string, payload []byte) string {
 func (in *Intake) refuseUnrecorded(id, verb string, err error) {
 	in.rejected.Add(1)
 	in.log.Warn().Str("requestId", id).Str("verb", verb).Err(err).Msg("command refused")
-	payload, mErr := json.Marshal(reply.Reply{RequestID: id, Verb: verb, Phase: reply.Failed, Message: err.Error(), TS: in.now().UTC()})
+	payload, mErr := json.Marshal(apiv1.Reply{RequestID: id, Verb: verb, Phase: apiv1.Failed, Message: err.Error(), TS: in.now().UTC()})
 	if mErr != nil {
 		in.log.Error().Err(mErr).Msg("encoding reply")
 		return
@@ -316,7 +315,7 @@ func (in *Intake) nodeEvent(eventType, reason, message string) {
 func (in *Intake) fail(id, verb string, err error, details ...string) {
 	in.rejected.Add(1)
 	in.log.Warn().Str("requestId", id).Str("verb", verb).Err(err).Msg("command failed")
-	_ = in.replies.Send(reply.Reply{RequestID: id, Verb: verb, Phase: reply.Failed, Message: err.Error(), Errors: details})
+	_ = in.replies.Send(apiv1.Reply{RequestID: id, Verb: verb, Phase: apiv1.Failed, Message: err.Error(), Errors: details})
 }
 
 func (in *Intake) apply(id string, payload []byte, replaceAll bool) {
@@ -361,11 +360,11 @@ func (in *Intake) apply(id string, payload []byte, replaceAll bool) {
 		return
 	}
 	want := map[string]pending.Want{}
-	results := make([]ChangeResult, 0, len(changes))
+	results := make([]apiv1.ChangeResult, 0, len(changes))
 	var summary []string
 	var created []*v1.Pod
 	for _, c := range changes {
-		cr := ChangeResult{Kind: c.Kind, Key: c.Key, Action: string(c.Action)}
+		cr := apiv1.ChangeResult{Kind: c.Kind, Key: c.Key, Action: string(c.Action)}
 		if pod, ok := c.Object.(*v1.Pod); ok {
 			cr.Generation, cr.UID = pod.Generation, string(pod.UID)
 			if c.Action == store.Created {
@@ -383,7 +382,7 @@ func (in *Intake) apply(id string, payload []byte, replaceAll bool) {
 			want[c.Key] = pending.Want{Generation: cr.Generation}
 		}
 	}
-	_ = in.replies.Send(reply.Reply{RequestID: id, Verb: verb, Phase: reply.Accepted, Message: "stored: " + strings.Join(summary, ", "), Result: results})
+	_ = in.replies.Send(apiv1.Reply{RequestID: id, Verb: verb, Phase: apiv1.Accepted, Message: "stored: " + strings.Join(summary, ", "), Result: results})
 	in.tracker.Add(id, verb, want, in.now().Add(in.opts.ApplyDeadline))
 	keys := sortedKeys(want)
 	for _, key := range keys {
@@ -393,18 +392,8 @@ func (in *Intake) apply(id string, payload []byte, replaceAll bool) {
 		in.events.Event(pod, v1.EventTypeNormal, "Scheduled", "Successfully assigned "+pod.Namespace+"/"+pod.Name+" to "+in.opts.Topics.Node)
 	}
 	if len(keys) > 0 {
-		_ = in.replies.Send(reply.Reply{RequestID: id, Verb: verb, Phase: reply.InProgress, Message: "waiting for " + strings.Join(keys, ", ")})
+		_ = in.replies.Send(apiv1.Reply{RequestID: id, Verb: verb, Phase: apiv1.InProgress, Message: "waiting for " + strings.Join(keys, ", ")})
 	}
-}
-
-// ChangeResult is one stored change, as the accepted reply reports it
-// (never an object's content, so no secret value is echoed).
-type ChangeResult struct {
-	Kind       string `json:"kind"`
-	Key        string `json:"key"`
-	Action     string `json:"action"`
-	UID        string `json:"uid,omitempty"`
-	Generation int64  `json:"generation,omitempty"`
 }
 
 // validateAll defaults and validates every object; it returns one readable
@@ -560,7 +549,7 @@ func (in *Intake) delete(id string, payload []byte) {
 	if len(missing) > 0 {
 		msg += "; not found: " + strings.Join(missing, ", ")
 	}
-	_ = in.replies.Send(reply.Reply{RequestID: id, Verb: "delete", Phase: reply.Accepted, Message: msg})
+	_ = in.replies.Send(apiv1.Reply{RequestID: id, Verb: "delete", Phase: apiv1.Accepted, Message: msg})
 	in.tracker.Add(id, "delete", want, in.now().Add(in.opts.ApplyDeadline))
 	for _, key := range sortedKeys(want) {
 		in.pods.EnqueueDelete(key, grace)

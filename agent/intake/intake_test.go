@@ -13,25 +13,24 @@ import (
 	v1 "k8s.io/api/core/v1"
 
 	"github.com/mqlet/mqlet/agent/pending"
-	"github.com/mqlet/mqlet/agent/reply"
 	"github.com/mqlet/mqlet/agent/store"
 	"github.com/mqlet/mqlet/agent/validate"
-	"github.com/mqlet/mqlet/mqtt/topic"
+	apiv1 "github.com/mqlet/mqlet/api/v1"
 )
 
 type fakeSender struct {
 	mu      sync.Mutex
-	replies []reply.Reply
+	replies []apiv1.Reply
 	resent  []string
 	// unrecorded are the replies published by Resend (recorded ones
 	// answered again, and refusals that keep their id free).
-	unrecorded []reply.Reply
+	unrecorded []apiv1.Reply
 	st         *store.Store
 	// onResend, when set, sees every payload published unrecorded.
 	onResend func(payload []byte)
 }
 
-func (f *fakeSender) Send(r reply.Reply) error {
+func (f *fakeSender) Send(r apiv1.Reply) error {
 	f.mu.Lock()
 	defer f.mu.Unlock()
 	f.replies = append(f.replies, r)
@@ -43,7 +42,7 @@ func (f *fakeSender) Resend(id string, payload []byte) error {
 	f.mu.Lock()
 	defer f.mu.Unlock()
 	f.resent = append(f.resent, id)
-	var r reply.Reply
+	var r apiv1.Reply
 	if json.Unmarshal(payload, &r) == nil && r.RequestID == id {
 		f.unrecorded = append(f.unrecorded, r)
 	}
@@ -65,10 +64,10 @@ func (f *fakeSender) phases(id string) []string {
 	return out
 }
 
-func (f *fakeSender) last(id string) reply.Reply {
+func (f *fakeSender) last(id string) apiv1.Reply {
 	f.mu.Lock()
 	defer f.mu.Unlock()
-	var last reply.Reply
+	var last apiv1.Reply
 	for _, r := range append(f.replies[:len(f.replies):len(f.replies)], f.unrecorded...) {
 		if r.RequestID == id {
 			last = r
@@ -124,7 +123,7 @@ func newRig(t testing.TB) *rig {
 	t.Cleanup(func() { st.Close() })
 	r := &rig{st: st, sender: &fakeSender{st: st}, track: &fakeTracker{added: map[string]map[string]pending.Want{}},
 		sched: &fakeScheduler{deletes: map[string]*int64{}}, events: &fakeEvents{}}
-	r.in = New(Options{Topics: topic.Scheme{Prefix: "mqlet/v1", Node: "n1"}, MaxPayloadBytes: 4096, Policy: validate.Policy{}, ApplyDeadline: time.Minute},
+	r.in = New(Options{Topics: apiv1.Scheme{Prefix: "mqlet/v1", Node: "n1"}, MaxPayloadBytes: 4096, Policy: validate.Policy{}, ApplyDeadline: time.Minute},
 		st, r.sender, r.track, r.sched, r.events, noStatus{}, zerolog.Nop())
 	return r
 }
@@ -189,16 +188,18 @@ func TestBadCommandsFailAndStoreNothing(t *testing.T) {
 		"unknown verb": {"dance/b6", `{}`, "unknown verb"},
 		"missing":      {"delete/b7", `{"kind":"Pod","name":"nope"}`, "not found"},
 		"bad get":      {"get/b8", `{"kind":"Deployment"}`, "unknown kind"},
+		"get selector": {"get/b9", `{"kind":"Pod","labelSelector":"app=web"}`, `"labelSelector" is not supported yet`},
+		"get involved": {"get/b10", `{"involvedObject":{"kind":"Pod","name":"web"}}`, `"involvedObject" is not supported yet`},
 	}
 	for name, c := range cases {
 		t.Run(name, func(t *testing.T) {
 			r := newRig(t)
 			r.in.Handle(Command{Topic: "mqlet/v1/n1/cmd/" + c.topic, Payload: []byte(c.payload)})
-			var last reply.Reply
+			var last apiv1.Reply
 			for _, rep := range r.sender.replies {
 				last = rep
 			}
-			if last.Phase != reply.Failed || !strings.Contains(last.Message, c.want) {
+			if last.Phase != apiv1.Failed || !strings.Contains(last.Message, c.want) {
 				t.Fatalf("want failed naming %q, got %+v", c.want, last)
 			}
 			if pods, _ := r.st.ListPods(); len(pods) != 0 {
@@ -215,7 +216,7 @@ func TestOneInvalidObjectRejectsTheWholeApply(t *testing.T) {
 	 {"apiVersion":"v1","kind":"Pod","metadata":{"name":"bad"},"spec":{"hostNetwork":true,"containers":[{"name":"c","image":"i"}]}}]}`
 	r.in.Handle(Command{Topic: "mqlet/v1/n1/cmd/apply/l1", Payload: []byte(list)})
 	last := r.sender.last("l1")
-	if last.Phase != reply.Failed || !strings.Contains(last.Message, "hostNetwork") || len(last.Errors) != 1 {
+	if last.Phase != apiv1.Failed || !strings.Contains(last.Message, "hostNetwork") || len(last.Errors) != 1 {
 		t.Fatalf("reply %+v", last)
 	}
 	if pods, _ := r.st.ListPods(); len(pods) != 0 {
@@ -227,7 +228,7 @@ func TestDeleteAndSyncSchedulePods(t *testing.T) {
 	r := newRig(t)
 	r.in.Handle(Command{Topic: "mqlet/v1/n1/cmd/apply/a1", Payload: []byte(webPod)})
 	r.in.Handle(Command{Topic: "mqlet/v1/n1/cmd/delete/d1", Payload: []byte(`{"kind":"Pod","name":"web","gracePeriodSeconds":3}`)})
-	if r.sender.last("d1").Phase != reply.Accepted {
+	if r.sender.last("d1").Phase != apiv1.Accepted {
 		t.Fatalf("delete reply %+v", r.sender.last("d1"))
 	}
 	if g := r.sched.deletes["default/web"]; g == nil || *g != 3 {
@@ -238,7 +239,7 @@ func TestDeleteAndSyncSchedulePods(t *testing.T) {
 	}
 	r.in.Handle(Command{Topic: "mqlet/v1/n1/cmd/apply/a2", Payload: []byte(webPod)})
 	r.in.Handle(Command{Topic: "mqlet/v1/n1/cmd/sync/s1", Payload: []byte(`{"apiVersion":"v1","kind":"List","items":[]}`)})
-	if r.sender.last("s1").Phase != reply.InProgress || !r.track.added["s1"]["default/web"].Gone {
+	if r.sender.last("s1").Phase != apiv1.InProgress || !r.track.added["s1"]["default/web"].Gone {
 		t.Fatalf("sync to empty: %+v %+v", r.sender.last("s1"), r.track.added["s1"])
 	}
 	if pods, _ := r.st.ListPods(); len(pods) != 0 {
@@ -256,7 +257,7 @@ func TestGetNeverShowsSecretValues(t *testing.T) {
 			t.Fatalf("secret value in reply %s", b)
 		}
 	}
-	res, ok := r.sender.last("g1").Result.(GetResult)
+	res, ok := r.sender.last("g1").Result.(apiv1.GetResult)
 	if !ok || len(res.Secrets) != 1 {
 		t.Fatalf("get result %+v", r.sender.last("g1"))
 	}

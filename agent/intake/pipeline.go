@@ -13,6 +13,7 @@ import (
 	"github.com/mqlet/mqlet/agent/pending"
 	"github.com/mqlet/mqlet/agent/reply"
 	"github.com/mqlet/mqlet/agent/store"
+	apiv1 "github.com/mqlet/mqlet/api/v1"
 	"github.com/mqlet/mqlet/mqtt/outbox"
 	"github.com/mqlet/mqlet/signing"
 )
@@ -165,7 +166,7 @@ func (p *Pipeline) refuse(rs []refusal) {
 		p.in.received.Add(1)
 		p.in.rejected.Add(1)
 		msg := fmt.Sprintf("overloaded: %d commands waiting; retry later", r.waiting)
-		_ = sender.SendUnrecorded(reply.Reply{RequestID: r.id, Verb: r.verb, Phase: reply.Failed, Message: msg})
+		_ = sender.SendUnrecorded(apiv1.Reply{RequestID: r.id, Verb: r.verb, Phase: apiv1.Failed, Message: msg})
 	}
 	p.log.Warn().Int("commands", len(rs)).Int("maxBacklog", p.opts.MaxBacklog).Msg("commands refused: overloaded")
 	if err := p.out.PutBatch(buf.msgs); err != nil {

@@ -16,8 +16,8 @@ import (
 	"github.com/mqlet/mqlet/agent/reply"
 	"github.com/mqlet/mqlet/agent/store"
 	"github.com/mqlet/mqlet/agent/validate"
+	apiv1 "github.com/mqlet/mqlet/api/v1"
 	"github.com/mqlet/mqlet/mqtt/outbox"
-	"github.com/mqlet/mqlet/mqtt/topic"
 )
 
 // recordingBox is an outbox that keeps what was queued, in order.
@@ -36,16 +36,16 @@ func (b *recordingBox) PutBatch(msgs []outbox.Message) error {
 }
 
 // replies returns the replies queued for id, in order.
-func (b *recordingBox) replies(t testing.TB, id string) []reply.Reply {
+func (b *recordingBox) replies(t testing.TB, id string) []apiv1.Reply {
 	t.Helper()
 	b.mu.Lock()
 	defer b.mu.Unlock()
-	var out []reply.Reply
+	var out []apiv1.Reply
 	for _, m := range b.msgs {
 		if !strings.HasSuffix(m.Topic, "/reply/"+id) {
 			continue
 		}
-		var r reply.Reply
+		var r apiv1.Reply
 		if err := json.Unmarshal(m.Payload, &r); err != nil {
 			t.Fatalf("reply to %s: %v", id, err)
 		}
@@ -79,7 +79,7 @@ func newPipeRig(t *testing.T, opts PipelineOptions) *pipeRig {
 	}
 	t.Cleanup(func() { st.Close() })
 	r := &pipeRig{st: st, box: &recordingBox{}, sched: &fakeScheduler{deletes: map[string]*int64{}}, track: &fakeTracker{added: map[string]map[string]pending.Want{}}}
-	topics := topic.Scheme{Prefix: "mqlet/v1", Node: "n1"}
+	topics := apiv1.Scheme{Prefix: "mqlet/v1", Node: "n1"}
 	sender := reply.NewSender(topics, r.box, st, nil, zerolog.Nop())
 	r.in = New(Options{Topics: topics, MaxPayloadBytes: 1 << 20, Policy: validate.Policy{}, ApplyDeadline: time.Minute},
 		st, sender, r.track, r.sched, &fakeEvents{}, noStatus{}, zerolog.Nop())
@@ -129,7 +129,7 @@ func TestPipelineBurstAcksAfterPersistence(t *testing.T) {
 	}
 	for i := 0; i < n; i++ {
 		reps := r.box.replies(t, fmt.Sprintf("b%d", i))
-		if len(reps) != 1 || reps[0].Phase != reply.Accepted {
+		if len(reps) != 1 || reps[0].Phase != apiv1.Accepted {
 			t.Fatalf("b%d replies %+v, want one accepted", i, reps)
 		}
 	}
@@ -162,10 +162,10 @@ func TestPipelineKeepsOrderWithinABatch(t *testing.T) {
 	if _, err := r.st.ConfigMap("default", "kept"); err != nil {
 		t.Fatal(err)
 	}
-	if reps := r.box.replies(t, "o1"); len(reps) != 2 || reps[0].Phase != reply.Accepted || reps[1].Phase != reply.Accepted {
+	if reps := r.box.replies(t, "o1"); len(reps) != 2 || reps[0].Phase != apiv1.Accepted || reps[1].Phase != apiv1.Accepted {
 		t.Fatalf("o1 replies %+v, want accepted and the same again", reps)
 	}
-	if got := r.box.replies(t, "o2"); len(got) != 1 || got[0].Phase != reply.Accepted {
+	if got := r.box.replies(t, "o2"); len(got) != 1 || got[0].Phase != apiv1.Accepted {
 		t.Fatalf("delete replies %+v", got)
 	}
 }
@@ -197,11 +197,11 @@ func TestPipelineFailedWriteFallsBackToOneByOne(t *testing.T) {
 	if _, err := r.st.ConfigMap("default", "twice"); err == nil {
 		t.Error("the failed command was half stored")
 	}
-	if got := r.box.replies(t, "f2"); len(got) != 1 || got[0].Phase != reply.Failed || !strings.Contains(got[0].Message, "twice") {
+	if got := r.box.replies(t, "f2"); len(got) != 1 || got[0].Phase != apiv1.Failed || !strings.Contains(got[0].Message, "twice") {
 		t.Fatalf("f2 replies %+v", got)
 	}
 	for _, id := range []string{"f1", "f3"} {
-		if got := r.box.replies(t, id); len(got) != 1 || got[0].Phase != reply.Accepted {
+		if got := r.box.replies(t, id); len(got) != 1 || got[0].Phase != apiv1.Accepted {
 			t.Errorf("%s replies %+v (the undone batch must not have queued replies)", id, got)
 		}
 	}
@@ -220,7 +220,7 @@ func TestPipelineOverloadAnswersAtOnce(t *testing.T) {
 	r.run(t)
 	waitGroup(t, &acked, "every command acknowledged")
 	got := r.box.replies(t, "v2")
-	if len(got) != 1 || got[0].Phase != reply.Failed || got[0].Message != "overloaded: 2 commands waiting; retry later" {
+	if len(got) != 1 || got[0].Phase != apiv1.Failed || got[0].Message != "overloaded: 2 commands waiting; retry later" {
 		t.Fatalf("v2 replies %+v", got)
 	}
 	if _, recorded, _ := r.st.LookupReply("v2"); recorded {
@@ -280,7 +280,7 @@ func waitGroup(t *testing.T, wg *sync.WaitGroup, what string) {
 type answeringTracker struct{ sender *reply.Sender }
 
 func (a answeringTracker) Add(id, verb string, _ map[string]pending.Want, _ time.Time) {
-	_ = a.sender.Send(reply.Reply{RequestID: id, Verb: verb, Phase: reply.Succeeded, Message: "done"})
+	_ = a.sender.Send(apiv1.Reply{RequestID: id, Verb: verb, Phase: apiv1.Succeeded, Message: "done"})
 }
 
 // countingBox counts the outbox transactions.
@@ -304,7 +304,7 @@ func TestPipelineGroupsTheEffectsReplies(t *testing.T) {
 	}
 	defer st.Close()
 	box := &countingBox{}
-	topics := topic.Scheme{Prefix: "mqlet/v1", Node: "n1"}
+	topics := apiv1.Scheme{Prefix: "mqlet/v1", Node: "n1"}
 	g := NewGroup(st, box, zerolog.Nop())
 	sender := reply.NewSender(topics, g.Publisher(), g.Recorder(), nil, zerolog.Nop())
 	in := New(Options{Topics: topics, MaxPayloadBytes: 1 << 20, ApplyDeadline: time.Minute},
@@ -330,7 +330,7 @@ func TestPipelineGroupsTheEffectsReplies(t *testing.T) {
 	for i := 0; i < n; i++ {
 		id := fmt.Sprintf("g%d", i)
 		reps := box.replies(t, id)
-		if len(reps) != 2 || reps[0].Phase != reply.Accepted || reps[1].Phase != reply.Succeeded {
+		if len(reps) != 2 || reps[0].Phase != apiv1.Accepted || reps[1].Phase != apiv1.Succeeded {
 			t.Fatalf("%s replies %+v, want accepted then succeeded", id, reps)
 		}
 		rec, ok, _ := st.LookupReply(id)
@@ -344,7 +344,7 @@ func TestPipelineGroupsTheEffectsReplies(t *testing.T) {
 
 	// Any other sender's reply waits for Run (or a Flush), then is written
 	// with whatever came with it; after Run stops, writes go straight through.
-	if err := sender.Send(reply.Reply{RequestID: "later", Phase: reply.Failed}); err != nil {
+	if err := sender.Send(apiv1.Reply{RequestID: "later", Phase: apiv1.Failed}); err != nil {
 		t.Fatal(err)
 	}
 	if _, ok, _ := st.LookupReply("later"); ok || len(box.replies(t, "later")) != 0 {
@@ -369,7 +369,7 @@ func TestPipelineGroupsTheEffectsReplies(t *testing.T) {
 	})
 	cancel()
 	<-done
-	if err := sender.Send(reply.Reply{RequestID: "after-stop", Phase: reply.Failed}); err != nil {
+	if err := sender.Send(apiv1.Reply{RequestID: "after-stop", Phase: apiv1.Failed}); err != nil {
 		t.Fatal(err)
 	}
 	if _, ok, _ := st.LookupReply("after-stop"); !ok || len(box.replies(t, "after-stop")) != 1 {
@@ -429,7 +429,7 @@ func TestPipelineFallbackKeepsSignedCommands(t *testing.T) {
 	wg.Add(1)
 	r.pipe.Submit(Command{Topic: "mqlet/v1/n1/cmd/apply/s3", Payload: env, Ack: wg.Done})
 	waitGroup(t, &wg, "the replay's acknowledgement")
-	if got := r.box.replies(t, "s3"); len(got) != 1 || got[0].Phase != reply.Failed {
+	if got := r.box.replies(t, "s3"); len(got) != 1 || got[0].Phase != apiv1.Failed {
 		t.Fatalf("the same envelope under another id was not refused: %+v", got)
 	}
 }

@@ -13,10 +13,9 @@ import (
 	apiruntime "k8s.io/apimachinery/pkg/runtime"
 
 	"github.com/mqlet/mqlet/agent/inflight"
-	"github.com/mqlet/mqlet/agent/reply"
 	"github.com/mqlet/mqlet/agent/store"
 	"github.com/mqlet/mqlet/agent/validate"
-	"github.com/mqlet/mqlet/mqtt/topic"
+	apiv1 "github.com/mqlet/mqlet/api/v1"
 )
 
 // hookStore calls onApply before storing, to look at the world mid-command
@@ -42,15 +41,15 @@ func newGuardedRig(t testing.TB, marksPath string, maxPods int) (*rig, *hookStor
 	}
 	t.Cleanup(func() { marks.Close() })
 	hs := &hookStore{Store: r.st}
-	r.in = New(Options{Topics: topic.Scheme{Prefix: "mqlet/v1", Node: "n1"}, MaxPayloadBytes: 1 << 20, Policy: validate.Policy{},
+	r.in = New(Options{Topics: apiv1.Scheme{Prefix: "mqlet/v1", Node: "n1"}, MaxPayloadBytes: 1 << 20, Policy: validate.Policy{},
 		ApplyDeadline: time.Minute, MaxPods: maxPods, Marks: marks},
 		hs, r.sender, r.track, r.sched, r.events, noStatus{}, zerolog.Nop())
 	return r, hs, marks
 }
 
-func decodeReply(t *testing.T, payload []byte) reply.Reply {
+func decodeReply(t *testing.T, payload []byte) apiv1.Reply {
 	t.Helper()
-	var r reply.Reply
+	var r apiv1.Reply
 	if err := json.Unmarshal(payload, &r); err != nil {
 		t.Fatalf("reply %s: %v", payload, err)
 	}
@@ -107,17 +106,17 @@ func TestEmptyMessageDoesNotUseTheRequestID(t *testing.T) {
 	}
 	// get takes an empty payload.
 	r.in.Handle(cmd("get", "g1", ""))
-	if r.sender.last("g1").Phase != reply.Succeeded {
+	if r.sender.last("g1").Phase != apiv1.Succeeded {
 		t.Fatalf("empty get: %+v", r.sender.last("g1"))
 	}
 }
 
 func TestRetainedRefusalMessage(t *testing.T) {
-	var got reply.Reply
+	var got apiv1.Reply
 	r := newRig(t)
 	r.sender.onResend = func(p []byte) { got = decodeReply(t, p) }
 	r.in.Handle(Command{Topic: "mqlet/v1/n1/cmd/get/g1", Payload: []byte(`{}`), Retained: true})
-	if got.Phase != reply.Failed || got.Message != MsgRetainedRefused || got.TS.IsZero() {
+	if got.Phase != apiv1.Failed || got.Message != MsgRetainedRefused || got.TS.IsZero() {
 		t.Fatalf("refusal %+v", got)
 	}
 }
@@ -168,7 +167,7 @@ func TestCommandThatStoppedTheAgentIsNotRunAgain(t *testing.T) {
 	hs.onApply = func() { ran = true }
 	r.in.Recover(marks.Left())
 	last := r.sender.last("poison-1")
-	if last.Phase != reply.Failed || last.Message != MsgStoppedAgent {
+	if last.Phase != apiv1.Failed || last.Message != MsgStoppedAgent {
 		t.Fatalf("recovered command answered %+v", last)
 	}
 	if !slices.Contains(r.events.reasons, ReasonCommandStoppedAgent) {
@@ -182,7 +181,7 @@ func TestCommandThatStoppedTheAgentIsNotRunAgain(t *testing.T) {
 	r.in.Handle(cmd("apply", "fine-1", webPod))
 	before := len(r.sender.replies)
 	r.in.Recover([]string{"apply fine-1", "garbage"})
-	if len(r.sender.replies) != before || r.sender.last("fine-1").Phase != reply.InProgress {
+	if len(r.sender.replies) != before || r.sender.last("fine-1").Phase != apiv1.InProgress {
 		t.Fatalf("an answered command was re-answered: %+v", r.sender.last("fine-1"))
 	}
 }
@@ -192,7 +191,7 @@ func TestPanicInAHandlerIsAnsweredAndSurvived(t *testing.T) {
 	r, hs, _ := newGuardedRig(t, path, 0)
 	hs.onApply = func() { panic("boom") }
 	r.in.Handle(cmd("apply", "p1", webPod))
-	if last := r.sender.last("p1"); last.Phase != reply.Failed || last.Message != MsgInternalError {
+	if last := r.sender.last("p1"); last.Phase != apiv1.Failed || last.Message != MsgInternalError {
 		t.Fatalf("panicking command answered %+v", last)
 	}
 	if !slices.Contains(r.events.reasons, ReasonCommandPanicked) {
@@ -222,11 +221,11 @@ func TestAliasBombAnsweredFailed(t *testing.T) {
 	}
 	b.WriteString("*a]\n")
 	r.in.Handle(cmd("apply", "bomb", b.String()))
-	if last := r.sender.last("bomb"); last.Phase != reply.Failed || !strings.Contains(last.Message, "expands to more than 4194304 bytes") {
+	if last := r.sender.last("bomb"); last.Phase != apiv1.Failed || !strings.Contains(last.Message, "expands to more than 4194304 bytes") {
 		t.Fatalf("bomb answered %+v", last)
 	}
 	r.in.Handle(cmd("sync", "bomb-sync", b.String()))
-	if last := r.sender.last("bomb-sync"); last.Phase != reply.Failed || !strings.Contains(last.Message, "expands") {
+	if last := r.sender.last("bomb-sync"); last.Phase != apiv1.Failed || !strings.Contains(last.Message, "expands") {
 		t.Fatalf("bomb as sync answered %+v", last)
 	}
 }
@@ -248,7 +247,7 @@ func TestOneEventPerRejectedCommand(t *testing.T) {
 	r, _, _ := newGuardedRig(t, filepath.Join(t.TempDir(), "marks"), 0)
 	r.in.Handle(cmd("apply", "many", invalidPodList(200)))
 	last := r.sender.last("many")
-	if last.Phase != reply.Failed || len(last.Errors) != 200 || !strings.Contains(last.Message, "200 object(s) rejected") || !strings.Contains(last.Message, "and 195 more") {
+	if last.Phase != apiv1.Failed || len(last.Errors) != 200 || !strings.Contains(last.Message, "200 object(s) rejected") || !strings.Contains(last.Message, "and 195 more") {
 		t.Fatalf("reply: %s (%d errors)", last.Message, len(last.Errors))
 	}
 	if len(r.events.reasons) != 1 || r.events.reasons[0] != ReasonFailedValidation {
@@ -275,13 +274,13 @@ func TestMaxPodsFullNode(t *testing.T) {
 	}
 	list.WriteString("]}")
 	r.in.Handle(cmd("apply", "fill", list.String()))
-	if got := r.sender.last("fill").Phase; got != reply.InProgress {
+	if got := r.sender.last("fill").Phase; got != apiv1.InProgress {
 		t.Fatalf("110 pods: %+v", r.sender.last("fill"))
 	}
 	r.in.Handle(cmd("apply", "one-more", podNamed("p110")))
 	last := r.sender.last("one-more")
 	want := "OutOfpods: Node didn't have enough resource: pods, requested: 1, used: 110, capacity: 110"
-	if last.Phase != reply.Failed || !strings.HasPrefix(last.Message, want) {
+	if last.Phase != apiv1.Failed || !strings.HasPrefix(last.Message, want) {
 		t.Fatalf("111th pod: %q, want prefix %q", last.Message, want)
 	}
 	if !slices.Contains(r.events.reasons, ReasonOutOfPods) {
@@ -292,12 +291,12 @@ func TestMaxPodsFullNode(t *testing.T) {
 	}
 	// Updating a stored pod needs no room.
 	r.in.Handle(cmd("apply", "update", strings.Replace(podNamed("p5"), "busybox:1", "busybox:2", 1)))
-	if got := r.sender.last("update").Phase; got != reply.InProgress {
+	if got := r.sender.last("update").Phase; got != apiv1.InProgress {
 		t.Fatalf("update at capacity: %+v", r.sender.last("update"))
 	}
 	// A sync replacing everything by 110 other pods fits; 111 does not.
 	r.in.Handle(cmd("sync", "sync-110", strings.ReplaceAll(list.String(), `"name":"p`, `"name":"q`)))
-	if got := r.sender.last("sync-110").Phase; got != reply.InProgress {
+	if got := r.sender.last("sync-110").Phase; got != apiv1.InProgress {
 		t.Fatalf("sync of 110 new pods: %+v", r.sender.last("sync-110"))
 	}
 }
@@ -306,7 +305,7 @@ func TestClientUIDRefusedNamingTheField(t *testing.T) {
 	r := newRig(t)
 	r.in.Handle(cmd("apply", "u1", strings.Replace(webPod, "{name: web}", "{name: web, uid: ../../x}", 1)))
 	last := r.sender.last("u1")
-	if last.Phase != reply.Failed || !strings.Contains(last.Message, "metadata.uid") || !strings.Contains(last.Message, "not a UUID") {
+	if last.Phase != apiv1.Failed || !strings.Contains(last.Message, "metadata.uid") || !strings.Contains(last.Message, "not a UUID") {
 		t.Fatalf("uid ../../x answered %+v", last)
 	}
 	if pods, _ := r.st.ListPods(); len(pods) != 0 {

@@ -6,8 +6,8 @@ import (
 	"testing"
 	"time"
 
-	"github.com/mqlet/mqlet/agent/reply"
 	"github.com/mqlet/mqlet/agent/validate"
+	apiv1 "github.com/mqlet/mqlet/api/v1"
 	"github.com/mqlet/mqlet/signing"
 	"github.com/mqlet/mqlet/signing/noncestore"
 )
@@ -68,7 +68,7 @@ func signedFor(t *testing.T, s *signing.Signer, verb, id, body string) []byte {
 func TestSignedOnlyIntake(t *testing.T) {
 	r, ops, _ := signedRig(t, true)
 	r.in.Handle(Command{Topic: "mqlet/v1/n1/cmd/apply/u1", Payload: []byte(webPod)})
-	if last := r.sender.last("u1"); last.Phase != reply.Failed || !strings.Contains(last.Message, "signature required") {
+	if last := r.sender.last("u1"); last.Phase != apiv1.Failed || !strings.Contains(last.Message, "signature required") {
 		t.Fatalf("unsigned command on a signed-only node: %+v", last)
 	}
 	if pods, _ := r.st.ListPods(); len(pods) != 0 {
@@ -94,12 +94,12 @@ func TestSignedOnlyIntake(t *testing.T) {
 	}
 	// The same envelope on another request id fails the binding.
 	r.in.Handle(Command{Topic: "mqlet/v1/n1/cmd/apply/s2", Payload: env})
-	if last := r.sender.last("s2"); last.Phase != reply.Failed || !strings.Contains(last.Message, `signed for request id "s1"`) {
+	if last := r.sender.last("s2"); last.Phase != apiv1.Failed || !strings.Contains(last.Message, `signed for request id "s1"`) {
 		t.Fatalf("envelope replayed under another id: %+v", last)
 	}
 	// The signed body, not the envelope, meets the payload limit.
 	r.in.Handle(Command{Topic: "mqlet/v1/n1/cmd/apply/s3", Payload: signedFor(t, ops, "apply", "s3", strings.Repeat("x", 5000))})
-	if last := r.sender.last("s3"); last.Phase != reply.Failed || !strings.Contains(last.Message, "payload of 5000 bytes exceeds") {
+	if last := r.sender.last("s3"); last.Phase != apiv1.Failed || !strings.Contains(last.Message, "payload of 5000 bytes exceeds") {
 		t.Fatalf("oversized signed body: %+v", last)
 	}
 }
@@ -110,23 +110,23 @@ func TestSignedProfileReachesPodValidation(t *testing.T) {
 	r.in.Handle(Command{Topic: "mqlet/v1/n1/cmd/apply/p1", Payload: []byte(privilegedPod)})
 	r.in.Handle(Command{Topic: "mqlet/v1/n1/cmd/apply/p2", Payload: signedFor(t, dev, "apply", "p2", privilegedPod)})
 	for _, id := range []string{"p1", "p2"} {
-		if last := r.sender.last(id); last.Phase != reply.Failed || !strings.Contains(last.Message, "privileged") {
+		if last := r.sender.last(id); last.Phase != apiv1.Failed || !strings.Contains(last.Message, "privileged") {
 			t.Fatalf("%s: privileged pod without a privileged signature: %+v", id, last)
 		}
 	}
 	// Signed by the key allowed the privileged profile: accepted.
 	r.in.Handle(Command{Topic: "mqlet/v1/n1/cmd/apply/p3", Payload: signedFor(t, ops, "apply", "p3", privilegedPod)})
-	if last := r.sender.last("p3"); last.Phase == reply.Failed {
+	if last := r.sender.last("p3"); last.Phase == apiv1.Failed {
 		t.Fatalf("privileged pod signed by the privileged key: %+v", last)
 	}
 	// The profile does not leak into the next, unsigned command.
 	r.in.Handle(Command{Topic: "mqlet/v1/n1/cmd/apply/p4", Payload: []byte(strings.Replace(privilegedPod, "name: p}", "name: q}", 1))})
-	if last := r.sender.last("p4"); last.Phase != reply.Failed {
+	if last := r.sender.last("p4"); last.Phase != apiv1.Failed {
 		t.Fatalf("unsigned command after a signed one kept its profile: %+v", last)
 	}
 	// dev may not sign delete.
 	r.in.Handle(Command{Topic: "mqlet/v1/n1/cmd/delete/p5", Payload: signedFor(t, dev, "delete", "p5", `{"kind":"Pod","name":"p"}`)})
-	if last := r.sender.last("p5"); last.Phase != reply.Failed || !strings.Contains(last.Message, "key dev may not sign verb delete") {
+	if last := r.sender.last("p5"); last.Phase != apiv1.Failed || !strings.Contains(last.Message, "key dev may not sign verb delete") {
 		t.Fatalf("delete signed by dev: %+v", last)
 	}
 }
@@ -137,13 +137,13 @@ func TestSignedProfileReachesPodValidation(t *testing.T) {
 func TestRefusedSignatureKeepsTheRequestIDFree(t *testing.T) {
 	r, ops, _ := signedRig(t, true)
 	r.in.Handle(Command{Topic: "mqlet/v1/n1/cmd/apply/r1", Payload: []byte(webPod)})
-	if last := r.sender.last("r1"); last.Phase != reply.Failed || !strings.Contains(last.Message, "signature required") {
+	if last := r.sender.last("r1"); last.Phase != apiv1.Failed || !strings.Contains(last.Message, "signature required") {
 		t.Fatalf("unsigned command: %+v", last)
 	}
 	forged := signedFor(t, ops, "apply", "r1", webPod)
 	forged[len(forged)-2] ^= 1 // a bad signature
 	r.in.Handle(Command{Topic: "mqlet/v1/n1/cmd/apply/r1", Payload: forged})
-	if last := r.sender.last("r1"); last.Phase != reply.Failed || !strings.Contains(last.Message, "signature") {
+	if last := r.sender.last("r1"); last.Phase != apiv1.Failed || !strings.Contains(last.Message, "signature") {
 		t.Fatalf("forged command: %+v", last)
 	}
 	r.in.Handle(Command{Topic: "mqlet/v1/n1/cmd/apply/r1", Payload: signedFor(t, ops, "apply", "r1", webPod)})

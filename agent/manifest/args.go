@@ -10,6 +10,8 @@ import (
 	"k8s.io/apimachinery/pkg/api/meta"
 	"k8s.io/apimachinery/pkg/runtime"
 	kjson "sigs.k8s.io/json"
+
+	apiv1 "github.com/mqlet/mqlet/api/v1"
 )
 
 // DefaultNamespace is used when an object or reference names none.
@@ -62,14 +64,6 @@ type ObjectRef struct {
 
 func (r ObjectRef) String() string { return r.Kind + " " + r.Namespace + "/" + r.Name }
 
-// DeleteArgs is the short form of a delete payload.
-type DeleteArgs struct {
-	Kind               string `json:"kind"`
-	Namespace          string `json:"namespace,omitempty"`
-	Name               string `json:"name"`
-	GracePeriodSeconds *int64 `json:"gracePeriodSeconds,omitempty"`
-}
-
 // DecodeRef decodes a delete payload: either the short form
 // {"kind":"Pod","namespace":"default","name":"web","gracePeriodSeconds":5}
 // or full manifests (anything with an apiVersion, a List, several
@@ -81,11 +75,11 @@ func DecodeRef(payload []byte) ([]ObjectRef, *int64, error) {
 		return nil, nil, err
 	}
 	if short {
-		var args DeleteArgs
+		var args apiv1.DeleteRequest
 		if err := DecodeArgs(payload, &args); err != nil {
 			return nil, nil, err
 		}
-		ref, err := args.Ref()
+		ref, err := deleteRef(args)
 		if err != nil {
 			return nil, nil, err
 		}
@@ -106,8 +100,8 @@ func DecodeRef(payload []byte) ([]ObjectRef, *int64, error) {
 	return refs, nil, nil
 }
 
-// Ref checks the short form and returns the reference it names.
-func (a DeleteArgs) Ref() (ObjectRef, error) {
+// deleteRef checks the short form and returns the reference it names.
+func deleteRef(a apiv1.DeleteRequest) (ObjectRef, error) {
 	kind, ok := canonicalKind(a.Kind)
 	if !ok {
 		return ObjectRef{}, fmt.Errorf("kind %q: must be Pod, ConfigMap or Secret", a.Kind)

@@ -12,7 +12,7 @@ import (
 	"sync"
 	"time"
 
-	"github.com/mqlet/mqlet/agent/reply"
+	apiv1 "github.com/mqlet/mqlet/api/v1"
 )
 
 // Outcome is a pod worker's latest view of one pod.
@@ -32,7 +32,7 @@ type Want struct {
 
 // Sender publishes replies.
 type Sender interface {
-	Send(r reply.Reply) error
+	Send(r apiv1.Reply) error
 }
 
 type request struct {
@@ -71,7 +71,7 @@ func (t *Tracker) Add(id, verb string, want map[string]Want, deadline time.Time)
 		r.waiting[k] = w
 	}
 	t.requests[id] = r
-	var replies []reply.Reply
+	var replies []apiv1.Reply
 	for k := range want {
 		if out, ok := t.latest[k]; ok {
 			replies = append(replies, t.applyLocked(k, out)...)
@@ -116,8 +116,8 @@ func (t *Tracker) Len() int {
 	return len(t.requests)
 }
 
-func (t *Tracker) applyLocked(key string, out Outcome) []reply.Reply {
-	var replies []reply.Reply
+func (t *Tracker) applyLocked(key string, out Outcome) []apiv1.Reply {
+	var replies []apiv1.Reply
 	for _, r := range t.requests {
 		w, ok := r.waiting[key]
 		if !ok {
@@ -143,10 +143,10 @@ func (t *Tracker) applyLocked(key string, out Outcome) []reply.Reply {
 	return replies
 }
 
-func (t *Tracker) finishLocked(r *request, ok bool, why string) reply.Reply {
+func (t *Tracker) finishLocked(r *request, ok bool, why string) apiv1.Reply {
 	delete(t.requests, r.id)
 	if !ok {
-		return reply.Reply{RequestID: r.id, Verb: r.verb, Phase: reply.Failed, Message: why}
+		return apiv1.Reply{RequestID: r.id, Verb: r.verb, Phase: apiv1.Failed, Message: why}
 	}
 	keys := make([]string, 0, len(r.results))
 	for k := range r.results {
@@ -161,10 +161,10 @@ func (t *Tracker) finishLocked(r *request, ok bool, why string) reply.Reply {
 	if msg == "" {
 		msg = "done"
 	}
-	return reply.Reply{RequestID: r.id, Verb: r.verb, Phase: reply.Succeeded, Message: msg}
+	return apiv1.Reply{RequestID: r.id, Verb: r.verb, Phase: apiv1.Succeeded, Message: msg}
 }
 
-func (t *Tracker) send(replies []reply.Reply) {
+func (t *Tracker) send(replies []apiv1.Reply) {
 	for _, r := range replies {
 		_ = t.sender.Send(r) // the sender logs its own failures
 	}
@@ -199,7 +199,7 @@ func (t *Tracker) Run(ctx context.Context) {
 func (t *Tracker) expire() time.Time {
 	t.mu.Lock()
 	now := t.now()
-	var replies []reply.Reply
+	var replies []apiv1.Reply
 	var next time.Time
 	for _, r := range t.requests {
 		if !now.Before(r.deadline) {

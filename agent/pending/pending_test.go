@@ -7,18 +7,18 @@ import (
 	"testing"
 	"time"
 
-	"github.com/mqlet/mqlet/agent/reply"
+	apiv1 "github.com/mqlet/mqlet/api/v1"
 )
 
 type sink struct {
 	mu      sync.Mutex
-	replies []reply.Reply
-	got     chan reply.Reply
+	replies []apiv1.Reply
+	got     chan apiv1.Reply
 }
 
-func newSink() *sink { return &sink{got: make(chan reply.Reply, 16)} }
+func newSink() *sink { return &sink{got: make(chan apiv1.Reply, 16)} }
 
-func (s *sink) Send(r reply.Reply) error {
+func (s *sink) Send(r apiv1.Reply) error {
 	s.mu.Lock()
 	s.replies = append(s.replies, r)
 	s.mu.Unlock()
@@ -40,7 +40,7 @@ func TestApplySucceedsWhenAllPodsRun(t *testing.T) {
 	tr.Observe("default/b", Outcome{Generation: 1, Done: false, Reason: "ContainerCreating"})
 	tr.Observe("default/b", Outcome{Generation: 1, Done: true, OK: true, Reason: "running"})
 	r := <-s.got
-	if r.Phase != reply.Succeeded || r.RequestID != "r1" || !strings.Contains(r.Message, "default/a: running") {
+	if r.Phase != apiv1.Succeeded || r.RequestID != "r1" || !strings.Contains(r.Message, "default/a: running") {
 		t.Fatalf("unexpected reply %+v", r)
 	}
 	if tr.Len() != 0 {
@@ -54,7 +54,7 @@ func TestFailureAnswersAtOnce(t *testing.T) {
 	tr.Add("r2", "apply", map[string]Want{"ns/x": {Generation: 1}, "ns/y": {Generation: 1}}, time.Now().Add(time.Hour))
 	tr.Observe("ns/y", Outcome{Generation: 1, Done: true, OK: false, Reason: "ErrImageNeverPull"})
 	r := <-s.got
-	if r.Phase != reply.Failed || !strings.Contains(r.Message, "ns/y: ErrImageNeverPull") {
+	if r.Phase != apiv1.Failed || !strings.Contains(r.Message, "ns/y: ErrImageNeverPull") {
 		t.Fatalf("unexpected reply %+v", r)
 	}
 }
@@ -64,7 +64,7 @@ func TestOutcomeSeenBeforeAddCounts(t *testing.T) {
 	tr := New(s, nil)
 	tr.Observe("ns/x", Outcome{Generation: 3, Done: true, OK: true, Reason: "running"})
 	tr.Add("r3", "apply", map[string]Want{"ns/x": {Generation: 3}}, time.Now().Add(time.Hour))
-	if r := <-s.got; r.Phase != reply.Succeeded {
+	if r := <-s.got; r.Phase != apiv1.Succeeded {
 		t.Fatalf("unexpected reply %+v", r)
 	}
 }
@@ -78,7 +78,7 @@ func TestDeleteWaitsForGone(t *testing.T) {
 		t.Fatal("delete answered while pod still there")
 	}
 	tr.Observe("ns/x", Outcome{Gone: true})
-	if r := <-s.got; r.Phase != reply.Succeeded || !strings.Contains(r.Message, "deleted") {
+	if r := <-s.got; r.Phase != apiv1.Succeeded || !strings.Contains(r.Message, "deleted") {
 		t.Fatalf("unexpected reply %+v", r)
 	}
 }
@@ -87,7 +87,7 @@ func TestEmptyWantSucceedsAtOnce(t *testing.T) {
 	s := newSink()
 	tr := New(s, nil)
 	tr.Add("c1", "apply", nil, time.Now().Add(time.Hour))
-	if r := <-s.got; r.Phase != reply.Succeeded {
+	if r := <-s.got; r.Phase != apiv1.Succeeded {
 		t.Fatalf("unexpected reply %+v", r)
 	}
 }
@@ -103,7 +103,7 @@ func TestDeadlineFailsButNamesTheReason(t *testing.T) {
 	tr.Add("r4", "apply", map[string]Want{"ns/slow": {Generation: 1}}, time.Now().Add(50*time.Millisecond))
 	select {
 	case r := <-s.got:
-		if r.Phase != reply.Failed || !strings.Contains(r.Message, "CrashLoopBackOff") || !strings.Contains(r.Message, "deadline") {
+		if r.Phase != apiv1.Failed || !strings.Contains(r.Message, "CrashLoopBackOff") || !strings.Contains(r.Message, "deadline") {
 			t.Fatalf("unexpected reply %+v", r)
 		}
 	case <-time.After(5 * time.Second):

@@ -10,18 +10,9 @@ import (
 	"fmt"
 	"time"
 
+	apiv1 "github.com/mqlet/mqlet/api/v1"
 	"github.com/mqlet/mqlet/mqtt/outbox"
 )
-
-// State is the payload of <prefix>/<node>/state.
-type State struct {
-	State     string    `json:"state"`
-	BootID    string    `json:"bootId"`
-	Seq       uint64    `json:"seq,omitempty"`
-	Version   string    `json:"version"`
-	StartedAt time.Time `json:"startedAt"`
-	TS        time.Time `json:"ts"`
-}
 
 // SeqSource hands out the persisted, ever-increasing connection sequence.
 type SeqSource interface {
@@ -56,15 +47,15 @@ func (p *Presence) Online() (outbox.Message, error) {
 	if err != nil {
 		return outbox.Message{}, fmt.Errorf("taking the next connection sequence number: %w", err)
 	}
-	return p.message(State{State: "online", Seq: seq}), nil
+	return p.message(apiv1.NodeState{State: apiv1.StateOnline, Seq: seq}), nil
 }
 
 // Offline returns the death message (the MQTT will, and the clean-shutdown message).
 func (p *Presence) Offline() outbox.Message {
-	return p.message(State{State: "offline"})
+	return p.message(apiv1.NodeState{State: apiv1.StateOffline})
 }
 
-func (p *Presence) message(s State) outbox.Message {
+func (p *Presence) message(s apiv1.NodeState) outbox.Message {
 	s.BootID, s.Version, s.StartedAt, s.TS = p.bootID, p.version, p.startedAt, p.now().UTC()
 	payload, _ := json.Marshal(s) // a struct of strings, numbers and times always encodes
 	return outbox.Message{Topic: p.topic, Payload: payload, QoS: 1, Retained: true, Coalesce: true}

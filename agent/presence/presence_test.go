@@ -4,6 +4,8 @@ import (
 	"encoding/json"
 	"errors"
 	"testing"
+
+	apiv1 "github.com/mqlet/mqlet/api/v1"
 )
 
 type counter struct {
@@ -16,7 +18,7 @@ func (c *counter) NextSeq() (uint64, error) { c.n++; return c.n, c.err }
 func TestOnlineSeqIncreasesAndOfflineSharesBootID(t *testing.T) {
 	c := &counter{n: 41}
 	p := New("mqlet/v1/n/state", "v1.2.3", c, nil)
-	var first, second, off State
+	var first, second, off apiv1.NodeState
 	m1, err := p.Online()
 	if err != nil {
 		t.Fatal(err)

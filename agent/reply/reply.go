@@ -5,8 +5,8 @@
 // No reply message is larger than the sender's bound (default 256 KiB): a
 // reply whose result does not fit is sent as numbered parts (in_progress
 // replies with "seq" 1..N, each carrying a base64 piece of the result's
-// JSON), then the reply itself with a Parts result naming the count, size
-// and SHA-256 of the whole; Assemble puts it back together.
+// JSON), then the reply itself with an apiv1.Parts result naming the count,
+// size and SHA-256 of the whole; apiv1.Assemble puts it back together.
 package reply
 
 import (
@@ -18,33 +18,9 @@ import (
 
 	"github.com/rs/zerolog"
 
+	apiv1 "github.com/mqlet/mqlet/api/v1"
 	"github.com/mqlet/mqlet/mqtt/outbox"
-	"github.com/mqlet/mqlet/mqtt/topic"
 )
-
-// Phases of a command, in the order they are reported.
-const (
-	Accepted   = "accepted"
-	InProgress = "in_progress"
-	Succeeded  = "succeeded"
-	Failed     = "failed"
-)
-
-// Reply is the payload published on the reply topic.
-type Reply struct {
-	RequestID string   `json:"requestId"`
-	Verb      string   `json:"verb,omitempty"`
-	Phase     string   `json:"phase"`
-	Message   string   `json:"message,omitempty"`
-	Result    any      `json:"result,omitempty"`
-	Errors    []string `json:"errors,omitempty"`
-	// Seq numbers the parts of a result sent in pieces (1..N); 0 otherwise.
-	Seq int       `json:"seq,omitempty"`
-	TS  time.Time `json:"ts"`
-}
-
-// Final reports whether no further reply follows this one.
-func (r Reply) Final() bool { return r.Phase == Succeeded || r.Phase == Failed }
 
 // Publisher queues a message for the broker (the outbox).
 type Publisher interface {
@@ -106,7 +82,7 @@ func WithMaxRecordedBytes(n int) Option {
 
 // Sender publishes replies and records them.
 type Sender struct {
-	topics      topic.Scheme
+	topics      apiv1.Scheme
 	out         Publisher
 	rec         Recorder
 	now         func() time.Time
@@ -117,7 +93,7 @@ type Sender struct {
 }
 
 // NewSender returns a Sender; now is the clock (time.Now when nil).
-func NewSender(topics topic.Scheme, out Publisher, rec Recorder, now func() time.Time, log zerolog.Logger, opts ...Option) *Sender {
+func NewSender(topics apiv1.Scheme, out Publisher, rec Recorder, now func() time.Time, log zerolog.Logger, opts ...Option) *Sender {
 	if now == nil {
 		now = time.Now
 	}
@@ -142,7 +118,7 @@ func (s *Sender) MaxReplyBytes() int { return s.maxReply }
 // Send records and publishes one reply, in parts when it is too large for
 // one message. Failures are logged and returned; the record is written first
 // so a redelivery never re-runs a command whose reply could not be queued.
-func (s *Sender) Send(r Reply) error {
+func (s *Sender) Send(r apiv1.Reply) error {
 	if r.TS.IsZero() {
 		r.TS = s.now().UTC()
 	}
@@ -161,7 +137,7 @@ func (s *Sender) Send(r Reply) error {
 // SendUnrecorded publishes one reply without recording it, for an answer
 // that must not stand for the request on redelivery (e.g. "overloaded":
 // the request should run when it comes again).
-func (s *Sender) SendUnrecorded(r Reply) error {
+func (s *Sender) SendUnrecorded(r apiv1.Reply) error {
 	msgs, _, err := s.encode(r)
 	if err != nil {
 		return err
@@ -198,7 +174,7 @@ func (s *Sender) put(requestID string, msgs []outbox.Message) error {
 
 // encode turns r into its messages (the parts, if any, then r itself) and
 // returns r's own payload last.
-func (s *Sender) encode(r Reply) ([]outbox.Message, []byte, error) {
+func (s *Sender) encode(r apiv1.Reply) ([]outbox.Message, []byte, error) {
 	if r.TS.IsZero() {
 		r.TS = s.now().UTC()
 	}
@@ -227,7 +203,7 @@ func (s *Sender) encode(r Reply) ([]outbox.Message, []byte, error) {
 				return nil, nil, err
 			}
 			msgs = parts
-			r.Result = Parts{Parts: len(parts), Bytes: len(result), SHA256: sha256Hex(result)}
+			r.Result = apiv1.Parts{Parts: len(parts), Bytes: len(result), SHA256: apiv1.SHA256Hex(result)}
 			r.Message = strings.TrimSpace(r.Message + fmt.Sprintf(" (result in %d parts)", len(parts)))
 		}
 	}
@@ -238,9 +214,9 @@ func (s *Sender) encode(r Reply) ([]outbox.Message, []byte, error) {
 }
 
 // parts cuts result into in_progress replies that each fit the bound.
-func (s *Sender) parts(r Reply, result []byte) ([]outbox.Message, error) {
-	env, err := json.Marshal(Reply{RequestID: r.RequestID, Verb: r.Verb, Phase: InProgress, Seq: 1 << 30,
-		Message: "result part 1073741824 of 1073741824", Result: Part{Data: []byte{}}, TS: r.TS})
+func (s *Sender) parts(r apiv1.Reply, result []byte) ([]outbox.Message, error) {
+	env, err := json.Marshal(apiv1.Reply{RequestID: r.RequestID, Verb: r.Verb, Phase: apiv1.InProgress, Seq: 1 << 30,
+		Message: "result part 1073741824 of 1073741824", Result: apiv1.Part{Data: []byte{}}, TS: r.TS})
 	if err != nil {
 		return nil, fmt.Errorf("encoding reply part to %s: %w", r.RequestID, err)
 	}
@@ -252,8 +228,8 @@ func (s *Sender) parts(r Reply, result []byte) ([]outbox.Message, error) {
 	msgs := make([]outbox.Message, 0, n)
 	for i := 0; i < n; i++ {
 		piece := result[i*room : min((i+1)*room, len(result))]
-		p, err := json.Marshal(Reply{RequestID: r.RequestID, Verb: r.Verb, Phase: InProgress, Seq: i + 1,
-			Message: fmt.Sprintf("result part %d of %d", i+1, n), Result: Part{Data: piece}, TS: r.TS})
+		p, err := json.Marshal(apiv1.Reply{RequestID: r.RequestID, Verb: r.Verb, Phase: apiv1.InProgress, Seq: i + 1,
+			Message: fmt.Sprintf("result part %d of %d", i+1, n), Result: apiv1.Part{Data: piece}, TS: r.TS})
 		if err != nil {
 			return nil, fmt.Errorf("encoding reply part to %s: %w", r.RequestID, err)
 		}
@@ -264,7 +240,7 @@ func (s *Sender) parts(r Reply, result []byte) ([]outbox.Message, error) {
 
 // fit encodes r, shortening its errors and message until it fits the bound
 // (a List of many invalid objects can name more problems than fit).
-func (s *Sender) fit(r Reply) ([]byte, error) {
+func (s *Sender) fit(r apiv1.Reply) ([]byte, error) {
 	all := len(r.Errors)
 	shown := r.Errors
 	for {
@@ -303,11 +279,11 @@ func utf8RuneStart(b byte) bool { return b&0xC0 != 0x80 }
 
 // record is what is kept for a redelivery of r's request: r itself when it
 // is small, else a stub that says the reply was sent and how to read it again.
-func (s *Sender) record(r Reply, payload []byte, parts int) []byte {
+func (s *Sender) record(r apiv1.Reply, payload []byte, parts int) []byte {
 	if parts == 0 && len(payload) <= s.maxRecorded {
 		return payload
 	}
-	stub := Reply{RequestID: r.RequestID, Verb: r.Verb, Phase: r.Phase, TS: r.TS,
+	stub := apiv1.Reply{RequestID: r.RequestID, Verb: r.Verb, Phase: r.Phase, TS: r.TS,
 		Message: truncate(r.Message, 1024) + fmt.Sprintf("; the full reply (%d bytes) is not kept: send the request again with a new request id to read it", len(payload))}
 	if parts > 0 {
 		stub.Message = truncate(r.Message, 1024) + fmt.Sprintf("; its %d parts are not kept: send the request again with a new request id to read them", parts)

@@ -10,8 +10,8 @@ import (
 
 	"github.com/rs/zerolog"
 
+	apiv1 "github.com/mqlet/mqlet/api/v1"
 	"github.com/mqlet/mqlet/mqtt/outbox"
-	"github.com/mqlet/mqlet/mqtt/topic"
 )
 
 type box struct {
@@ -33,29 +33,29 @@ func (r records) RecordReply(id string, reply []byte, at time.Time) error {
 
 func TestSendRecordsThenPublishesOnTheReplyTopic(t *testing.T) {
 	b, rec := &box{}, records{}
-	s := NewSender(topic.Scheme{Prefix: "mqlet/v1", Node: "n"}, b, rec, func() time.Time { return time.Unix(5, 0) }, zerolog.Nop())
-	if err := s.Send(Reply{RequestID: "r1", Phase: Accepted, Message: "ok"}); err != nil {
+	s := NewSender(apiv1.Scheme{Prefix: "mqlet/v1", Node: "n"}, b, rec, func() time.Time { return time.Unix(5, 0) }, zerolog.Nop())
+	if err := s.Send(apiv1.Reply{RequestID: "r1", Phase: apiv1.Accepted, Message: "ok"}); err != nil {
 		t.Fatal(err)
 	}
 	if len(b.msgs) != 1 || b.msgs[0].Topic != "mqlet/v1/n/reply/r1" || b.msgs[0].QoS != 1 || b.msgs[0].Retained {
 		t.Fatalf("published %+v", b.msgs)
 	}
-	var got Reply
-	if err := json.Unmarshal(b.msgs[0].Payload, &got); err != nil || got.Phase != Accepted || !got.TS.Equal(time.Unix(5, 0)) {
+	var got apiv1.Reply
+	if err := json.Unmarshal(b.msgs[0].Payload, &got); err != nil || got.Phase != apiv1.Accepted || !got.TS.Equal(time.Unix(5, 0)) {
 		t.Fatalf("payload %s (%v)", b.msgs[0].Payload, err)
 	}
 	if string(rec["r1"]) != string(b.msgs[0].Payload) {
 		t.Fatal("the recorded reply differs from the published one")
 	}
-	if got.Final() || !(Reply{Phase: Failed}).Final() || !(Reply{Phase: Succeeded}).Final() {
+	if got.Final() || !(apiv1.Reply{Phase: apiv1.Failed}).Final() || !(apiv1.Reply{Phase: apiv1.Succeeded}).Final() {
 		t.Fatal("Final is wrong")
 	}
 }
 
 func TestSendReportsAFullOutbox(t *testing.T) {
 	b := &box{err: errors.New("outbox full")}
-	s := NewSender(topic.Scheme{Node: "n"}, b, records{}, nil, zerolog.Nop())
-	if err := s.Send(Reply{RequestID: "r2", Phase: Failed}); err == nil {
+	s := NewSender(apiv1.Scheme{Node: "n"}, b, records{}, nil, zerolog.Nop())
+	if err := s.Send(apiv1.Reply{RequestID: "r2", Phase: apiv1.Failed}); err == nil {
 		t.Fatal("want the queueing error")
 	}
 }
@@ -63,12 +63,12 @@ func TestSendReportsAFullOutbox(t *testing.T) {
 func TestLargeResultGoesInPartsEachWithinTheBound(t *testing.T) {
 	b, rec := &box{}, records{}
 	const bound = 8 << 10
-	s := NewSender(topic.Scheme{Prefix: "mqlet/v1", Node: "n"}, b, rec, nil, zerolog.Nop(), WithMaxReplyBytes(bound), WithMaxRecordedBytes(2048))
+	s := NewSender(apiv1.Scheme{Prefix: "mqlet/v1", Node: "n"}, b, rec, nil, zerolog.Nop(), WithMaxReplyBytes(bound), WithMaxRecordedBytes(2048))
 	big := map[string]string{}
 	for i := 0; i < 50; i++ {
 		big[fmt.Sprintf("k%02d", i)] = strings.Repeat("x<&\"\u00e9", 200) // escapes make JSON larger than the text
 	}
-	if err := s.Send(Reply{RequestID: "g1", Verb: "get", Phase: Succeeded, Message: "1 configmap", Result: big}); err != nil {
+	if err := s.Send(apiv1.Reply{RequestID: "g1", Verb: "get", Phase: apiv1.Succeeded, Message: "1 configmap", Result: big}); err != nil {
 		t.Fatal(err)
 	}
 	if len(b.msgs) < 3 {
@@ -85,15 +85,15 @@ func TestLargeResultGoesInPartsEachWithinTheBound(t *testing.T) {
 		payloads = append(payloads, m.Payload)
 	}
 	// Parts first (in_progress, seq 1..N), the final reply last.
-	var first, last Reply
+	var first, last apiv1.Reply
 	_ = json.Unmarshal(b.msgs[0].Payload, &first)
 	_ = json.Unmarshal(b.msgs[len(b.msgs)-1].Payload, &last)
-	if first.Phase != InProgress || first.Seq != 1 || last.Phase != Succeeded || last.Seq != 0 {
+	if first.Phase != apiv1.InProgress || first.Seq != 1 || last.Phase != apiv1.Succeeded || last.Seq != 0 {
 		t.Fatalf("first %s/%d, last %s/%d", first.Phase, first.Seq, last.Phase, last.Seq)
 	}
 	// Out of order, the parts still assemble into the original result.
 	payloads[0], payloads[1] = payloads[1], payloads[0]
-	result, final, err := Assemble(payloads)
+	result, final, err := apiv1.Assemble(payloads)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -105,12 +105,12 @@ func TestLargeResultGoesInPartsEachWithinTheBound(t *testing.T) {
 		t.Fatal("final payload differs")
 	}
 	// A missing part is detected.
-	if _, _, err := Assemble(payloads[1:]); err == nil {
+	if _, _, err := apiv1.Assemble(payloads[1:]); err == nil {
 		t.Fatal("assembled with a part missing")
 	}
 	// The record is a short stub, not the result.
-	var stub Reply
-	if err := json.Unmarshal(rec["g1"], &stub); err != nil || stub.Result != nil || stub.Phase != Succeeded || !strings.Contains(stub.Message, "not kept") || len(rec["g1"]) > 2048 {
+	var stub apiv1.Reply
+	if err := json.Unmarshal(rec["g1"], &stub); err != nil || stub.Result != nil || stub.Phase != apiv1.Succeeded || !strings.Contains(stub.Message, "not kept") || len(rec["g1"]) > 2048 {
 		t.Fatalf("record %s (%v)", rec["g1"], err)
 	}
 }
@@ -118,18 +118,18 @@ func TestLargeResultGoesInPartsEachWithinTheBound(t *testing.T) {
 func TestTooManyErrorsAreShortenedToFit(t *testing.T) {
 	b := &box{}
 	const bound = 4 << 10
-	s := NewSender(topic.Scheme{Node: "n"}, b, records{}, nil, zerolog.Nop(), WithMaxReplyBytes(bound))
+	s := NewSender(apiv1.Scheme{Node: "n"}, b, records{}, nil, zerolog.Nop(), WithMaxReplyBytes(bound))
 	var errs []string
 	for i := 0; i < 500; i++ {
 		errs = append(errs, fmt.Sprintf("ConfigMap default/c%d: data: Invalid value", i))
 	}
-	if err := s.Send(Reply{RequestID: "a1", Phase: Failed, Message: strings.Repeat("m", 3000), Errors: errs}); err != nil {
+	if err := s.Send(apiv1.Reply{RequestID: "a1", Phase: apiv1.Failed, Message: strings.Repeat("m", 3000), Errors: errs}); err != nil {
 		t.Fatal(err)
 	}
 	if len(b.msgs) != 1 || len(b.msgs[0].Payload) > bound {
 		t.Fatalf("%d messages, first %d bytes", len(b.msgs), len(b.msgs[0].Payload))
 	}
-	var got Reply
+	var got apiv1.Reply
 	_ = json.Unmarshal(b.msgs[0].Payload, &got)
 	if len(got.Errors) == 0 || got.Errors[0] != errs[0] || !strings.Contains(got.Errors[len(got.Errors)-1], "more not shown") {
 		t.Fatalf("errors %v", got.Errors)
@@ -138,8 +138,8 @@ func TestTooManyErrorsAreShortenedToFit(t *testing.T) {
 
 func TestSendUnrecordedRecordsNothing(t *testing.T) {
 	b, rec := &box{}, records{}
-	s := NewSender(topic.Scheme{Node: "n"}, b, rec, nil, zerolog.Nop())
-	if err := s.SendUnrecorded(Reply{RequestID: "o1", Phase: Failed, Message: "overloaded"}); err != nil {
+	s := NewSender(apiv1.Scheme{Node: "n"}, b, rec, nil, zerolog.Nop())
+	if err := s.SendUnrecorded(apiv1.Reply{RequestID: "o1", Phase: apiv1.Failed, Message: "overloaded"}); err != nil {
 		t.Fatal(err)
 	}
 	if len(b.msgs) != 1 || len(rec) != 0 {
@@ -149,11 +149,11 @@ func TestSendUnrecordedRecordsNothing(t *testing.T) {
 
 func TestResultBeyondMaxResultBytesIsNotSent(t *testing.T) {
 	b := &box{}
-	s := NewSender(topic.Scheme{Node: "n"}, b, records{}, nil, zerolog.Nop(), WithMaxReplyBytes(4096), WithMaxResultBytes(10000))
-	if err := s.Send(Reply{RequestID: "g", Phase: Succeeded, Message: "listing", Result: strings.Repeat("x", 20000)}); err != nil {
+	s := NewSender(apiv1.Scheme{Node: "n"}, b, records{}, nil, zerolog.Nop(), WithMaxReplyBytes(4096), WithMaxResultBytes(10000))
+	if err := s.Send(apiv1.Reply{RequestID: "g", Phase: apiv1.Succeeded, Message: "listing", Result: strings.Repeat("x", 20000)}); err != nil {
 		t.Fatal(err)
 	}
-	var got Reply
+	var got apiv1.Reply
 	if len(b.msgs) != 1 || json.Unmarshal(b.msgs[0].Payload, &got) != nil || got.Result != nil || !strings.Contains(got.Message, "not sent") {
 		t.Fatalf("%d messages, reply %+v", len(b.msgs), got)
 	}

@@ -17,8 +17,8 @@ import (
 	v1 "k8s.io/api/core/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 
+	apiv1 "github.com/mqlet/mqlet/api/v1"
 	"github.com/mqlet/mqlet/mqtt/outbox"
-	"github.com/mqlet/mqlet/mqtt/topic"
 )
 
 // Publisher queues a message for the broker (the outbox).
@@ -42,7 +42,7 @@ const ledgerKey = "statusmgr/published-pods"
 
 // Manager keeps the latest published status of every pod. Safe for concurrent use.
 type Manager struct {
-	topics topic.Scheme
+	topics apiv1.Scheme
 	out    Publisher
 	ledger Ledger
 	log    zerolog.Logger
@@ -56,7 +56,7 @@ type Manager struct {
 }
 
 // New returns a Manager publishing through out; ledger may be nil.
-func New(topics topic.Scheme, out Publisher, ledger Ledger, log zerolog.Logger) *Manager {
+func New(topics apiv1.Scheme, out Publisher, ledger Ledger, log zerolog.Logger) *Manager {
 	return &Manager{topics: topics, out: out, ledger: ledger, log: log, pods: map[string]entry{}}
 }
 

@@ -10,8 +10,8 @@ import (
 	v1 "k8s.io/api/core/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 
+	apiv1 "github.com/mqlet/mqlet/api/v1"
 	"github.com/mqlet/mqlet/mqtt/outbox"
-	"github.com/mqlet/mqlet/mqtt/topic"
 )
 
 type capture struct {
@@ -33,7 +33,7 @@ func pod() *v1.Pod {
 
 func TestPublishesOnlyOnChangeAndClearsOnRemove(t *testing.T) {
 	c := &capture{}
-	m := New(topic.Scheme{Prefix: "mqlet/v1", Node: "n1"}, c, nil, zerolog.Nop())
+	m := New(apiv1.Scheme{Prefix: "mqlet/v1", Node: "n1"}, c, nil, zerolog.Nop())
 	p := pod()
 	pending := v1.PodStatus{Phase: v1.PodPending}
 	for range 3 {
@@ -99,7 +99,7 @@ func (l *memLedger) SetMeta(k string, v []byte) error {
 
 func TestStaleStatusesOfAnEarlierRunAreCleared(t *testing.T) {
 	ledger := &memLedger{kv: map[string][]byte{}}
-	scheme := topic.Scheme{Prefix: "mqlet/v1", Node: "n1"}
+	scheme := apiv1.Scheme{Prefix: "mqlet/v1", Node: "n1"}
 	first := New(scheme, &capture{}, ledger, zerolog.Nop())
 	for _, name := range []string{"keep", "gone", "deleted"} {
 		p := pod()

@@ -14,12 +14,12 @@ import (
 	v1 "k8s.io/api/core/v1"
 
 	"github.com/mqlet/mqlet/agent/nodestatus"
+	apiv1 "github.com/mqlet/mqlet/api/v1"
 	"github.com/mqlet/mqlet/cri"
 	"github.com/mqlet/mqlet/mqtt/outbox"
-	"github.com/mqlet/mqlet/mqtt/topic"
 )
 
-var testTopics = topic.Scheme{Prefix: "mqlet/v1", Node: "gw1"}
+var testTopics = apiv1.Scheme{Prefix: "mqlet/v1", Node: "gw1"}
 
 // fakeRuntime is a runtime whose readiness the test flips.
 type fakeRuntime struct {

@@ -11,10 +11,10 @@ import (
 	"github.com/rs/zerolog"
 	statsv1alpha1 "k8s.io/kubelet/pkg/apis/stats/v1alpha1"
 
+	apiv1 "github.com/mqlet/mqlet/api/v1"
 	"github.com/mqlet/mqlet/cri"
 	"github.com/mqlet/mqlet/metrics"
 	"github.com/mqlet/mqlet/mqtt/outbox"
-	"github.com/mqlet/mqlet/mqtt/topic"
 )
 
 // DefaultMetricsInterval is the metrics period when none is configured.
@@ -37,7 +37,7 @@ type CounterSource func() map[string]uint64
 
 // MetricsOptions configure a MetricsReporter.
 type MetricsOptions struct {
-	Topics topic.Scheme
+	Topics apiv1.Scheme
 	// Interval between collections; 0 or less turns metrics off.
 	Interval time.Duration
 }

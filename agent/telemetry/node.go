@@ -15,8 +15,8 @@ import (
 	v1 "k8s.io/api/core/v1"
 
 	"github.com/mqlet/mqlet/agent/nodestatus"
+	apiv1 "github.com/mqlet/mqlet/api/v1"
 	"github.com/mqlet/mqlet/mqtt/outbox"
-	"github.com/mqlet/mqlet/mqtt/topic"
 )
 
 // Defaults for NodeOptions.
@@ -60,7 +60,7 @@ type MemoryAvailableReader func() (uint64, error)
 
 // NodeOptions configure a NodeReporter.
 type NodeOptions struct {
-	Topics topic.Scheme
+	Topics apiv1.Scheme
 	// Interval is the heartbeat: the node is published at least this often
 	// (0 means DefaultNodeStatusInterval).
 	Interval time.Duration

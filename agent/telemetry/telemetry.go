@@ -11,13 +11,13 @@ import (
 	"k8s.io/apimachinery/pkg/api/resource"
 
 	"github.com/mqlet/mqlet/agent/nodestatus"
+	apiv1 "github.com/mqlet/mqlet/api/v1"
 	"github.com/mqlet/mqlet/metrics"
-	"github.com/mqlet/mqlet/mqtt/topic"
 )
 
 // Config is what Telemetry needs from mqlet's configuration.
 type Config struct {
-	Topics          topic.Scheme
+	Topics          apiv1.Scheme
 	Version         string
 	StateDir        string
 	CgroupRoot      string

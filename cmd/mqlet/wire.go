@@ -22,6 +22,7 @@ import (
 	"github.com/mqlet/mqlet/agent/store"
 	"github.com/mqlet/mqlet/agent/telemetry"
 	"github.com/mqlet/mqlet/agent/validate"
+	apiv1 "github.com/mqlet/mqlet/api/v1"
 	"github.com/mqlet/mqlet/config"
 	"github.com/mqlet/mqlet/cri"
 	"github.com/mqlet/mqlet/internal/redact"
@@ -29,7 +30,6 @@ import (
 	"github.com/mqlet/mqlet/mqtt/broker"
 	"github.com/mqlet/mqlet/mqtt/outbox"
 	"github.com/mqlet/mqlet/mqtt/session"
-	"github.com/mqlet/mqlet/mqtt/topic"
 )
 
 // runAgent builds every part from the configuration and runs them until
@@ -68,7 +68,7 @@ func runAgent(ctx context.Context, cfg *config.Config, log zerolog.Logger, secre
 		defer b.Close()
 	}
 
-	topics := topic.Scheme{Prefix: cfg.MQTT.TopicPrefix, Node: cfg.Node}
+	topics := apiv1.Scheme{Prefix: cfg.MQTT.TopicPrefix, Node: cfg.Node}
 	if err := topics.Validate(); err != nil {
 		return fmt.Errorf("topic scheme: %w", err)
 	}
@@ -277,7 +277,7 @@ func hostIPs() []string {
 }
 
 // agentOptions takes the agent's settings from the configuration.
-func agentOptions(cfg *config.Config, topics topic.Scheme) agent.Options {
+func agentOptions(cfg *config.Config, topics apiv1.Scheme) agent.Options {
 	return agent.Options{
 		Topics:          topics,
 		MaxPayloadBytes: cfg.MQTT.MaxPayloadBytes,
@@ -310,7 +310,7 @@ func agentOptions(cfg *config.Config, topics topic.Scheme) agent.Options {
 }
 
 // telemetryConfig takes the node status and metrics settings from the configuration.
-func telemetryConfig(cfg *config.Config, topics topic.Scheme) telemetry.Config {
+func telemetryConfig(cfg *config.Config, topics apiv1.Scheme) telemetry.Config {
 	return telemetry.Config{
 		Topics: topics, Version: version.Version, StateDir: cfg.StateDir, CgroupRoot: cfg.Runtime.CgroupRoot, RuntimeEndpoint: cfg.Runtime.CRIEndpoint,
 		MetricsInterval: cfg.Telemetry.MetricsInterval.Duration, NodeStatusInterval: cfg.Telemetry.NodeStatusInterval.Duration,

@@ -9,7 +9,7 @@ import (
 	"os"
 	"strings"
 
-	"github.com/mqlet/mqlet/agent/reply"
+	apiv1 "github.com/mqlet/mqlet/api/v1"
 )
 
 func runApply(ctx context.Context, cfg *globalConfig, args []string, e env) error {
@@ -135,8 +135,8 @@ func sendAndWait(ctx context.Context, cfg *globalConfig, verb string, payload []
 	defer c.close()
 	var failed bool
 	var printErr error
-	_, err = c.request(ctx, verb, payload, func(r wireReply) bool {
-		if r.Phase == reply.Failed {
+	_, err = c.request(ctx, verb, payload, func(r apiv1.Reply) bool {
+		if r.Phase == apiv1.Failed {
 			failed = true
 		}
 		if cfg.Output == "json" {
@@ -144,7 +144,7 @@ func sendAndWait(ctx context.Context, cfg *globalConfig, verb string, payload []
 		} else {
 			printReply(e, r)
 		}
-		return noWait && r.Phase == reply.Accepted
+		return noWait && r.Phase == apiv1.Accepted
 	})
 	if err != nil {
 		return err
@@ -160,9 +160,9 @@ func sendAndWait(ctx context.Context, cfg *globalConfig, verb string, payload []
 
 // printReply writes one reply as text: progress to stdout, a failure with
 // its error list to stderr.
-func printReply(e env, r wireReply) {
+func printReply(e env, r apiv1.Reply) {
 	w := e.stdout
-	if r.Phase == reply.Failed {
+	if r.Phase == apiv1.Failed {
 		w = e.stderr
 	}
 	line := fmt.Sprintf("%-11s %s", r.Phase, r.Message)

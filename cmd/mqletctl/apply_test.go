@@ -10,8 +10,8 @@ import (
 	"testing"
 	"time"
 
+	apiv1 "github.com/mqlet/mqlet/api/v1"
 	"github.com/mqlet/mqlet/mqtt/broker"
-	"github.com/mqlet/mqlet/mqtt/topic"
 )
 
 const podManifest = `apiVersion: v1
@@ -59,7 +59,7 @@ func TestApplySucceeded(t *testing.T) {
 	if cmd.Verb != "apply" || string(cmd.Payload) != podManifest {
 		t.Errorf("agent got verb %q payload %q", cmd.Verb, cmd.Payload)
 	}
-	if !requestIDPattern.MatchString(cmd.RequestID) || topic.ValidateRequestID(cmd.RequestID) != nil {
+	if !requestIDPattern.MatchString(cmd.RequestID) || apiv1.ValidateRequestID(cmd.RequestID) != nil {
 		t.Errorf("request id %q is not a safe topic level", cmd.RequestID)
 	}
 }
@@ -98,11 +98,11 @@ func TestApplyJSONOutputPrintsEachReply(t *testing.T) {
 	if len(lines) != 2 {
 		t.Fatalf("want 2 JSON lines, got %v", res)
 	}
-	var first wireReply
-	if err := json.Unmarshal([]byte(lines[0]), &first); err != nil {
+	first, err := apiv1.DecodeReply([]byte(lines[0]))
+	if err != nil {
 		t.Fatalf("line 1 is not a reply: %v", err)
 	}
-	if first.Phase != "accepted" || !strings.Contains(string(first.Result), `"default/web"`) || !strings.HasPrefix(first.RequestID, "ctl-") {
+	if first.Phase != "accepted" || !strings.Contains(string(first.RawResult()), `"default/web"`) || !strings.HasPrefix(first.RequestID, "ctl-") {
 		t.Errorf("first reply = %+v", first)
 	}
 }

@@ -2,7 +2,6 @@ package main
 
 import (
 	"context"
-	"encoding/json"
 	"errors"
 	"fmt"
 	"net/url"
@@ -10,16 +9,15 @@ import (
 
 	paho "github.com/eclipse/paho.mqtt.golang"
 
-	"github.com/mqlet/mqlet/agent/reply"
+	apiv1 "github.com/mqlet/mqlet/api/v1"
 	"github.com/mqlet/mqlet/mqtt/session"
-	"github.com/mqlet/mqlet/mqtt/topic"
 )
 
 // client is one short-lived MQTT connection of the CLI: a clean session
 // with a random client id, so nothing is left on the broker afterwards.
 type client struct {
 	mqtt   paho.Client
-	topics topic.Scheme
+	topics apiv1.Scheme
 	broker string // redacted URL, for messages
 	// seal wraps a command for its topic: signs it when a key is given.
 	seal func(verb, requestID string, payload []byte) ([]byte, error)
@@ -31,21 +29,6 @@ type message struct {
 	Payload  []byte
 	Retained bool
 }
-
-// wireReply is a reply as published by the agent; Result stays raw so each
-// command decodes the shape it expects.
-type wireReply struct {
-	RequestID string          `json:"requestId"`
-	Verb      string          `json:"verb,omitempty"`
-	Phase     string          `json:"phase"`
-	Message   string          `json:"message,omitempty"`
-	Result    json.RawMessage `json:"result,omitempty"`
-	Errors    []string        `json:"errors,omitempty"`
-	Seq       int             `json:"seq,omitempty"` // a part of a large result
-	TS        time.Time       `json:"ts"`
-}
-
-func (r wireReply) final() bool { return r.Phase == reply.Succeeded || r.Phase == reply.Failed }
 
 // dial connects to the broker, bounded by ctx.
 func dial(ctx context.Context, cfg *globalConfig) (*client, error) {
@@ -148,7 +131,7 @@ var errNoReply = errors.New("no final reply")
 // request sends one command and hands every reply to onReply until a final
 // one arrives, or until onReply returns true (stop early). The reply topic
 // is subscribed before the command is published so no reply is missed.
-func (c *client) request(ctx context.Context, verb string, payload []byte, onReply func(wireReply) (stop bool)) (requestID string, err error) {
+func (c *client) request(ctx context.Context, verb string, payload []byte, onReply func(apiv1.Reply) (stop bool)) (requestID string, err error) {
 	requestID = newRequestID()
 	payload, err = c.seal(verb, requestID, payload)
 	if err != nil {
@@ -169,15 +152,15 @@ func (c *client) request(ctx context.Context, verb string, payload []byte, onRep
 	for {
 		select {
 		case m := <-inbox:
-			var r wireReply
-			if err := json.Unmarshal(m.Payload, &r); err != nil {
+			r, err := apiv1.DecodeReply(m.Payload)
+			if err != nil {
 				return requestID, fmt.Errorf("request %s: undecodable reply on %s: %w", requestID, m.Topic, err)
 			}
 			if r.RequestID != "" && r.RequestID != requestID {
 				continue // not ours; a well-behaved agent never does this
 			}
 			last = r.Phase
-			if onReply(r) || r.final() {
+			if onReply(r) || r.Final() {
 				return requestID, nil
 			}
 		case <-ctx.Done():

@@ -8,8 +8,8 @@ import (
 	"strings"
 	"time"
 
+	apiv1 "github.com/mqlet/mqlet/api/v1"
 	"github.com/mqlet/mqlet/mqtt/session"
-	"github.com/mqlet/mqlet/mqtt/topic"
 	"github.com/mqlet/mqlet/signing"
 )
 
@@ -61,7 +61,7 @@ func newGlobalConfig(getenv func(string) string) *globalConfig {
 	c := &globalConfig{
 		Broker:       defaultBroker,
 		Node:         getenv(envNode),
-		Prefix:       topic.DefaultPrefix,
+		Prefix:       apiv1.DefaultPrefix,
 		Timeout:      defaultTimeout,
 		RetainedWait: defaultRetainedWait,
 		SignKey:      getenv(envSignKey),
@@ -118,7 +118,7 @@ func (c *globalConfig) resolve() error {
 	if c.Node == "" {
 		return usageError{errors.New("no node given: use --node NAME or set " + envNode)}
 	}
-	scheme := topic.Scheme{Prefix: c.Prefix, Node: c.Node}
+	scheme := apiv1.Scheme{Prefix: c.Prefix, Node: c.Node}
 	if err := scheme.Validate(); err != nil {
 		return usageError{err}
 	}
@@ -179,8 +179,8 @@ func (c *globalConfig) seal(verb, requestID string, payload []byte) ([]byte, err
 }
 
 // scheme is the topic scheme of the commanded node.
-func (c *globalConfig) scheme() topic.Scheme {
-	return topic.Scheme{Prefix: c.Prefix, Node: c.Node}
+func (c *globalConfig) scheme() apiv1.Scheme {
+	return apiv1.Scheme{Prefix: c.Prefix, Node: c.Node}
 }
 
 // usageError marks an error caused by the command line (exit code 2).

@@ -7,26 +7,10 @@ import (
 	"fmt"
 	"strings"
 
-	v1 "k8s.io/api/core/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 
-	"github.com/mqlet/mqlet/agent/reply"
+	apiv1 "github.com/mqlet/mqlet/api/v1"
 )
-
-// getResult mirrors the agent's get result (agent/intake.GetResult),
-// declared here so the CLI does not link the agent.
-type getResult struct {
-	Pods       []v1.Pod       `json:"pods"`
-	ConfigMaps []v1.ConfigMap `json:"configMaps"`
-	Secrets    []v1.Secret    `json:"secrets"`
-}
-
-// getArgs is the get request payload.
-type getArgs struct {
-	Kind      string `json:"kind,omitempty"`
-	Namespace string `json:"namespace,omitempty"`
-	Name      string `json:"name,omitempty"`
-}
 
 func namespaceFlag(fs *flag.FlagSet) *string {
 	ns := fs.String("n", "", "namespace (default: all for get, default for delete)")
@@ -58,7 +42,7 @@ func runGet(ctx context.Context, cfg *globalConfig, args []string, e env) error 
 	if err := cfg.checkOutput("json", "yaml", "wide"); err != nil {
 		return err
 	}
-	var req getArgs
+	var req apiv1.GetRequest
 	switch len(pos) {
 	case 0:
 		return usageError{fmt.Errorf("get: what? (pods, configmaps, secrets or all)")}
@@ -83,7 +67,7 @@ func runGet(ctx context.Context, cfg *globalConfig, args []string, e env) error 
 	if err := cfg.resolve(); err != nil {
 		return err
 	}
-	payload, _ := json.Marshal(req) // three strings always encode
+	payload, _ := json.Marshal(req) // strings always encode
 	res, err := requestGet(ctx, cfg, payload, e)
 	if err != nil {
 		return err
@@ -91,14 +75,14 @@ func runGet(ctx context.Context, cfg *globalConfig, args []string, e env) error 
 	p := printer{w: e.stdout, now: e.now, wide: cfg.Output == "wide", showNamespace: *ns == ""}
 	switch cfg.Output {
 	case "json", "yaml":
-		return printObjects(e.stdout, cfg.Output, res.objects(req.Name != ""))
+		return printObjects(e.stdout, cfg.Output, resultObjects(res, req.Name != ""))
 	}
 	return p.printGet(res, req.Kind)
 }
 
 // requestGet sends a get and decodes the succeeded reply's result. A
 // failed reply is printed and reported.
-func requestGet(ctx context.Context, cfg *globalConfig, payload []byte, e env) (*getResult, error) {
+func requestGet(ctx context.Context, cfg *globalConfig, payload []byte, e env) (*apiv1.GetResult, error) {
 	ctx, cancel := context.WithTimeout(ctx, cfg.Timeout)
 	defer cancel()
 	c, err := dial(ctx, cfg)
@@ -106,9 +90,9 @@ func requestGet(ctx context.Context, cfg *globalConfig, payload []byte, e env) (
 		return nil, err
 	}
 	defer c.close()
-	var final wireReply
+	var final apiv1.Reply
 	var all [][]byte // a large result comes in parts before the final reply
-	if _, err := c.request(ctx, "get", payload, func(r wireReply) bool {
+	if _, err := c.request(ctx, "get", payload, func(r apiv1.Reply) bool {
 		final = r
 		if b, err := json.Marshal(r); err == nil {
 			all = append(all, b)
@@ -117,15 +101,15 @@ func requestGet(ctx context.Context, cfg *globalConfig, payload []byte, e env) (
 	}); err != nil {
 		return nil, err
 	}
-	if final.Phase == reply.Failed {
+	if final.Phase == apiv1.Failed {
 		printReply(e, final)
 		return nil, errReported
 	}
-	result, _, err := reply.Assemble(all)
+	result, _, err := apiv1.Assemble(all)
 	if err != nil {
 		return nil, fmt.Errorf("assembling the result of get %s: %w", final.RequestID, err)
 	}
-	var res getResult
+	var res apiv1.GetResult
 	if err := json.Unmarshal(result, &res); err != nil {
 		return nil, fmt.Errorf("decoding the result of get %s: %w", final.RequestID, err)
 	}
@@ -134,16 +118,16 @@ func requestGet(ctx context.Context, cfg *globalConfig, payload []byte, e env) (
 
 // objects returns the result as Kubernetes objects: the one object when a
 // single name was asked for, else a v1 List.
-func (r *getResult) objects(single bool) any {
+func resultObjects(r *apiv1.GetResult, single bool) any {
 	items := make([]any, 0, len(r.Pods)+len(r.ConfigMaps)+len(r.Secrets))
 	for i := range r.Pods {
-		items = append(items, &r.Pods[i])
+		items = append(items, r.Pods[i])
 	}
 	for i := range r.ConfigMaps {
-		items = append(items, &r.ConfigMaps[i])
+		items = append(items, r.ConfigMaps[i])
 	}
 	for i := range r.Secrets {
-		items = append(items, &r.Secrets[i])
+		items = append(items, r.Secrets[i])
 	}
 	if single && len(items) == 1 {
 		return items[0]

@@ -13,6 +13,7 @@ import (
 	"sigs.k8s.io/yaml"
 
 	"github.com/mqlet/mqlet/agent/reply"
+	apiv1 "github.com/mqlet/mqlet/api/v1"
 	"github.com/mqlet/mqlet/mqtt/broker"
 	"github.com/mqlet/mqlet/mqtt/outbox"
 )
@@ -20,7 +21,7 @@ import (
 func ago(d time.Duration) metav1.Time { return metav1.NewTime(testNow.Add(-d)) }
 
 // cannedPods: one running, one crash-looping with restarts, one pending.
-func cannedPods() []v1.Pod {
+func cannedPods() []*v1.Pod {
 	running := v1.Pod{
 		ObjectMeta: metav1.ObjectMeta{Name: "web", Namespace: "default", CreationTimestamp: ago(3 * time.Hour)},
 		Spec:       v1.PodSpec{NodeName: "n1", Containers: []v1.Container{{Name: "web"}, {Name: "log"}}},
@@ -43,10 +44,10 @@ func cannedPods() []v1.Pod {
 		Spec:       v1.PodSpec{Containers: []v1.Container{{Name: "a"}}},
 		Status:     v1.PodStatus{Phase: v1.PodPending},
 	}
-	return []v1.Pod{running, crashing, pending}
+	return []*v1.Pod{&running, &crashing, &pending}
 }
 
-func getAgent(t *testing.T, url string, res getResult) *fakeAgent {
+func getAgent(t *testing.T, url string, res apiv1.GetResult) *fakeAgent {
 	return startFakeAgent(t, url, func(r received) []fakeReply {
 		return []fakeReply{{Phase: "succeeded", Message: "canned", Result: res}}
 	})
@@ -54,7 +55,7 @@ func getAgent(t *testing.T, url string, res getResult) *fakeAgent {
 
 func TestGetPodsTable(t *testing.T) {
 	url := startBroker(t, broker.Options{})
-	agent := getAgent(t, url, getResult{Pods: cannedPods()})
+	agent := getAgent(t, url, apiv1.GetResult{Pods: cannedPods()})
 	res := runCLI(t, url, "", "get", "pods")
 	if res.code != 0 {
 		t.Fatalf("get pods: %v", res)
@@ -67,15 +68,15 @@ func TestGetPodsTable(t *testing.T) {
 	if res.stdout != want {
 		t.Errorf("table:\n%s\nwant:\n%s", res.stdout, want)
 	}
-	var args getArgs
-	if err := json.Unmarshal(agent.only(t).Payload, &args); err != nil || args != (getArgs{Kind: "Pod"}) {
+	var args apiv1.GetRequest
+	if err := json.Unmarshal(agent.only(t).Payload, &args); err != nil || args != (apiv1.GetRequest{Kind: "Pod"}) {
 		t.Errorf("get request = %+v (%v), want kind Pod only", args, err)
 	}
 }
 
 func TestGetPodsInNamespaceWide(t *testing.T) {
 	url := startBroker(t, broker.Options{})
-	agent := getAgent(t, url, getResult{Pods: cannedPods()[:1]})
+	agent := getAgent(t, url, apiv1.GetResult{Pods: cannedPods()[:1]})
 	res := runCLI(t, url, "", "get", "pods", "web", "-n", "default", "-o", "wide")
 	want := "" +
 		"NAME   READY   STATUS    RESTARTS   AGE   IP          NODE\n" +
@@ -83,17 +84,17 @@ func TestGetPodsInNamespaceWide(t *testing.T) {
 	if res.code != 0 || res.stdout != want {
 		t.Fatalf("get -o wide:\n%v\nwant stdout:\n%s", res, want)
 	}
-	var args getArgs
-	if err := json.Unmarshal(agent.only(t).Payload, &args); err != nil || args != (getArgs{Kind: "Pod", Namespace: "default", Name: "web"}) {
+	var args apiv1.GetRequest
+	if err := json.Unmarshal(agent.only(t).Payload, &args); err != nil || args != (apiv1.GetRequest{Kind: "Pod", Namespace: "default", Name: "web"}) {
 		t.Errorf("get request = %+v (%v)", args, err)
 	}
 }
 
 func TestGetConfigMapsAndSecrets(t *testing.T) {
 	url := startBroker(t, broker.Options{})
-	getAgent(t, url, getResult{
-		ConfigMaps: []v1.ConfigMap{{ObjectMeta: metav1.ObjectMeta{Name: "cfg", Namespace: "default", CreationTimestamp: ago(48 * time.Hour)}, Data: map[string]string{"a": "1", "b": "2"}}},
-		Secrets:    []v1.Secret{{ObjectMeta: metav1.ObjectMeta{Name: "creds", Namespace: "default", CreationTimestamp: ago(time.Minute)}, Data: map[string][]byte{"pw": []byte("<redacted: 6 bytes>")}}},
+	getAgent(t, url, apiv1.GetResult{
+		ConfigMaps: []*v1.ConfigMap{{ObjectMeta: metav1.ObjectMeta{Name: "cfg", Namespace: "default", CreationTimestamp: ago(48 * time.Hour)}, Data: map[string]string{"a": "1", "b": "2"}}},
+		Secrets:    []*v1.Secret{{ObjectMeta: metav1.ObjectMeta{Name: "creds", Namespace: "default", CreationTimestamp: ago(time.Minute)}, Data: map[string][]byte{"pw": []byte("<redacted: 6 bytes>")}}},
 	})
 	res := runCLI(t, url, "", "get", "all", "-n", "default")
 	want := "" +
@@ -109,7 +110,7 @@ func TestGetConfigMapsAndSecrets(t *testing.T) {
 
 func TestGetEmpty(t *testing.T) {
 	url := startBroker(t, broker.Options{})
-	getAgent(t, url, getResult{})
+	getAgent(t, url, apiv1.GetResult{})
 	res := runCLI(t, url, "", "get", "all")
 	if res.code != 0 || res.stdout != "No resources found.\n" {
 		t.Fatalf("get all with nothing: %v", res)
@@ -118,7 +119,7 @@ func TestGetEmpty(t *testing.T) {
 
 func TestGetSinglePodJSONAndYAML(t *testing.T) {
 	url := startBroker(t, broker.Options{})
-	getAgent(t, url, getResult{Pods: cannedPods()[1:2]})
+	getAgent(t, url, apiv1.GetResult{Pods: cannedPods()[1:2]})
 	res := runCLI(t, url, "", "get", "pod", "crasher", "-o", "json")
 	if res.code != 0 {
 		t.Fatalf("get -o json: %v", res)
@@ -165,16 +166,16 @@ func (c *capture) Put(m outbox.Message) error { c.msgs = append(c.msgs, m); retu
 
 // A result too large for one reply arrives in parts; get joins them.
 func TestGetJoinsAResultSentInParts(t *testing.T) {
-	var cms []v1.ConfigMap
+	var cms []*v1.ConfigMap
 	for i := 0; i < 40; i++ {
-		cms = append(cms, v1.ConfigMap{ObjectMeta: metav1.ObjectMeta{Name: fmt.Sprintf("cfg-%02d", i), Namespace: "default", CreationTimestamp: ago(time.Hour)},
+		cms = append(cms, &v1.ConfigMap{ObjectMeta: metav1.ObjectMeta{Name: fmt.Sprintf("cfg-%02d", i), Namespace: "default", CreationTimestamp: ago(time.Hour)},
 			Data: map[string]string{"a": strings.Repeat("x", 200)}})
 	}
 	url := startBroker(t, broker.Options{})
 	startFakeAgent(t, url, func(r received) []fakeReply {
 		box := &capture{}
 		s := reply.NewSender(scheme, box, nil, nil, zerolog.Nop(), reply.WithMaxReplyBytes(4096))
-		if err := s.Send(reply.Reply{RequestID: r.RequestID, Verb: "get", Phase: reply.Succeeded, Message: "40 configmaps", Result: getResult{ConfigMaps: cms}}); err != nil {
+		if err := s.Send(apiv1.Reply{RequestID: r.RequestID, Verb: "get", Phase: apiv1.Succeeded, Message: "40 configmaps", Result: apiv1.GetResult{ConfigMaps: cms}}); err != nil {
 			t.Errorf("fake agent: %v", err)
 		}
 		var out []fakeReply

@@ -15,14 +15,14 @@ import (
 	paho "github.com/eclipse/paho.mqtt.golang"
 	"github.com/rs/zerolog"
 
+	apiv1 "github.com/mqlet/mqlet/api/v1"
 	"github.com/mqlet/mqlet/mqtt/broker"
-	"github.com/mqlet/mqlet/mqtt/topic"
 )
 
 // testNow is the fixed clock of every CLI run in the tests.
 var testNow = time.Date(2026, 3, 1, 12, 0, 0, 0, time.UTC)
 
-var scheme = topic.Scheme{Node: "n1"}
+var scheme = apiv1.Scheme{Node: "n1"}
 
 // startBroker runs the embedded broker on a random loopback port and
 // returns its URL.
@@ -70,15 +70,9 @@ type received struct {
 	Payload         []byte
 }
 
-// fakeReply is what the fake agent answers (without requestId and verb,
-// which it fills in).
-type fakeReply struct {
-	Phase   string   `json:"phase"`
-	Message string   `json:"message,omitempty"`
-	Result  any      `json:"result,omitempty"`
-	Errors  []string `json:"errors,omitempty"`
-	Seq     int      `json:"seq,omitempty"`
-}
+// fakeReply is what the fake agent answers; it fills in requestId, verb
+// and ts.
+type fakeReply = apiv1.Reply
 
 // fakeAgent answers commands on mqlet/v1/n1/cmd/# like the agent does:
 // answer decides the replies to each command, published in order.
@@ -113,12 +107,8 @@ func startFakeAgent(t *testing.T, url string, answer func(received) []fakeReply)
 		go func() {
 			defer answering.Done()
 			for _, rep := range answer(r) {
-				payload, err := json.Marshal(struct {
-					RequestID string `json:"requestId"`
-					Verb      string `json:"verb"`
-					fakeReply
-					TS time.Time `json:"ts"`
-				}{id, verb, rep, time.Now().UTC()})
+				rep.RequestID, rep.Verb, rep.TS = id, verb, time.Now().UTC()
+				payload, err := json.Marshal(rep)
 				if err != nil {
 					t.Errorf("fake agent: encoding reply: %v", err)
 					return

@@ -5,7 +5,7 @@ import (
 	"errors"
 	"fmt"
 
-	"github.com/mqlet/mqlet/mqtt/topic"
+	apiv1 "github.com/mqlet/mqlet/api/v1"
 	"github.com/mqlet/mqlet/signing"
 )
 
@@ -97,7 +97,7 @@ func runSign(_ context.Context, cfg *globalConfig, args []string, e env) error {
 		*id = newRequestID()
 	}
 	scheme := cfg.scheme()
-	if err := topic.ValidateRequestID(*id); err != nil {
+	if err := apiv1.ValidateRequestID(*id); err != nil {
 		return usageError{fmt.Errorf("sign: --request-id: %w", err)}
 	}
 	body, err := readManifest(*file, e.stdin)

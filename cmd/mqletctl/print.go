@@ -13,6 +13,8 @@ import (
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/util/duration"
 	"sigs.k8s.io/yaml"
+
+	apiv1 "github.com/mqlet/mqlet/api/v1"
 )
 
 // printObjects writes v as indented JSON or as YAML.
@@ -41,7 +43,7 @@ type printer struct {
 }
 
 // printGet prints one table per kind present (or asked for).
-func (p printer) printGet(res *getResult, kind string) error {
+func (p printer) printGet(res *apiv1.GetResult, kind string) error {
 	sections := 0
 	section := func(print func(tw *tabwriter.Writer)) error {
 		if sections > 0 {
@@ -81,15 +83,15 @@ func (p printer) row(tw io.Writer, namespace string, cells ...string) {
 	fmt.Fprintln(tw, strings.Join(cells, "\t"))
 }
 
-func (p printer) podTable(tw io.Writer, pods []v1.Pod) {
-	sortByKey(pods, func(pod v1.Pod) string { return pod.Namespace + "/" + pod.Name })
+func (p printer) podTable(tw io.Writer, pods []*v1.Pod) {
+	sortByKey(pods, func(pod *v1.Pod) string { return pod.Namespace + "/" + pod.Name })
 	header := []string{"NAME", "READY", "STATUS", "RESTARTS", "AGE"}
 	if p.wide {
 		header = append(header, "IP", "NODE")
 	}
 	p.row(tw, "NAMESPACE", header...)
 	for i := range pods {
-		pod := &pods[i]
+		pod := pods[i]
 		cells := []string{pod.Name, podReady(pod), podStatus(pod), p.podRestarts(pod), p.age(pod.CreationTimestamp)}
 		if p.wide {
 			cells = append(cells, orNone(pod.Status.PodIP), orNone(pod.Spec.NodeName))
@@ -98,16 +100,16 @@ func (p printer) podTable(tw io.Writer, pods []v1.Pod) {
 	}
 }
 
-func (p printer) configMapTable(tw io.Writer, cms []v1.ConfigMap) {
-	sortByKey(cms, func(cm v1.ConfigMap) string { return cm.Namespace + "/" + cm.Name })
+func (p printer) configMapTable(tw io.Writer, cms []*v1.ConfigMap) {
+	sortByKey(cms, func(cm *v1.ConfigMap) string { return cm.Namespace + "/" + cm.Name })
 	p.row(tw, "NAMESPACE", "NAME", "DATA", "AGE")
 	for _, cm := range cms {
 		p.row(tw, cm.Namespace, cm.Name, fmt.Sprint(len(cm.Data)+len(cm.BinaryData)), p.age(cm.CreationTimestamp))
 	}
 }
 
-func (p printer) secretTable(tw io.Writer, secrets []v1.Secret) {
-	sortByKey(secrets, func(s v1.Secret) string { return s.Namespace + "/" + s.Name })
+func (p printer) secretTable(tw io.Writer, secrets []*v1.Secret) {
+	sortByKey(secrets, func(s *v1.Secret) string { return s.Namespace + "/" + s.Name })
 	p.row(tw, "NAMESPACE", "NAME", "TYPE", "DATA", "AGE")
 	for _, s := range secrets {
 		typ := string(s.Type)

@@ -13,23 +13,15 @@ import (
 
 	v1 "k8s.io/api/core/v1"
 	"k8s.io/apimachinery/pkg/util/duration"
-)
 
-// nodeState mirrors the agent's retained state payload (agent/presence.State).
-type nodeState struct {
-	State     string    `json:"state"`
-	BootID    string    `json:"bootId"`
-	Seq       uint64    `json:"seq,omitempty"`
-	Version   string    `json:"version"`
-	StartedAt time.Time `json:"startedAt"`
-	TS        time.Time `json:"ts"`
-}
+	apiv1 "github.com/mqlet/mqlet/api/v1"
+)
 
 // statusReport is what status read; nil fields were not published.
 type statusReport struct {
-	Node  string     `json:"node"`
-	State *nodeState `json:"state"`
-	Info  *v1.Node   `json:"nodeObject"`
+	Node  string           `json:"node"`
+	State *apiv1.NodeState `json:"state"`
+	Info  *v1.Node         `json:"nodeObject"`
 }
 
 func runStatus(ctx context.Context, cfg *globalConfig, args []string, e env) error {
@@ -59,7 +51,7 @@ func runStatus(ctx context.Context, cfg *globalConfig, args []string, e env) err
 	} else if err := printStatus(e.stdout, rep, e.now); err != nil {
 		return err
 	}
-	if rep.State == nil || rep.State.State != "online" {
+	if rep.State == nil || rep.State.State != apiv1.StateOnline {
 		return errReported // offline or unknown: a script can test the exit code
 	}
 	return nil
@@ -93,7 +85,7 @@ func readStatus(ctx context.Context, cfg *globalConfig) (*statusReport, error) {
 			}
 			switch m.Topic {
 			case topics.State():
-				var s nodeState
+				var s apiv1.NodeState
 				if err := json.Unmarshal(m.Payload, &s); err != nil {
 					return nil, fmt.Errorf("decoding %s: %w", m.Topic, err)
 				}

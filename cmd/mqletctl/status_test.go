@@ -11,12 +11,14 @@ import (
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 
 	"github.com/mqlet/mqlet/mqtt/broker"
+
+	apiv1 "github.com/mqlet/mqlet/api/v1"
 )
 
 func publishNode(t *testing.T, url string, state string) {
 	t.Helper()
 	c := testClient(t, url, "publisher")
-	st, _ := json.Marshal(nodeState{State: state, BootID: "b00t-1", Seq: 42, Version: "v1.2.3",
+	st, _ := json.Marshal(apiv1.NodeState{State: state, BootID: "b00t-1", Seq: 42, Version: "v1.2.3",
 		StartedAt: testNow.Add(-2 * time.Hour), TS: testNow.Add(-time.Minute)})
 	node := v1.Node{
 		ObjectMeta: metav1.ObjectMeta{Name: "n1"},

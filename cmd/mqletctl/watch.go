@@ -8,6 +8,8 @@ import (
 	"time"
 
 	v1 "k8s.io/api/core/v1"
+
+	apiv1 "github.com/mqlet/mqlet/api/v1"
 )
 
 func runWatch(ctx context.Context, cfg *globalConfig, args []string, e env) error {
@@ -117,7 +119,7 @@ func (w watchPrinter) describe(m message) (string, error) {
 		if len(m.Payload) == 0 {
 			return "state   <cleared>", nil
 		}
-		var s nodeState
+		var s apiv1.NodeState
 		if err := json.Unmarshal(m.Payload, &s); err != nil {
 			return "", fmt.Errorf("decoding state: %w", err)
 		}

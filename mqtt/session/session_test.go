@@ -13,10 +13,10 @@ import (
 
 	"github.com/rs/zerolog"
 
+	apiv1 "github.com/mqlet/mqlet/api/v1"
 	"github.com/mqlet/mqlet/mqtt/broker"
 	"github.com/mqlet/mqlet/mqtt/broker/testcert"
 	"github.com/mqlet/mqlet/mqtt/outbox"
-	"github.com/mqlet/mqlet/mqtt/topic"
 )
 
 var nodeCounter atomic.Int64
@@ -24,7 +24,7 @@ var nodeCounter atomic.Int64
 // fixture is a session for a fresh node name, publishing its birth on
 // connect and recording the commands it receives.
 type fixture struct {
-	scheme topic.Scheme
+	scheme apiv1.Scheme
 	s      *Session
 	cmds   chan received
 }
@@ -32,7 +32,7 @@ type fixture struct {
 func newFixture(t *testing.T, url string, tune func(*Options)) *fixture {
 	t.Helper()
 	f := &fixture{
-		scheme: topic.Scheme{Node: fmt.Sprintf("node%d-%d", time.Now().UnixNano()%100000, nodeCounter.Add(1))},
+		scheme: apiv1.Scheme{Node: fmt.Sprintf("node%d-%d", time.Now().UnixNano()%100000, nodeCounter.Add(1))},
 		cmds:   make(chan received, 100),
 	}
 	opts := Options{

@@ -10,8 +10,9 @@ import (
 	"testing"
 	"time"
 
-	"github.com/mqlet/mqlet/agent/intake"
 	"github.com/mqlet/mqlet/internal/testutil/mosquitto"
+
+	apiv1 "github.com/mqlet/mqlet/api/v1"
 )
 
 func freeAddr(t *testing.T) string {
@@ -155,7 +156,7 @@ func TestDesiredStateSurvivesRestartAndSyncEmpties(t *testing.T) {
 	op.Command(node, "get", "g1", []byte(`{}`))
 	r := op.WaitReply(node, "g1", "succeeded", 10*time.Second)
 	raw, _ := json.Marshal(r.Result)
-	var res intake.GetResult
+	var res apiv1.GetResult
 	if err := json.Unmarshal(raw, &res); err != nil {
 		t.Fatal(err)
 	}
@@ -178,7 +179,7 @@ func TestDesiredStateSurvivesRestartAndSyncEmpties(t *testing.T) {
 	op.Command(node, "get", "g2", []byte(`{}`))
 	r = op.WaitReply(node, "g2", "succeeded", 10*time.Second)
 	raw, _ = json.Marshal(r.Result)
-	res = intake.GetResult{}
+	res = apiv1.GetResult{}
 	_ = json.Unmarshal(raw, &res)
 	if len(res.Pods)+len(res.ConfigMaps)+len(res.Secrets) != 0 {
 		t.Fatalf("sync with an empty List left %s", raw)

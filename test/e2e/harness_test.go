@@ -17,6 +17,7 @@ import (
 	"testing"
 	"time"
 
+	apiv1 "github.com/mqlet/mqlet/api/v1"
 	"github.com/mqlet/mqlet/internal/testutil/syncbuf"
 
 	paho "github.com/eclipse/paho.mqtt.golang"
@@ -25,7 +26,6 @@ import (
 	criclient "k8s.io/cri-client/pkg"
 	"k8s.io/klog/v2"
 
-	"github.com/mqlet/mqlet/agent/reply"
 	"github.com/mqlet/mqlet/internal/testutil/containerd"
 )
 
@@ -328,12 +328,12 @@ func (c *Client) WaitFor(from int, timeout time.Duration, what string, match fun
 
 // WaitReply waits for a reply to request id with the given phase; a final
 // reply with another phase fails the test at once.
-func (c *Client) WaitReply(node, id, phase string, timeout time.Duration) reply.Reply {
+func (c *Client) WaitReply(node, id, phase string, timeout time.Duration) apiv1.Reply {
 	c.t.Helper()
 	topic := prefix + "/" + node + "/reply/" + id
-	var got reply.Reply
+	var got apiv1.Reply
 	c.WaitFor(0, timeout, fmt.Sprintf("reply %s %s", id, phase), func(m Msg) bool {
-		var r reply.Reply
+		var r apiv1.Reply
 		if m.Topic != topic || json.Unmarshal(m.Payload, &r) != nil {
 			return false
 		}
@@ -351,11 +351,11 @@ func (c *Client) WaitReply(node, id, phase string, timeout time.Duration) reply.
 }
 
 // Replies returns every reply recorded for id, in order.
-func (c *Client) Replies(node, id string) []reply.Reply {
-	var out []reply.Reply
+func (c *Client) Replies(node, id string) []apiv1.Reply {
+	var out []apiv1.Reply
 	for _, m := range c.Messages() {
 		if m.Topic == prefix+"/"+node+"/reply/"+id {
-			var r reply.Reply
+			var r apiv1.Reply
 			if json.Unmarshal(m.Payload, &r) == nil {
 				out = append(out, r)
 			}

@@ -8,7 +8,7 @@ import (
 	"strings"
 	"testing"
 
-	"github.com/mqlet/mqlet/agent/reply"
+	apiv1 "github.com/mqlet/mqlet/api/v1"
 )
 
 // Applying and deleting the same pod over and over leaves nothing behind:
@@ -21,7 +21,7 @@ func TestApplyDeleteCyclesLeaveNothing(t *testing.T) {
 	var uids []string
 	var rss []int
 	for i := range cycles {
-		r := e.apply(e.pod("cycle", "Always", "sleep 3600"), reply.Succeeded, podReadyTimeout)
+		r := e.apply(e.pod("cycle", "Always", "sleep 3600"), apiv1.Succeeded, podReadyTimeout)
 		if len(r.Message) == 0 {
 			t.Fatal("empty succeeded reply")
 		}
@@ -32,7 +32,7 @@ func TestApplyDeleteCyclesLeaveNothing(t *testing.T) {
 		uids = append(uids, string(st.UID))
 		id := e.nextID("delete")
 		e.mq.Command(e.node, "delete", id, fmt.Appendf(nil, `{"kind":"Pod","namespace":%q,"name":"cycle","gracePeriodSeconds":0}`, e.ns))
-		e.waitFinal(id, reply.Succeeded, podGoneTimeout)
+		e.waitFinal(id, apiv1.Succeeded, podGoneTimeout)
 		rss = append(rss, rssKiB(t, e.agent))
 	}
 	if len(e.cri.Containers(e.ns, "cycle")) != 0 || len(e.cri.Sandboxes(e.ns, "cycle")) != 0 {

@@ -18,7 +18,7 @@ import (
 	criclient "k8s.io/cri-client/pkg"
 	"k8s.io/klog/v2"
 
-	"github.com/mqlet/mqlet/agent/reply"
+	apiv1 "github.com/mqlet/mqlet/api/v1"
 	"github.com/mqlet/mqlet/internal/testutil/mosquitto"
 )
 
@@ -103,7 +103,7 @@ func (e *podEnv) nextID(verb string) string {
 }
 
 // apply sends an apply command and waits for the wanted final phase.
-func (e *podEnv) apply(payload []byte, phase string, timeout time.Duration) reply.Reply {
+func (e *podEnv) apply(payload []byte, phase string, timeout time.Duration) apiv1.Reply {
 	e.t.Helper()
 	id := e.nextID("apply")
 	e.mq.Command(e.node, "apply", id, payload)
@@ -111,12 +111,12 @@ func (e *podEnv) apply(payload []byte, phase string, timeout time.Duration) repl
 }
 
 // waitFinalAny waits for the final reply to request id, whatever its phase.
-func (e *podEnv) waitFinalAny(id string, timeout time.Duration) reply.Reply {
+func (e *podEnv) waitFinalAny(id string, timeout time.Duration) apiv1.Reply {
 	e.t.Helper()
-	var got reply.Reply
+	var got apiv1.Reply
 	topic := prefix + "/" + e.node + "/reply/" + id
 	e.mq.WaitFor(0, timeout, "final reply to "+id, func(m Msg) bool {
-		var r reply.Reply
+		var r apiv1.Reply
 		if m.Topic != topic || json.Unmarshal(m.Payload, &r) != nil || !r.Final() {
 			return false
 		}
@@ -128,7 +128,7 @@ func (e *podEnv) waitFinalAny(id string, timeout time.Duration) reply.Reply {
 
 // waitFinal waits for the final reply to request id and fails unless it has
 // phase.
-func (e *podEnv) waitFinal(id, phase string, timeout time.Duration) reply.Reply {
+func (e *podEnv) waitFinal(id, phase string, timeout time.Duration) apiv1.Reply {
 	e.t.Helper()
 	got := e.waitFinalAny(id, timeout)
 	if got.Phase != phase {
@@ -138,11 +138,11 @@ func (e *podEnv) waitFinal(id, phase string, timeout time.Duration) reply.Reply 
 }
 
 // deletePod sends a delete command for pod name and waits for it to succeed.
-func (e *podEnv) deletePod(name string) reply.Reply {
+func (e *podEnv) deletePod(name string) apiv1.Reply {
 	e.t.Helper()
 	id := e.nextID("delete")
 	e.mq.Command(e.node, "delete", id, fmt.Appendf(nil, `{"kind":"Pod","namespace":%q,"name":%q}`, e.ns, name))
-	return e.waitFinal(id, reply.Succeeded, podGoneTimeout)
+	return e.waitFinal(id, apiv1.Succeeded, podGoneTimeout)
 }
 
 // cleanupPods deletes the named pods through mqlet when the test ends

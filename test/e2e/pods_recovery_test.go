@@ -9,8 +9,8 @@ import (
 
 	v1 "k8s.io/api/core/v1"
 
-	"github.com/mqlet/mqlet/agent/reply"
 	"github.com/mqlet/mqlet/agent/store"
+	apiv1 "github.com/mqlet/mqlet/api/v1"
 )
 
 // snapshot is what CRI runs for one pod.
@@ -69,7 +69,7 @@ func TestPodsSurviveAgentKill9(t *testing.T) {
 	names := []string{"alpha", "beta"}
 	e.cleanupPods(names...)
 	for _, n := range names {
-		e.apply(e.pod(n, "Always", "sleep 3600"), reply.Succeeded, podReadyTimeout)
+		e.apply(e.pod(n, "Always", "sleep 3600"), apiv1.Succeeded, podReadyTimeout)
 	}
 	before := map[string]snapshot{}
 	for _, n := range names {
@@ -130,8 +130,8 @@ func TestPodsSurviveAgentKill9(t *testing.T) {
 func TestPodDeletedFromStoreWhileDownIsRemoved(t *testing.T) {
 	e := newPodEnv(t, "")
 	e.cleanupPods("keep")
-	e.apply(e.pod("keep", "Always", "sleep 3600"), reply.Succeeded, podReadyTimeout)
-	e.apply(e.pod("drop", "Always", "sleep 3600"), reply.Succeeded, podReadyTimeout)
+	e.apply(e.pod("keep", "Always", "sleep 3600"), apiv1.Succeeded, podReadyTimeout)
+	e.apply(e.pod("drop", "Always", "sleep 3600"), apiv1.Succeeded, podReadyTimeout)
 	keep := e.snapshot("keep")
 
 	e.agent.Stop()

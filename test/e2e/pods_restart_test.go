@@ -9,7 +9,7 @@ import (
 	v1 "k8s.io/api/core/v1"
 	runtimeapi "k8s.io/cri-api/pkg/apis/runtime/v1"
 
-	"github.com/mqlet/mqlet/agent/reply"
+	apiv1 "github.com/mqlet/mqlet/api/v1"
 )
 
 // created is one container attempt as CRI reported it.
@@ -61,7 +61,7 @@ func TestPodRestartAlwaysBacksOff(t *testing.T) {
 	e.cleanupPods("crash")
 	id := e.nextID("apply")
 	e.mq.Command(e.node, "apply", id, e.pod("crash", "Always", "exit 1"))
-	e.mq.WaitReply(e.node, id, reply.Accepted, 30*time.Second)
+	e.mq.WaitReply(e.node, id, apiv1.Accepted, 30*time.Second)
 
 	p := e.waitStatus("crash", 60*time.Second, "in CrashLoopBackOff", func(p *v1.Pod) bool {
 		cs, ok := containerStatus(p, "main", false)
@@ -108,7 +108,7 @@ func TestPodRestartNeverFails(t *testing.T) {
 	// already exited when looked at); what counts is what happens next.
 	id := e.nextID("apply")
 	e.mq.Command(e.node, "apply", id, e.pod("once", "Never", "exit 1"))
-	e.mq.WaitReply(e.node, id, reply.Accepted, 30*time.Second)
+	e.mq.WaitReply(e.node, id, apiv1.Accepted, 30*time.Second)
 	p := e.waitStatus("once", 30*time.Second, "phase Failed", func(p *v1.Pod) bool { return p.Status.Phase == v1.PodFailed })
 	cs, _ := containerStatus(p, "main", false)
 	if cs.State.Terminated == nil || cs.State.Terminated.ExitCode != 1 || cs.RestartCount != 0 {
@@ -126,10 +126,10 @@ func TestPodRestartNeverFails(t *testing.T) {
 func TestPodRestartOnFailure(t *testing.T) {
 	e := newPodEnv(t, "")
 	e.cleanupPods("ok", "bad")
-	e.apply(e.pod("ok", "OnFailure", "exit 0"), reply.Succeeded, podReadyTimeout)
+	e.apply(e.pod("ok", "OnFailure", "exit 0"), apiv1.Succeeded, podReadyTimeout)
 	badID := e.nextID("apply")
 	e.mq.Command(e.node, "apply", badID, e.pod("bad", "OnFailure", "exit 1"))
-	e.mq.WaitReply(e.node, badID, reply.Accepted, 30*time.Second)
+	e.mq.WaitReply(e.node, badID, apiv1.Accepted, 30*time.Second)
 
 	p := e.waitStatus("ok", 30*time.Second, "phase Succeeded", func(p *v1.Pod) bool { return p.Status.Phase == v1.PodSucceeded })
 	if cs, _ := containerStatus(p, "main", false); cs.State.Terminated == nil || cs.State.Terminated.ExitCode != 0 || cs.RestartCount != 0 {

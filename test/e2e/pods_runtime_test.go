@@ -17,7 +17,7 @@ import (
 	runtimeapi "k8s.io/cri-api/pkg/apis/runtime/v1"
 	"sigs.k8s.io/yaml"
 
-	"github.com/mqlet/mqlet/agent/reply"
+	apiv1 "github.com/mqlet/mqlet/api/v1"
 )
 
 const managedLabel = "io.mqlet.managed"
@@ -106,7 +106,7 @@ func (e *podEnv) managed(name string) int {
 func TestPodForeignContainersLeftAlone(t *testing.T) {
 	e := newPodEnv(t, "gc: {interval: 1s, minDeadAge: 1s, maxDeadPerContainer: 1, imageGCHighPercent: 0}\n")
 	sandbox, containers := e.foreignPod("shared")
-	e.apply(e.pod("shared", "Always", "sleep 3600"), reply.Succeeded, podReadyTimeout)
+	e.apply(e.pod("shared", "Always", "sleep 3600"), apiv1.Succeeded, podReadyTimeout)
 	if n := e.managed("shared"); n != 1 {
 		t.Fatalf("mqlet's containers of shared = %d, want 1", n)
 	}
@@ -160,7 +160,7 @@ func (e *podEnv) waitEvent(from int, reason string, timeout time.Duration) {
 func TestPodsRecoverFromContainerdRestart(t *testing.T) {
 	e := newPodEnv(t, "")
 	e.cleanupPods("before", "after")
-	e.apply(e.pod("before", "Always", "sleep 3600"), reply.Succeeded, podReadyTimeout)
+	e.apply(e.pod("before", "Always", "sleep 3600"), apiv1.Succeeded, podReadyTimeout)
 	running := e.snapshot("before")
 
 	_, endpoint := ConnectCRI(t)
@@ -199,7 +199,7 @@ func TestPodsRecoverFromContainerdRestart(t *testing.T) {
 	restarted = true
 	e.waitEvent(mark, "ContainerRuntimeReady", 60*time.Second)
 
-	e.apply(e.pod("after", "Always", "sleep 3600"), reply.Succeeded, podReadyTimeout)
+	e.apply(e.pod("after", "Always", "sleep 3600"), apiv1.Succeeded, podReadyTimeout)
 	if n := len(e.cri.Running(e.ns, "after")); n != 1 {
 		t.Fatalf("after containerd restart the new pod runs %d containers, want 1", n)
 	}
@@ -228,11 +228,11 @@ func TestPodsTwentyInOneList(t *testing.T) {
 		e.mq.Subscribe(prefix + "/" + e.node + "/reply/#")
 		id := e.nextID("sync")
 		e.mq.Command(e.node, "sync", id, []byte(`{"apiVersion":"v1","kind":"List","items":[]}`))
-		e.waitFinal(id, reply.Succeeded, 3*time.Minute)
+		e.waitFinal(id, apiv1.Succeeded, 3*time.Minute)
 		Eventually(t, 60*time.Second, "every pod gone", func() bool { return e.nsContainers(false) == 0 })
 	})
 	start := time.Now()
-	e.apply(list, reply.Succeeded, 5*time.Minute)
+	e.apply(list, apiv1.Succeeded, 5*time.Minute)
 	t.Logf("%d pods running after %v", n, time.Since(start))
 	if got := e.nsContainers(true); got != n {
 		t.Fatalf("CRI runs %d containers in %s, want %d", got, e.ns, n)

@@ -8,7 +8,7 @@ import (
 	v1 "k8s.io/api/core/v1"
 	runtimeapi "k8s.io/cri-api/pkg/apis/runtime/v1"
 
-	"github.com/mqlet/mqlet/agent/reply"
+	apiv1 "github.com/mqlet/mqlet/api/v1"
 )
 
 // A failing init container keeps the app containers from being created.
@@ -34,7 +34,7 @@ spec:
 `, e.ns)
 	id := e.nextID("apply")
 	e.mq.Command(e.node, "apply", id, []byte(pod))
-	e.mq.WaitReply(e.node, id, reply.Accepted, 30*time.Second)
+	e.mq.WaitReply(e.node, id, apiv1.Accepted, 30*time.Second)
 
 	// Watch long enough for several init attempts (1 s, 2 s backoff).
 	inits := map[string]bool{}
@@ -70,7 +70,7 @@ spec:
 func TestPodSpecChangeReplacesContainer(t *testing.T) {
 	e := newPodEnv(t, "")
 	e.cleanupPods("svc")
-	e.apply(e.pod("svc", "Always", "sleep 3600"), reply.Succeeded, podReadyTimeout)
+	e.apply(e.pod("svc", "Always", "sleep 3600"), apiv1.Succeeded, podReadyTimeout)
 	first := e.cri.Running(e.ns, "svc")
 	if len(first) != 1 {
 		t.Fatalf("running containers = %s, want 1", dump(first))
@@ -78,7 +78,7 @@ func TestPodSpecChangeReplacesContainer(t *testing.T) {
 	sandboxes := e.sandboxIDs("svc")
 
 	// Identical spec: same container, same restart count, no new attempt.
-	r := e.apply(e.pod("svc", "Always", "sleep 3600"), reply.Succeeded, podReadyTimeout)
+	r := e.apply(e.pod("svc", "Always", "sleep 3600"), apiv1.Succeeded, podReadyTimeout)
 	t.Logf("identical re-apply: %s", r.Message)
 	e.noNewContainer("svc", map[string]bool{first[0].Id: true}, 3*time.Second)
 	again := e.cri.Running(e.ns, "svc")
@@ -87,7 +87,7 @@ func TestPodSpecChangeReplacesContainer(t *testing.T) {
 	}
 
 	// New command: a new container replaces the old one.
-	e.apply(e.pod("svc", "Always", "sleep 3601"), reply.Succeeded, podReadyTimeout)
+	e.apply(e.pod("svc", "Always", "sleep 3601"), apiv1.Succeeded, podReadyTimeout)
 	second := e.replaced("svc", first[0].Id)
 	if got := second.GetMetadata().GetName(); got != "main" {
 		t.Fatalf("replacement container is %q, want main", got)
@@ -105,7 +105,7 @@ spec:
     image: docker.io/mqlet/pause:test
     imagePullPolicy: Never
 `, e.ns)
-	e.apply([]byte(image), reply.Succeeded, podReadyTimeout)
+	e.apply([]byte(image), apiv1.Succeeded, podReadyTimeout)
 	third := e.replaced("svc", second.Id)
 	if got := third.GetImage().GetImage(); got == "" || got == second.GetImage().GetImage() {
 		t.Fatalf("replacement container image = %q, want the pause image (was %q)", got, second.GetImage().GetImage())

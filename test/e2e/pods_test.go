@@ -6,7 +6,7 @@ import (
 
 	v1 "k8s.io/api/core/v1"
 
-	"github.com/mqlet/mqlet/agent/reply"
+	apiv1 "github.com/mqlet/mqlet/api/v1"
 )
 
 // An applied pod runs in containerd; a deleted one leaves nothing behind
@@ -14,7 +14,7 @@ import (
 func TestPodApplyRunsAndDeleteRemoves(t *testing.T) {
 	e := newPodEnv(t, "")
 	start := time.Now()
-	r := e.apply(e.pod("web", "Always", "sleep 3600"), reply.Succeeded, podReadyTimeout)
+	r := e.apply(e.pod("web", "Always", "sleep 3600"), apiv1.Succeeded, podReadyTimeout)
 	t.Logf("apply succeeded after %v: %s", time.Since(start), r.Message)
 
 	running := e.cri.Running(e.ns, "web")

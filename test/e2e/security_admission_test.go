@@ -13,7 +13,7 @@ import (
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/util/intstr"
 
-	"github.com/mqlet/mqlet/agent/reply"
+	apiv1 "github.com/mqlet/mqlet/api/v1"
 	"github.com/mqlet/mqlet/internal/testutil/mosquitto"
 )
 
@@ -115,7 +115,7 @@ var restrictedAdmissionCases = []admissionCase{
 // the reply's errors list carries it.
 func checkRejected(t *testing.T, op *Client, node, id, profile string, c admissionCase) {
 	t.Helper()
-	r := op.WaitReply(node, id, reply.Failed, 20*time.Second)
+	r := op.WaitReply(node, id, apiv1.Failed, 20*time.Second)
 	if !strings.Contains(r.Message, fmt.Sprintf(`violates PodSecurity "%s:latest": `, profile)) {
 		t.Errorf("%s (%s): failed reply %q does not say which profile it violates", c.name, profile, r.Message)
 	}
@@ -182,7 +182,7 @@ func TestAdmissionRejectsEachControl(t *testing.T) {
 	p.Spec.HostNetwork = true
 	csc(p).Privileged = ptrTo(true)
 	op.Command(node, "apply", "two", podJSON(t, p))
-	r := op.WaitReply(node, "two", reply.Failed, 20*time.Second)
+	r := op.WaitReply(node, "two", apiv1.Failed, 20*time.Second)
 	want := `Pod default/two: violates PodSecurity "baseline:latest": host namespaces (hostNetwork=true), privileged (container "c" must not set securityContext.privileged=true); ` +
 		`2 errors: spec.hostNetwork: Forbidden: host namespaces (hostNetwork=true); ` +
 		`spec.containers[0].securityContext.privileged: Forbidden: privileged (container "c" must not set securityContext.privileged=true)`
@@ -198,7 +198,7 @@ func TestAdmissionRejectsEachControl(t *testing.T) {
 		{Name: "share", VolumeSource: v1.VolumeSource{NFS: &v1.NFSVolumeSource{Server: "nas", Path: "/x"}}}}
 	csc(p).SeccompProfile = &v1.SeccompProfile{Type: v1.SeccompProfileTypeLocalhost, LocalhostProfile: ptrTo("p.json")}
 	op.Command(node, "apply", "node-level", podJSON(t, p))
-	r = op.WaitReply(node, "node-level", reply.Failed, 20*time.Second)
+	r = op.WaitReply(node, "node-level", apiv1.Failed, 20*time.Second)
 	for _, want := range []string{`spec.securityContext.sysctls[0].name: Forbidden: sysctl "kernel.panic" is not isolated per pod`,
 		"spec.volumes[1].nfs: Forbidden: mqlet does not support this volume type",
 		"spec.containers[0].securityContext.seccompProfile.type: Forbidden: mqlet does not support Localhost seccomp profiles"} {
@@ -227,12 +227,12 @@ func TestAdmissionPrivilegedNamespaceAndNodeProfile(t *testing.T) {
 	p.Spec.HostNetwork = true
 	csc(p).Privileged = ptrTo(true)
 	op.Command(node, "apply", "infra", podJSON(t, p))
-	op.WaitReply(node, "infra", reply.Accepted, 20*time.Second)
+	op.WaitReply(node, "infra", apiv1.Accepted, 20*time.Second)
 
 	p = admissionPod("infra-sysctl", "kube-system", false)
 	p.Spec.SecurityContext = &v1.PodSecurityContext{Sysctls: []v1.Sysctl{{Name: "vm.swappiness", Value: "1"}}}
 	op.Command(node, "apply", "infra-sysctl", podJSON(t, p))
-	if r := op.WaitReply(node, "infra-sysctl", reply.Failed, 20*time.Second); !strings.Contains(r.Message, "spec.securityContext.sysctls[0].name") {
+	if r := op.WaitReply(node, "infra-sysctl", apiv1.Failed, 20*time.Second); !strings.Contains(r.Message, "spec.securityContext.sysctls[0].name") {
 		t.Errorf("host sysctl in a privileged namespace: %q", r.Message)
 	}
 
@@ -243,10 +243,10 @@ func TestAdmissionPrivilegedNamespaceAndNodeProfile(t *testing.T) {
 	p = admissionPod("ports", "default", true)
 	p.Spec.Containers[0].Ports = []v1.ContainerPort{{ContainerPort: 80, HostPort: 8080}, {ContainerPort: 81, HostPort: 31000}}
 	op.Command(node, "apply", "ports-ok", podJSON(t, p))
-	op.WaitReply(node, "ports-ok", reply.Accepted, 20*time.Second)
+	op.WaitReply(node, "ports-ok", apiv1.Accepted, 20*time.Second)
 	p.Spec.Containers[0].Ports = append(p.Spec.Containers[0].Ports, v1.ContainerPort{ContainerPort: 82, HostPort: 8081})
 	op.Command(node, "apply", "ports-bad", podJSON(t, p))
-	r := op.WaitReply(node, "ports-bad", reply.Failed, 20*time.Second)
+	r := op.WaitReply(node, "ports-bad", apiv1.Failed, 20*time.Second)
 	if !strings.Contains(r.Message, "spec.containers[0].ports[2].hostPort") || strings.Contains(r.Message, "ports[0]") || strings.Contains(r.Message, "ports[1]") {
 		t.Errorf("hostPort 8081 refused alone? %q", r.Message)
 	}
@@ -272,14 +272,14 @@ func TestAdmissionEnvDoublingAnsweredFast(t *testing.T) {
 	p.Spec.Containers[0].Args = []string{"$(V40)"}
 	start := time.Now()
 	op.Command(node, "apply", "bomb", podJSON(t, p))
-	r := op.WaitReply(node, "bomb", reply.Failed, 20*time.Second)
+	r := op.WaitReply(node, "bomb", apiv1.Failed, 20*time.Second)
 	t.Logf("doubling env answered failed in %v", time.Since(start))
 	// "xx" doubled 14 times is 32 KiB, the bound; the 15th doubling is over it.
 	if !strings.Contains(r.Message, "spec.containers[0].env[15].value: Forbidden: expands to more than 32768 bytes") {
 		t.Errorf("failed reply %q does not name env[15].value and the bound", r.Message)
 	}
 	op.Command(node, "get", "after", []byte(`{}`))
-	op.WaitReply(node, "after", reply.Succeeded, 20*time.Second)
+	op.WaitReply(node, "after", apiv1.Succeeded, 20*time.Second)
 	if !a.Running() {
 		t.Fatal("mqlet stopped")
 	}
@@ -316,7 +316,7 @@ func TestAdmissionSymlinkPivotRefused(t *testing.T) {
 	planter.Spec.Containers[0].VolumeMounts = []v1.VolumeMount{{Name: "host", MountPath: "/host"}}
 	planter.Spec.Containers[0].Command = []string{"sh", "-c", "ln -s / /host/pivot && sleep 3600"}
 	e.cleanupPods("planter")
-	e.apply(podJSON(t, planter), reply.Succeeded, podReadyTimeout)
+	e.apply(podJSON(t, planter), apiv1.Succeeded, podReadyTimeout)
 	pivot := filepath.Join(allowed, "pivot")
 	Eventually(t, 30*time.Second, "the planted link", func() bool {
 		target, err := os.Readlink(pivot)
@@ -327,7 +327,7 @@ func TestAdmissionSymlinkPivotRefused(t *testing.T) {
 		p := admissionPod(fmt.Sprintf("pivot%d", i), e.ns, false)
 		p.Spec.Volumes = []v1.Volume{{Name: "host", VolumeSource: v1.VolumeSource{HostPath: &v1.HostPathVolumeSource{Path: path}}}}
 		p.Spec.Containers[0].VolumeMounts = []v1.VolumeMount{{Name: "host", MountPath: "/host"}}
-		r := e.apply(podJSON(t, p), reply.Failed, 20*time.Second)
+		r := e.apply(podJSON(t, p), apiv1.Failed, 20*time.Second)
 		if !strings.Contains(r.Message, "spec.volumes[0].hostPath.path: Forbidden") || !strings.Contains(r.Message, "resolves to") {
 			t.Errorf("hostPath %s: failed reply %q does not name the path and where it leads", path, r.Message)
 		}

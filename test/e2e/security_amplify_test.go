@@ -11,7 +11,7 @@ import (
 
 	paho "github.com/eclipse/paho.mqtt.golang"
 
-	"github.com/mqlet/mqlet/agent/reply"
+	apiv1 "github.com/mqlet/mqlet/api/v1"
 	"github.com/mqlet/mqlet/internal/testutil/mosquitto"
 )
 
@@ -30,8 +30,8 @@ func (c *Client) replyPayloads(node, id string) [][]byte {
 // joined from its parts.
 func (c *Client) waitAssembled(node, id string, timeout time.Duration) []byte {
 	c.t.Helper()
-	final := c.WaitReply(node, id, reply.Succeeded, timeout)
-	result, _, err := reply.Assemble(c.replyPayloads(node, id))
+	final := c.WaitReply(node, id, apiv1.Succeeded, timeout)
+	result, _, err := apiv1.Assemble(c.replyPayloads(node, id))
 	if err != nil {
 		c.t.Fatalf("assembling the reply to %s (%s): %v", id, final.Message, err)
 	}
@@ -67,7 +67,7 @@ func TestGetAmplificationIsBounded(t *testing.T) {
 	for i := 0; i < 10; i++ {
 		op.Command(node, "apply", fmt.Sprintf("big-%d", i),
 			fmt.Appendf(nil, `{"apiVersion":"v1","kind":"ConfigMap","metadata":{"name":"big-%d"},"data":{"v":%q}}`, i, value))
-		op.WaitReply(node, fmt.Sprintf("big-%d", i), reply.Accepted, 30*time.Second)
+		op.WaitReply(node, fmt.Sprintf("big-%d", i), apiv1.Accepted, 30*time.Second)
 	}
 	db := filepath.Join(stateDir, "state.db")
 	before := fileSize(t, db)
@@ -186,7 +186,7 @@ func TestBurstEveryCommandAnswered(t *testing.T) {
 		Eventually(t, 120*time.Second, fmt.Sprintf("an answer to each of %d commands", len(ids)), func() bool {
 			msgs := op.Messages()
 			for _, m := range msgs[min(mark, len(msgs)):] {
-				var r reply.Reply
+				var r apiv1.Reply
 				if !strings.Contains(m.Topic, "/reply/b-") || json.Unmarshal(m.Payload, &r) != nil {
 					continue
 				}
@@ -196,8 +196,8 @@ func TestBurstEveryCommandAnswered(t *testing.T) {
 				}
 				seen[r.RequestID] = true
 				switch {
-				case r.Phase == reply.Accepted:
-				case r.Phase == reply.Failed && strings.HasPrefix(r.Message, "overloaded: ") && strings.HasSuffix(r.Message, " commands waiting; retry later"):
+				case r.Phase == apiv1.Accepted:
+				case r.Phase == apiv1.Failed && strings.HasPrefix(r.Message, "overloaded: ") && strings.HasSuffix(r.Message, " commands waiting; retry later"):
 					overloaded = append(overloaded, i)
 				default:
 					unexpected = fmt.Sprintf("%s answered %s first: %s", r.RequestID, r.Phase, r.Message)

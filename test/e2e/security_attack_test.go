@@ -14,7 +14,7 @@ import (
 	v1 "k8s.io/api/core/v1"
 	"sigs.k8s.io/yaml"
 
-	"github.com/mqlet/mqlet/agent/reply"
+	apiv1 "github.com/mqlet/mqlet/api/v1"
 	"github.com/mqlet/mqlet/internal/testutil/mosquitto"
 	"github.com/mqlet/mqlet/signing"
 )
@@ -31,14 +31,14 @@ func TestAttackSecretValueQuotedByValidationIsScrubbed(t *testing.T) {
 	e := newPodEnv(t, "")
 	value := "Sup3rS3cret-" + randomToken(t)
 	secret := fmt.Sprintf(`{"apiVersion":"v1","kind":"Secret","metadata":{"name":"db","namespace":%q},"stringData":{"password":%q}}`, e.ns, value)
-	e.apply([]byte(secret), reply.Succeeded, 30*time.Second)
+	e.apply([]byte(secret), apiv1.Succeeded, 30*time.Second)
 
 	pod := fmt.Sprintf(`{"apiVersion":"v1","kind":"Pod","metadata":{"name":"quoted","namespace":%q,"labels":{"pw":"%s!"}},
 	  "spec":{"containers":[{"name":"main","image":%q,"imagePullPolicy":"Never"}]}}`, e.ns, value, busybox)
 	id := e.nextID("apply")
 	e.mq.Command(e.node, "apply", id, []byte(pod))
 	r := e.waitFinalAny(id, 30*time.Second)
-	if r.Phase != reply.Failed || !strings.Contains(r.Message+strings.Join(r.Errors, " "), "metadata.labels") {
+	if r.Phase != apiv1.Failed || !strings.Contains(r.Message+strings.Join(r.Errors, " "), "metadata.labels") {
 		t.Fatalf("want the label refused, got %s: %q %q", r.Phase, r.Message, r.Errors)
 	}
 	// The same id again: answered from the record.
@@ -111,7 +111,7 @@ spec:
 	id := e.nextID("apply")
 	e.mq.Command(e.node, "apply", id, []byte(pod))
 	r := e.waitFinalAny(id, podReadyTimeout)
-	if r.Phase != reply.Failed {
+	if r.Phase != apiv1.Failed {
 		var out string
 		Eventually(t, 30*time.Second, "the probe's output", func() bool {
 			out = logsOf(logDir, e.ns, "uns", "main")
@@ -156,7 +156,7 @@ items:
       command: ["sh", "-c", "cat /v/x; echo; sleep 3600"]
       volumeMounts: [{name: v, mountPath: /v}]
 `, e.ns, busybox)
-	e.apply([]byte(list), reply.Succeeded, podReadyTimeout)
+	e.apply([]byte(list), apiv1.Succeeded, podReadyTimeout)
 	Eventually(t, 30*time.Second, "the item read at /v/x", func() bool {
 		return strings.Contains(logsOf(logDir, e.ns, "dot", "main"), "hello-from-the-item")
 	})
@@ -184,7 +184,7 @@ spec:
 	id := e.nextID("apply")
 	e.mq.Command(e.node, "apply", id, []byte(pod))
 	r := e.waitFinalAny(id, podReadyTimeout)
-	if r.Phase != reply.Failed || !strings.Contains(r.Message, "spec.os.name") {
+	if r.Phase != apiv1.Failed || !strings.Contains(r.Message, "spec.os.name") {
 		t.Fatalf("a Windows pod was admitted under restricted (%s: %q)", r.Phase, r.Message)
 	}
 	e.noContainerRan("win")
@@ -215,7 +215,7 @@ func TestAttackSignedVerbsBypass(t *testing.T) {
 	op.WaitState(0, node, "online", 15*time.Second)
 
 	op.Command(node, "sync", "y1", []byte(`{"apiVersion":"v1","kind":"List","items":[`+string(mustJSON(t, configMapYAML("via-sync")))+`]}`))
-	if r := waitFinal(op, 0, node, "y1"); r.Phase != reply.Failed || !strings.Contains(r.Message, "signature required") {
+	if r := waitFinal(op, 0, node, "y1"); r.Phase != apiv1.Failed || !strings.Contains(r.Message, "signature required") {
 		t.Fatalf("unsigned sync with signedVerbs [apply]: %s %q", r.Phase, r.Message)
 	}
 
@@ -228,7 +228,7 @@ func TestAttackSignedVerbsBypass(t *testing.T) {
 	}
 	mark := op.Mark()
 	op.Command(node, "apply", "r1", env)
-	if r := waitFinal(op, mark, node, "r1"); r.Phase != reply.Succeeded {
+	if r := waitFinal(op, mark, node, "r1"); r.Phase != apiv1.Succeeded {
 		t.Fatalf("the operator's signed r1 after an unsigned r1: %s %q", r.Phase, r.Message)
 	}
 }
@@ -264,11 +264,11 @@ spec:
     ports: [{containerPort: 8080, hostPort: 18080}]
 `, name, e.ns, busybox, name))
 	}
-	e.apply(mk("victim"), reply.Succeeded, podReadyTimeout)
+	e.apply(mk("victim"), apiv1.Succeeded, podReadyTimeout)
 	id := e.nextID("apply")
 	e.mq.Command(e.node, "apply", id, mk("thief"))
 	r := e.waitFinalAny(id, podReadyTimeout)
-	if r.Phase != reply.Failed || !strings.Contains(r.Message, "HostPortConflict: hostPort 18080/TCP of pod "+e.ns+"/thief is held by pod "+e.ns+"/victim") {
+	if r.Phase != apiv1.Failed || !strings.Contains(r.Message, "HostPortConflict: hostPort 18080/TCP of pod "+e.ns+"/thief is held by pod "+e.ns+"/victim") {
 		e.cleanupPods("thief")
 		t.Fatalf("a second pod on the victim's hostPort: %s %q", r.Phase, r.Message)
 	}
@@ -287,7 +287,7 @@ func TestAttackPodPidsAreLimited(t *testing.T) {
 	})
 	e.cleanupPods("forks")
 	script := `i=0; while [ $i -lt 120 ]; do sleep 3600 & i=$((i+1)); done; wait`
-	e.apply(e.pod("forks", "Always", script), reply.Succeeded, podReadyTimeout)
+	e.apply(e.pod("forks", "Always", script), apiv1.Succeeded, podReadyTimeout)
 	p := e.waitStatus("forks", 30*time.Second, "the pod's uid", func(p *v1.Pod) bool { return p.UID != "" })
 	dir := filepath.Join("/sys/fs/cgroup/pids/mqlet", "pod"+string(p.UID))
 	read := func(f string) string {
@@ -321,7 +321,7 @@ func TestAttackBinarySecretQuotedByExec(t *testing.T) {
 		e.ns, value, e.ns, busybox)
 	id := e.nextID("apply")
 	e.mq.Command(e.node, "apply", id, []byte(list))
-	e.mq.WaitReply(e.node, id, reply.Accepted, 30*time.Second)
+	e.mq.WaitReply(e.node, id, apiv1.Accepted, 30*time.Second)
 	e.waitStatus("binleak", podReadyTimeout, "a failed start reported", func(p *v1.Pod) bool {
 		cs, ok := containerStatus(p, "main", false)
 		return ok && (cs.RestartCount >= 1 || (cs.State.Waiting != nil && cs.State.Waiting.Message != "") || cs.LastTerminationState.Terminated != nil)
@@ -365,17 +365,17 @@ spec:
     imagePullPolicy: Never
     command: ["sh", "-c", "trap '' TERM; while true; do sleep 1; done"]
 `, e.ns, busybox)
-	e.apply([]byte(stubborn), reply.Succeeded, podReadyTimeout)
+	e.apply([]byte(stubborn), apiv1.Succeeded, podReadyTimeout)
 	id := e.nextID("delete")
 	e.mq.Command(e.node, "delete", id, []byte(`{"kind":"Pod","namespace":"`+e.ns+`","name":"stubborn"}`))
-	e.mq.WaitReply(e.node, id, reply.Accepted, 30*time.Second)
+	e.mq.WaitReply(e.node, id, apiv1.Accepted, 30*time.Second)
 	// The delete is under way (the stubborn pod still runs) when the next
 	// pod comes; it must not wait for the 300 s grace period.
 	Eventually(t, 30*time.Second, "the stubborn pod's termination under way", func() bool {
 		_, ok := e.status("stubborn")
 		return ok
 	})
-	e.apply(e.pod("other", "Always", "sleep 3600"), reply.Succeeded, 90*time.Second)
+	e.apply(e.pod("other", "Always", "sleep 3600"), apiv1.Succeeded, 90*time.Second)
 	if len(e.cri.Running(e.ns, "stubborn")) == 0 {
 		t.Fatal("the stubborn pod was gone already, within its 300 s grace period")
 	}
@@ -392,14 +392,14 @@ func TestAttackDeletedSecretValueStaysScrubbed(t *testing.T) {
 	list := secretAsCommandList(e.ns, "oldleak", value)
 	id := e.nextID("apply")
 	e.mq.Command(e.node, "apply", id, []byte(list))
-	e.mq.WaitReply(e.node, id, reply.Accepted, 30*time.Second)
+	e.mq.WaitReply(e.node, id, apiv1.Accepted, 30*time.Second)
 	e.waitStatus("oldleak", podReadyTimeout, "a failed start with the value redacted", func(p *v1.Pod) bool {
 		cs, ok := containerStatus(p, "main", false)
 		return ok && cs.LastTerminationState.Terminated != nil && strings.Contains(cs.LastTerminationState.Terminated.Message, "redacted")
 	})
 	del := e.nextID("delete")
 	e.mq.Command(e.node, "delete", del, []byte(`{"kind":"Secret","namespace":"`+e.ns+`","name":"pw"}`))
-	e.mq.WaitReply(e.node, del, reply.Accepted, 30*time.Second)
+	e.mq.WaitReply(e.node, del, apiv1.Accepted, 30*time.Second)
 	mark := e.mq.Mark()
 	e.waitStatus("oldleak", podReadyTimeout, "the status after the secret is gone", func(p *v1.Pod) bool {
 		cs, ok := containerStatus(p, "main", false)
@@ -427,7 +427,7 @@ func TestAttackLogFloodIsRotated(t *testing.T) {
 	})
 	e.cleanupPods("flood")
 	e.apply(e.pod("flood", "Always", "timeout 15 yes AAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAA; echo flood-over; sleep 3600"),
-		reply.Succeeded, podReadyTimeout)
+		apiv1.Succeeded, podReadyTimeout)
 	files := func() ([]string, int64) {
 		list, _ := filepath.Glob(filepath.Join(logDir, e.ns+"_flood_*", "main", "0.log*"))
 		var total int64

@@ -19,7 +19,7 @@ import (
 	"github.com/mqlet/mqlet/agent/inflight"
 	"github.com/mqlet/mqlet/agent/intake"
 	"github.com/mqlet/mqlet/agent/podworker"
-	"github.com/mqlet/mqlet/agent/reply"
+	apiv1 "github.com/mqlet/mqlet/api/v1"
 	"github.com/mqlet/mqlet/internal/testutil/mosquitto"
 )
 
@@ -67,7 +67,7 @@ func TestPoisonAliasBombRefused(t *testing.T) {
 	bomb := aliasBombPayload(e.ns)
 	id := e.nextID("bomb")
 	e.mq.Command(e.node, "apply", id, bomb)
-	r := e.waitFinal(id, reply.Failed, 30*time.Second)
+	r := e.waitFinal(id, apiv1.Failed, 30*time.Second)
 	if !strings.Contains(r.Message, "expands to more than") {
 		t.Fatalf("bomb answered %q", r.Message)
 	}
@@ -87,7 +87,7 @@ func TestPoisonAliasBombRefused(t *testing.T) {
 	mark := e.mq.Mark()
 	e.agent.Restart()
 	e.mq.WaitState(mark, e.node, "online", 30*time.Second)
-	e.waitFinal(id2, reply.Failed, 30*time.Second)
+	e.waitFinal(id2, apiv1.Failed, 30*time.Second)
 	e.getPods() // answered: the agent is past the bomb and alive
 	hwm = procStatusKB(t, e.agent.pid(), "VmHWM")
 	t.Logf("restarted mqlet VmHWM after the redelivered bomb: %d kB", hwm)
@@ -169,7 +169,7 @@ func TestPoisonCommandThatKillsTheAgentIsNotRunAgain(t *testing.T) {
 	e.agent.Restart()
 	joinCgroup(t, cg, e.agent.pid())
 	e.mq.WaitState(mark, e.node, "online", 30*time.Second)
-	r := e.waitFinal(id, reply.Failed, 30*time.Second)
+	r := e.waitFinal(id, apiv1.Failed, 30*time.Second)
 	if r.Message != intake.MsgStoppedAgent {
 		t.Fatalf("poison answered %q, want %q", r.Message, intake.MsgStoppedAgent)
 	}
@@ -194,13 +194,13 @@ func TestPoisonCommandThatKillsTheAgentIsNotRunAgain(t *testing.T) {
 }
 
 // getPods runs a get for this env's namespace and returns its result.
-func (e *podEnv) getPods() intake.GetResult {
+func (e *podEnv) getPods() apiv1.GetResult {
 	e.t.Helper()
 	id := e.nextID("get")
 	e.mq.Command(e.node, "get", id, fmt.Appendf(nil, `{"kind":"Pod","namespace":%q}`, e.ns))
-	r := e.waitFinal(id, reply.Succeeded, 30*time.Second)
+	r := e.waitFinal(id, apiv1.Succeeded, 30*time.Second)
 	raw, _ := json.Marshal(r.Result)
-	var res intake.GetResult
+	var res apiv1.GetResult
 	if err := json.Unmarshal(raw, &res); err != nil {
 		e.t.Fatalf("get result %s: %v", raw, err)
 	}
@@ -248,7 +248,7 @@ func TestPoisonPodSyncQuarantined(t *testing.T) {
 
 	id := e.nextID("apply")
 	e.mq.Command(e.node, "apply", id, e.pod("stuck", "Always", "sleep 3600"))
-	e.mq.WaitReply(e.node, id, reply.Accepted, 30*time.Second)
+	e.mq.WaitReply(e.node, id, apiv1.Accepted, 30*time.Second)
 	key := e.ns + "/stuck"
 	syncMarks := filepath.Join(e.stateDir, "inflight-syncs")
 	Eventually(t, 30*time.Second, "the pod's sync marked in flight", func() bool { return slices.Contains(marks(t, syncMarks), key) })
@@ -272,9 +272,9 @@ func TestPoisonPodSyncQuarantined(t *testing.T) {
 	}
 
 	// The same spec again stays quarantined; a new spec lifts it.
-	e.apply(e.pod("stuck", "Always", "sleep 3600"), reply.Failed, 30*time.Second)
+	e.apply(e.pod("stuck", "Always", "sleep 3600"), apiv1.Failed, 30*time.Second)
 	mark = e.mq.Mark()
-	e.apply(e.pod("stuck", "Always", "sleep 3601"), reply.Succeeded, podReadyTimeout)
+	e.apply(e.pod("stuck", "Always", "sleep 3601"), apiv1.Succeeded, podReadyTimeout)
 	e.waitEvent(mark, podworker.ReasonQuarantineLifted, 10*time.Second)
 	if len(e.cri.Running(e.ns, "stuck")) != 1 {
 		t.Fatal("the pod does not run after its quarantine was lifted")
@@ -318,7 +318,7 @@ func TestRetainedCommandRefused(t *testing.T) {
 		e.mq.Publish(topic, payload, true)
 	})
 	e.cleanupPods("ret")
-	r := e.waitFinal("retained-1", reply.Failed, 30*time.Second)
+	r := e.waitFinal("retained-1", apiv1.Failed, 30*time.Second)
 	if r.Message != intake.MsgRetainedRefused {
 		t.Fatalf("retained command answered %q", r.Message)
 	}
@@ -334,8 +334,8 @@ func TestRetainedCommandRefused(t *testing.T) {
 	mark := e.mq.Mark()
 	e.mq.Publish(topic, payload, false)
 	e.mq.WaitFor(mark, podReadyTimeout, "retained-1 succeeded", func(m Msg) bool {
-		var r reply.Reply
-		return m.Topic == prefix+"/"+e.node+"/reply/retained-1" && json.Unmarshal(m.Payload, &r) == nil && r.Phase == reply.Succeeded
+		var r apiv1.Reply
+		return m.Topic == prefix+"/"+e.node+"/reply/retained-1" && json.Unmarshal(m.Payload, &r) == nil && r.Phase == apiv1.Succeeded
 	})
 	if len(e.cri.Running(e.ns, "ret")) != 1 {
 		t.Fatal("the non-retained publish did not run the pod")
@@ -354,10 +354,10 @@ func TestMaxPodsEnforced(t *testing.T) {
 	}
 	e.cleanupPods(names...)
 	for _, n := range names {
-		e.apply(e.pod(n, "Always", "sleep 3600"), reply.Succeeded, podReadyTimeout)
+		e.apply(e.pod(n, "Always", "sleep 3600"), apiv1.Succeeded, podReadyTimeout)
 	}
 	for _, n := range []string{"p5", "p6"} {
-		r := e.apply(e.pod(n, "Always", "sleep 3600"), reply.Failed, 30*time.Second)
+		r := e.apply(e.pod(n, "Always", "sleep 3600"), apiv1.Failed, 30*time.Second)
 		want := "OutOfpods: Node didn't have enough resource: pods, requested: 1, used: 5, capacity: 5"
 		if !strings.HasPrefix(r.Message, want) {
 			t.Fatalf("pod %s answered %q, want %q", n, r.Message, want)
@@ -377,7 +377,7 @@ func TestMaxPodsEnforced(t *testing.T) {
 func TestClientUIDsRefused(t *testing.T) {
 	e := newPodEnv(t, "")
 	e.cleanupPods("victim")
-	e.apply(e.pod("victim", "Always", "sleep 3600"), reply.Succeeded, podReadyTimeout)
+	e.apply(e.pod("victim", "Always", "sleep 3600"), apiv1.Succeeded, podReadyTimeout)
 	res := e.getPods()
 	if len(res.Pods) != 1 {
 		t.Fatalf("get: %s", dump(res.Pods))
@@ -389,11 +389,11 @@ func TestClientUIDsRefused(t *testing.T) {
 		return []byte(strings.Replace(string(e.pod(name, "Always", "sleep 3600")), "metadata:\n", fmt.Sprintf("metadata:\n  uid: %q\n", uid), 1))
 	}
 	outside := filepath.Clean(filepath.Join(e.stateDir, "pods", "../../x"))
-	r := e.apply(withUID("evil", "../../x"), reply.Failed, 30*time.Second)
+	r := e.apply(withUID("evil", "../../x"), apiv1.Failed, 30*time.Second)
 	if !strings.Contains(r.Message, "metadata.uid") || !strings.Contains(r.Message, "not a UUID") {
 		t.Fatalf("uid ../../x answered %q", r.Message)
 	}
-	r = e.apply(withUID("twin", victimUID), reply.Failed, 30*time.Second)
+	r = e.apply(withUID("twin", victimUID), apiv1.Failed, 30*time.Second)
 	if !strings.Contains(r.Message, "metadata.uid") || !strings.Contains(r.Message, "belongs to Pod "+e.ns+"/victim") {
 		t.Fatalf("another pod's uid answered %q", r.Message)
 	}
@@ -416,5 +416,5 @@ func TestClientUIDsRefused(t *testing.T) {
 		}
 	}
 	// Repeating the pod's own uid is accepted.
-	e.apply(withUID("victim", victimUID), reply.Succeeded, podReadyTimeout)
+	e.apply(withUID("victim", victimUID), apiv1.Succeeded, podReadyTimeout)
 }

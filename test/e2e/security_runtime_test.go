@@ -15,7 +15,7 @@ import (
 
 	v1 "k8s.io/api/core/v1"
 
-	"github.com/mqlet/mqlet/agent/reply"
+	apiv1 "github.com/mqlet/mqlet/api/v1"
 )
 
 // Host escapes an attacker with only a broker login found, each closed in
@@ -146,7 +146,7 @@ spec:
 	id := e.nextID("apply")
 	e.mq.Command(e.node, "apply", id, []byte(pod))
 	r := e.waitFinalAny(id, podReadyTimeout)
-	if r.Phase != reply.Failed {
+	if r.Phase != apiv1.Failed {
 		host.waitEscaped(t)
 	}
 	if !strings.Contains(r.Message, `subPath "pivot"`) || !strings.Contains(r.Message, "escapes the volume") {
@@ -181,7 +181,7 @@ spec:
       valueFrom: {fieldRef: {fieldPath: metadata.name}}
     volumeMounts: [{name: data, mountPath: /data, subPathExpr: "logs/$(POD_NAME)"}]
 `, e.ns, busybox)
-	e.apply([]byte(pod), reply.Succeeded, podReadyTimeout)
+	e.apply([]byte(pod), apiv1.Succeeded, podReadyTimeout)
 	p := e.waitStatus("expr", 30*time.Second, "running", func(p *v1.Pod) bool { return p.UID != "" })
 	vol := filepath.Join(e.stateDir, "pods", string(p.UID), "volumes", "kubernetes.io~empty-dir", "data")
 	Eventually(t, 30*time.Second, "file written through the subPathExpr mount", func() bool {
@@ -238,7 +238,7 @@ spec:
 `, e.ns, filepath.Join(allowed, "pivot"), busybox, host.escapeScript("/host"))
 	id := e.nextID("apply")
 	e.mq.Command(e.node, "apply", id, []byte(victim))
-	e.mq.WaitReply(e.node, id, reply.Accepted, 30*time.Second)
+	e.mq.WaitReply(e.node, id, apiv1.Accepted, 30*time.Second)
 	planter := fmt.Sprintf(`apiVersion: v1
 kind: Pod
 metadata: {name: planter, namespace: %s}
@@ -255,7 +255,7 @@ spec:
     command: ["sh", "-c", "ln -s / /a/pivot; sleep 3600"]
     volumeMounts: [{name: h, mountPath: /a}]
 `, e.ns, allowed, busybox)
-	e.apply([]byte(planter), reply.Succeeded, podReadyTimeout)
+	e.apply([]byte(planter), apiv1.Succeeded, podReadyTimeout)
 	Eventually(t, 30*time.Second, "the planted symlink", func() bool {
 		target, err := os.Readlink(filepath.Join(allowed, "pivot"))
 		return err == nil && target == "/"
@@ -296,7 +296,7 @@ spec:
     volumeMounts: [{name: h, mountPath: /host}]
 `, e.ns, filepath.Join(allowed, "pivot", strings.TrimPrefix(host.dir, "/"), "made-by-pod"), busybox)
 	// Admission may refuse it first (it resolves too); either way it fails.
-	r := e.apply([]byte(creator), reply.Failed, podReadyTimeout)
+	r := e.apply([]byte(creator), apiv1.Failed, podReadyTimeout)
 	if !strings.Contains(r.Message, "nothing applied") {
 		e.cleanupPods("creator") // stored, refused by the runtime
 	}
@@ -374,7 +374,7 @@ func TestSecurityRuntimeProcAndSeccompDefaults(t *testing.T) {
 	script := `grep Seccomp: /proc/self/status; echo "kcore=$(head -c 16 /proc/kcore 2>/dev/null | wc -c)"; ` +
 		`cp=$(cat /proc/sys/kernel/core_pattern); if echo "$cp" > /proc/sys/kernel/core_pattern; then echo CORE_PATTERN_WRITABLE; else echo core_pattern_denied; fi; ` +
 		`if echo h > /proc/sysrq-trigger; then echo SYSRQ_WRITABLE; else echo sysrq_denied; fi; echo done; sleep 3600`
-	e.apply(e.pod("proc", "Always", script), reply.Succeeded, podReadyTimeout)
+	e.apply(e.pod("proc", "Always", script), apiv1.Succeeded, podReadyTimeout)
 	var out string
 	Eventually(t, 30*time.Second, "the probe's output", func() bool {
 		out = logsOf(logDir, e.ns, "proc", "main")
@@ -441,7 +441,7 @@ spec:
     command: ["sh", "-c", "while true; do echo pod | nc -l -p 8080; done"]
     ports: [{containerPort: 8080, hostPort: %d}]
 `, e.ns, busybox, port)
-	r := e.apply([]byte(pod), reply.Failed, podReadyTimeout)
+	r := e.apply([]byte(pod), apiv1.Failed, podReadyTimeout)
 	want := fmt.Sprintf("hostPort %d/TCP is already in use", port)
 	if !strings.Contains(r.Message, want) {
 		t.Fatalf("apply failed with %q, want %q", r.Message, want)
@@ -473,7 +473,7 @@ func TestSecurityRuntimeSecretNotLeakedThroughErrors(t *testing.T) {
 	list := secretAsCommandList(e.ns, "leak", value)
 	id := e.nextID("apply")
 	e.mq.Command(e.node, "apply", id, []byte(list))
-	e.mq.WaitReply(e.node, id, reply.Accepted, 30*time.Second)
+	e.mq.WaitReply(e.node, id, apiv1.Accepted, 30*time.Second)
 	// The start fails (no such executable) and is reported, scrubbed
 	// (looked for without the < and >, which JSON escapes).
 	Eventually(t, podReadyTimeout, "the failed start reported with the value redacted", func() bool {
@@ -529,13 +529,13 @@ spec:
     command: ["sh", "-c", "id -u; sleep 3600"]
 `, name, e.ns, extra, busybox))
 	}
-	r := e.apply(pod("rootimg", ""), reply.Failed, podReadyTimeout)
+	r := e.apply(pod("rootimg", ""), apiv1.Failed, podReadyTimeout)
 	if !strings.Contains(r.Message, "container has runAsNonRoot and image will run as root") {
 		t.Fatalf("apply failed with %q, want the kubelet's runAsNonRoot message", r.Message)
 	}
 	e.waitWaiting("rootimg", "main", "CreateContainerConfigError", "image will run as root", 30*time.Second)
 	e.noContainerRan("rootimg")
-	e.apply(pod("asuser", ", runAsUser: 1000"), reply.Succeeded, podReadyTimeout)
+	e.apply(pod("asuser", ", runAsUser: 1000"), apiv1.Succeeded, podReadyTimeout)
 }
 
 // secretAsCommandList is a List of a Secret "pw" holding value and a pod

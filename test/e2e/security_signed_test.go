@@ -15,7 +15,7 @@ import (
 	"testing"
 	"time"
 
-	"github.com/mqlet/mqlet/agent/reply"
+	apiv1 "github.com/mqlet/mqlet/api/v1"
 	"github.com/mqlet/mqlet/internal/testutil/mosquitto"
 	"github.com/mqlet/mqlet/signing"
 )
@@ -92,11 +92,11 @@ func tamperBody(t *testing.T, env []byte, body []byte) []byte {
 }
 
 // waitFinal waits for a final reply to id recorded at or after mark.
-func waitFinal(op *Client, mark int, node, id string) reply.Reply {
+func waitFinal(op *Client, mark int, node, id string) apiv1.Reply {
 	op.t.Helper()
-	var got reply.Reply
+	var got apiv1.Reply
 	op.WaitFor(mark, 20*time.Second, "final reply to "+id, func(m Msg) bool {
-		var r reply.Reply
+		var r apiv1.Reply
 		if m.Topic != prefix+"/"+node+"/reply/"+id || json.Unmarshal(m.Payload, &r) != nil {
 			return false
 		}
@@ -109,7 +109,7 @@ func waitFinal(op *Client, mark int, node, id string) reply.Reply {
 func expectFailed(t *testing.T, op *Client, node, id, want string) {
 	t.Helper()
 	r := waitFinal(op, 0, node, id)
-	if r.Phase != reply.Failed || !strings.Contains(r.Message, want) {
+	if r.Phase != apiv1.Failed || !strings.Contains(r.Message, want) {
 		t.Fatalf("request %s: %s %q, want failed saying %q", id, r.Phase, r.Message, want)
 	}
 }
@@ -183,12 +183,12 @@ func TestSignedOnlyAgentEndToEnd(t *testing.T) {
 	// Accepted: a fresh signed apply.
 	s1 := signed(ops, node, "apply", "s1", now, 10*time.Minute, configMapYAML("signed"))
 	op.Command(node, "apply", "s1", s1)
-	op.WaitReply(node, "s1", reply.Succeeded, 20*time.Second)
+	op.WaitReply(node, "s1", apiv1.Succeeded, 20*time.Second)
 
 	// Redelivered on its own request id: answered from the reply record again.
 	mark := op.Mark()
 	op.Command(node, "apply", "s1", s1)
-	if r := waitFinal(op, mark, node, "s1"); r.Phase != reply.Succeeded {
+	if r := waitFinal(op, mark, node, "s1"); r.Phase != apiv1.Succeeded {
 		t.Fatalf("redelivery of s1 answered %s %q, want the recorded succeeded", r.Phase, r.Message)
 	}
 	// Replayed under another request id: the binding fails.
@@ -198,9 +198,9 @@ func TestSignedOnlyAgentEndToEnd(t *testing.T) {
 	// A second accepted command whose record is then pushed out (maxRecords 1)...
 	s3 := signed(ops, node, "apply", "s3", now, 10*time.Minute, configMapYAML("second"))
 	op.Command(node, "apply", "s3", s3)
-	op.WaitReply(node, "s3", reply.Succeeded, 20*time.Second)
+	op.WaitReply(node, "s3", apiv1.Succeeded, 20*time.Second)
 	op.Command(node, "get", "g1", signed(ops, node, "get", "g1", now, time.Minute, []byte(`{"kind":"ConfigMap"}`)))
-	g := op.WaitReply(node, "g1", reply.Succeeded, 20*time.Second)
+	g := op.WaitReply(node, "g1", apiv1.Succeeded, 20*time.Second)
 	if !strings.Contains(g.Message, "2 configmaps") {
 		t.Fatalf("get after two signed applies: %q", g.Message)
 	}
@@ -213,7 +213,7 @@ func TestSignedOnlyAgentEndToEnd(t *testing.T) {
 	op.WaitState(mark, node, "online", 15*time.Second)
 	mark = op.Mark()
 	op.Command(node, "apply", "s3", s3)
-	if r := waitFinal(op, mark, node, "s3"); r.Phase != reply.Failed || !strings.Contains(r.Message, "replayed nonce") {
+	if r := waitFinal(op, mark, node, "s3"); r.Phase != apiv1.Failed || !strings.Contains(r.Message, "replayed nonce") {
 		t.Fatalf("s3 replayed after restart with its record gone: %s %q", r.Phase, r.Message)
 	}
 
@@ -258,7 +258,7 @@ func TestSigningOffKeepsUnsignedCommandsAndSignedVerbs(t *testing.T) {
 
 	// An unsigned manifest, as pasted in a dashboard, still works.
 	op.Command(node, "apply", "p1", configMapYAML("pasted"))
-	op.WaitReply(node, "p1", reply.Succeeded, 20*time.Second)
+	op.WaitReply(node, "p1", apiv1.Succeeded, 20*time.Second)
 	// delete must be signed here.
 	op.Command(node, "delete", "d1", []byte(`{"kind":"ConfigMap","name":"pasted"}`))
 	expectFailed(t, op, node, "d1", "verb delete must be signed on this node (security.signedVerbs)")
@@ -275,5 +275,5 @@ func TestSigningOffKeepsUnsignedCommandsAndSignedVerbs(t *testing.T) {
 		t.Fatal(err)
 	}
 	op.Command(node, "delete", "d2", env)
-	op.WaitReply(node, "d2", reply.Accepted, 20*time.Second)
+	op.WaitReply(node, "d2", apiv1.Accepted, 20*time.Second)
 }

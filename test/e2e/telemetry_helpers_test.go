@@ -14,7 +14,7 @@ import (
 	v1 "k8s.io/api/core/v1"
 	statsv1alpha1 "k8s.io/kubelet/pkg/apis/stats/v1alpha1"
 
-	"github.com/mqlet/mqlet/agent/reply"
+	apiv1 "github.com/mqlet/mqlet/api/v1"
 )
 
 // Telemetry intervals of the agents under test, short enough to watch.
@@ -113,7 +113,7 @@ func decodeTelemetry(node string, m Msg) (kind string, err error) {
 		var s statsv1alpha1.Summary
 		err = decodeStrict(m.Payload, &s)
 	case "reply":
-		var r reply.Reply
+		var r apiv1.Reply
 		err = decodeStrict(m.Payload, &r)
 	case "cmd":
 	default:

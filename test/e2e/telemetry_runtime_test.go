@@ -14,7 +14,7 @@ import (
 	v1 "k8s.io/api/core/v1"
 	statsv1alpha1 "k8s.io/kubelet/pkg/apis/stats/v1alpha1"
 
-	"github.com/mqlet/mqlet/agent/reply"
+	apiv1 "github.com/mqlet/mqlet/api/v1"
 )
 
 // A container burning CPU shows in the Summary with CPU and memory usage;
@@ -34,7 +34,7 @@ spec:
     command: ["sh", "-c", "while :; do :; done"]
     resources:
       limits: {cpu: 200m, memory: 32Mi}
-`, e.ns)), reply.Succeeded, podReadyTimeout)
+`, e.ns)), apiv1.Succeeded, podReadyTimeout)
 
 	from := e.mq.Mark()
 	var sum statsv1alpha1.Summary
@@ -185,7 +185,7 @@ func criAnswers() bool {
 func TestTelemetryRuntimeDownAndBack(t *testing.T) {
 	e := newTelEnv(t)
 	e.cleanupPods("run")
-	e.apply(e.pod("run", "Always", "sleep 3600"), reply.Succeeded, podReadyTimeout)
+	e.apply(e.pod("run", "Always", "sleep 3600"), apiv1.Succeeded, podReadyTimeout)
 	e.waitStatus("run", 30*time.Second, "Running", func(p *v1.Pod) bool { return p.Status.Phase == v1.PodRunning })
 	before := e.runningIDs("run")
 	isReady := func(n *v1.Node) bool {
@@ -245,7 +245,7 @@ func TestTelemetryExitToStatusDelay(t *testing.T) {
 	e.cleanupPods(names...)
 	// Staggered exits, all after every apply has been answered.
 	for i, name := range names {
-		e.apply(e.pod(name, "Never", fmt.Sprintf("sleep %.1f; exit 0", 6+0.7*float64(i))), reply.Succeeded, podReadyTimeout)
+		e.apply(e.pod(name, "Never", fmt.Sprintf("sleep %.1f; exit 0", 6+0.7*float64(i))), apiv1.Succeeded, podReadyTimeout)
 	}
 	var delays []time.Duration
 	for _, name := range names {

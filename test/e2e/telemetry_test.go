@@ -7,7 +7,7 @@ import (
 
 	v1 "k8s.io/api/core/v1"
 
-	"github.com/mqlet/mqlet/agent/reply"
+	apiv1 "github.com/mqlet/mqlet/api/v1"
 )
 
 // Every message on every topic of a busy node decodes strictly into the type
@@ -15,11 +15,11 @@ import (
 func TestTelemetryStrictDecoding(t *testing.T) {
 	e := newTelEnv(t)
 	e.cleanupPods("run", "crash")
-	e.apply(e.pod("run", "Always", "sleep 3600"), reply.Succeeded, podReadyTimeout)
+	e.apply(e.pod("run", "Always", "sleep 3600"), apiv1.Succeeded, podReadyTimeout)
 	crashID := e.nextID("apply")
 	e.mq.Command(e.node, "apply", crashID, e.pod("crash", "Always", "exit 3"))
-	e.mq.WaitReply(e.node, crashID, reply.Accepted, 30*time.Second)
-	e.apply(e.pod("gone", "Always", "sleep 3600"), reply.Succeeded, podReadyTimeout)
+	e.mq.WaitReply(e.node, crashID, apiv1.Accepted, 30*time.Second)
+	e.apply(e.pod("gone", "Always", "sleep 3600"), apiv1.Succeeded, podReadyTimeout)
 	e.deletePod("gone")
 
 	// ~10 s of a running, a crash-looping and a deleted pod with 2 s metrics
@@ -67,9 +67,9 @@ func TestTelemetryStrictDecoding(t *testing.T) {
 func TestTelemetryLateSubscriberGetsRetained(t *testing.T) {
 	e := newTelEnv(t)
 	e.cleanupPods("run", "done")
-	e.apply(e.pod("run", "Always", "sleep 3600"), reply.Succeeded, podReadyTimeout)
-	e.apply(e.pod("done", "Never", "exit 0"), reply.Succeeded, podReadyTimeout)
-	e.apply(e.pod("gone", "Always", "sleep 3600"), reply.Succeeded, podReadyTimeout)
+	e.apply(e.pod("run", "Always", "sleep 3600"), apiv1.Succeeded, podReadyTimeout)
+	e.apply(e.pod("done", "Never", "exit 0"), apiv1.Succeeded, podReadyTimeout)
+	e.apply(e.pod("gone", "Always", "sleep 3600"), apiv1.Succeeded, podReadyTimeout)
 	e.waitStatus("done", 30*time.Second, "Succeeded", func(p *v1.Pod) bool { return p.Status.Phase == v1.PodSucceeded })
 	e.deletePod("gone")
 	Eventually(t, 30*time.Second, "gone cleared", func() bool { p, seen := e.status("gone"); return seen && p == nil })
@@ -125,7 +125,7 @@ func TestTelemetryCrashLoop(t *testing.T) {
 	from := e.mq.Mark()
 	id := e.nextID("apply")
 	e.mq.Command(e.node, "apply", id, e.pod("crash", "Always", "exit 3"))
-	e.mq.WaitReply(e.node, id, reply.Accepted, 30*time.Second)
+	e.mq.WaitReply(e.node, id, apiv1.Accepted, 30*time.Second)
 
 	e.waitStatus("crash", 90*time.Second, "restartCount >= 4", func(p *v1.Pod) bool {
 		cs, ok := containerStatus(p, "main", false)
@@ -201,10 +201,10 @@ func TestTelemetryCrashLoop(t *testing.T) {
 func TestTelemetryCompletedAndFailed(t *testing.T) {
 	e := newTelEnv(t)
 	e.cleanupPods("ok", "bad")
-	e.apply(e.pod("ok", "Never", "exit 0"), reply.Succeeded, podReadyTimeout)
+	e.apply(e.pod("ok", "Never", "exit 0"), apiv1.Succeeded, podReadyTimeout)
 	badID := e.nextID("apply")
 	e.mq.Command(e.node, "apply", badID, e.pod("bad", "Never", "exit 2"))
-	e.mq.WaitReply(e.node, badID, reply.Accepted, 30*time.Second)
+	e.mq.WaitReply(e.node, badID, apiv1.Accepted, 30*time.Second)
 
 	ok := e.waitStatus("ok", 30*time.Second, "phase Succeeded", func(p *v1.Pod) bool { return p.Status.Phase == v1.PodSucceeded })
 	cs, _ := containerStatus(ok, "main", false)

@@ -1,6 +1,7 @@
-// Package topic holds mqlet's MQTT topic scheme (contract v1): which topics a
-// node subscribes to and publishes on, and the parsing of command topics.
-package topic
+package apiv1
+
+// This file holds the topic scheme: which topics a node subscribes to and
+// publishes on, and the parsing of command topics.
 
 import (
 	"errors"

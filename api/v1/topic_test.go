@@ -1,4 +1,4 @@
-package topic
+package apiv1
 
 import (
 	"strings"

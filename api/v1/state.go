@@ -1,0 +1,21 @@
+package apiv1
+
+import "time"
+
+// Values of NodeState.State.
+const (
+	StateOnline  = "online"
+	StateOffline = "offline"
+)
+
+// NodeState is the retained payload of <prefix>/<node>/state: "online" on
+// every connect (with a Seq that grows on each), "offline" as the MQTT will
+// and on a clean stop.
+type NodeState struct {
+	State     string    `json:"state"`
+	BootID    string    `json:"bootId"`
+	Seq       uint64    `json:"seq,omitempty"`
+	Version   string    `json:"version"`
+	StartedAt time.Time `json:"startedAt"`
+	TS        time.Time `json:"ts"`
+}
