@@ -12,31 +12,9 @@ import (
 	v1 "k8s.io/api/core/v1"
 
 	"github.com/mqlet/mqlet/agent/manifest"
-	"github.com/mqlet/mqlet/agent/reply"
+	apiv1 "github.com/mqlet/mqlet/api/v1"
 	"github.com/mqlet/mqlet/cri"
 )
-
-// ExecArgs are the arguments of exec.
-type ExecArgs struct {
-	Namespace      string   `json:"namespace,omitempty"`
-	Name           string   `json:"name"`
-	Container      string   `json:"container,omitempty"`
-	Command        []string `json:"command"`
-	TimeoutSeconds *int64   `json:"timeoutSeconds,omitempty"`
-	// Stdin is refused when set: CRI ExecSync takes no input.
-	Stdin *string `json:"stdin,omitempty"`
-}
-
-// ExecResult is the result of exec: the command's output, each stream cut
-// at exec.maxOutputBytes (the flag says so), and its exit code.
-type ExecResult struct {
-	Container       string `json:"container"`
-	Stdout          string `json:"stdout"`
-	Stderr          string `json:"stderr"`
-	StdoutTruncated bool   `json:"stdoutTruncated,omitempty"`
-	StderrTruncated bool   `json:"stderrTruncated,omitempty"`
-	ExitCode        int    `json:"exitCode"`
-}
 
 // Bounds of an exec command.
 const (
@@ -59,7 +37,7 @@ func (in *Intake) exec(id string, payload []byte) {
 		in.fail(id, verb, errors.New("verb \"exec\" is not supported by this mqlet"))
 		return
 	}
-	var args ExecArgs
+	var args apiv1.ExecRequest
 	if err := manifest.DecodeArgs(payload, &args); err != nil {
 		in.fail(id, verb, fmt.Errorf("decoding exec request: %w", err))
 		return
@@ -76,9 +54,9 @@ func (in *Intake) exec(id string, payload []byte) {
 	})
 }
 
-func (in *Intake) checkExec(args ExecArgs) (*v1.Pod, string, time.Duration, error) {
+func (in *Intake) checkExec(args apiv1.ExecRequest) (*v1.Pod, string, time.Duration, error) {
 	lim := in.opts.Verbs.Exec
-	if args.Stdin != nil {
+	if args.Stdin != "" {
 		return nil, "", 0, errors.New("stdin: not supported (CRI ExecSync takes no input); pass data in the command")
 	}
 	if len(args.Command) == 0 {
@@ -101,11 +79,11 @@ func (in *Intake) checkExec(args ExecArgs) (*v1.Pod, string, time.Duration, erro
 		return nil, "", 0, fmt.Errorf("command: %d bytes, at most %d", total, maxExecCmdBytes)
 	}
 	timeout := lim.DefaultTimeout
-	if t := args.TimeoutSeconds; t != nil {
-		if *t < 1 || time.Duration(*t)*time.Second > lim.MaxTimeout {
-			return nil, "", 0, fmt.Errorf("timeoutSeconds %d: must be 1 to %d (exec.maxTimeout)", *t, int64(lim.MaxTimeout/time.Second))
+	if t := args.TimeoutSeconds; t != 0 {
+		if t < 1 || t > int64(lim.MaxTimeout/time.Second) {
+			return nil, "", 0, fmt.Errorf("timeoutSeconds %d: must be 1 to %d (exec.maxTimeout)", t, int64(lim.MaxTimeout/time.Second))
 		}
-		timeout = time.Duration(*t) * time.Second
+		timeout = time.Duration(t) * time.Second
 	}
 	pod, err := in.findPod(args.Namespace, args.Name)
 	if err != nil {
@@ -133,14 +111,14 @@ func (in *Intake) runExec(ctx context.Context, id string, pod cri.PodKey, contai
 		return
 	}
 	max := in.opts.Verbs.Exec.MaxOutputBytes
-	out := ExecResult{Container: container, ExitCode: res.ExitCode}
+	out := apiv1.ExecResult{ExitCode: int32(res.ExitCode)}
 	out.Stdout, out.StdoutTruncated = capOutput(res.Stdout, max)
 	out.Stderr, out.StderrTruncated = capOutput(res.Stderr, max)
 	msg := fmt.Sprintf("command exited with code %d", res.ExitCode)
 	if out.StdoutTruncated || out.StderrTruncated {
 		msg += fmt.Sprintf("; output cut at exec.maxOutputBytes (%d)", max)
 	}
-	_ = in.replies.Send(reply.Reply{RequestID: id, Verb: verb, Phase: reply.Succeeded, Message: msg, Result: out})
+	_ = in.replies.Send(apiv1.Reply{RequestID: id, Verb: verb, Phase: apiv1.Succeeded, Message: msg, Result: out})
 }
 
 // capOutput is b as text of at most max bytes, escaped size included (a

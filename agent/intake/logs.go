@@ -4,51 +4,17 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"strings"
 	"sync"
 	"time"
 	"unicode/utf8"
 
 	"golang.org/x/time/rate"
-	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 
 	"github.com/mqlet/mqlet/agent/manifest"
-	"github.com/mqlet/mqlet/agent/reply"
+	apiv1 "github.com/mqlet/mqlet/api/v1"
 	"github.com/mqlet/mqlet/cri"
 )
-
-// LogsArgs are the arguments of logs (kubectl logs' options).
-type LogsArgs struct {
-	Namespace     string       `json:"namespace,omitempty"`
-	Name          string       `json:"name"`
-	Container     string       `json:"container,omitempty"`
-	TailLines     *int64       `json:"tailLines,omitempty"`
-	SinceSeconds  *int64       `json:"sinceSeconds,omitempty"`
-	SinceTime     *metav1.Time `json:"sinceTime,omitempty"`
-	LimitBytes    *int64       `json:"limitBytes,omitempty"`
-	Previous      bool         `json:"previous,omitempty"`
-	Timestamps    bool         `json:"timestamps,omitempty"`
-	Follow        bool         `json:"follow,omitempty"`
-	FollowSeconds *int64       `json:"followSeconds,omitempty"`
-}
-
-// LogChunk is the result of one in_progress reply of a log sent in chunks.
-type LogChunk struct {
-	Log string `json:"log"`
-}
-
-// LogsResult is the result of the final logs reply: the log itself when it
-// fits one message, else the count of chunks sent before it.
-type LogsResult struct {
-	Container string `json:"container"`
-	Log       string `json:"log,omitempty"`
-	Chunks    int    `json:"chunks,omitempty"`
-	Bytes     int64  `json:"bytes"`
-	// Truncated: the log was cut at logs.maxBytes.
-	Truncated bool `json:"truncated,omitempty"`
-	// Ended says why a followed log stopped: followSeconds, container
-	// exited, or cancelled.
-	Ended string `json:"ended,omitempty"`
-}
 
 // Bounds of the numbers of a logs request.
 const (
@@ -65,7 +31,7 @@ func (in *Intake) logs(id string, payload []byte) {
 		in.fail(id, verb, errors.New("verb \"logs\" is not supported by this mqlet"))
 		return
 	}
-	var args LogsArgs
+	var args apiv1.LogsRequest
 	if err := manifest.DecodeArgs(payload, &args); err != nil {
 		in.fail(id, verb, fmt.Errorf("decoding logs request: %w", err))
 		return
@@ -80,7 +46,7 @@ func (in *Intake) logs(id string, payload []byte) {
 
 // logRequest checks args against the limits and turns them into the
 // runtime's request; follow is how long to follow (0: not).
-func (in *Intake) logRequest(args LogsArgs) (cri.LogRequest, time.Duration, error) {
+func (in *Intake) logRequest(args apiv1.LogsRequest) (cri.LogRequest, time.Duration, error) {
 	lim := in.opts.Verbs.Logs
 	var req cri.LogRequest
 	pod, err := in.findPod(args.Namespace, args.Name)
@@ -99,15 +65,19 @@ func (in *Intake) logRequest(args LogsArgs) (cri.LogRequest, time.Duration, erro
 		req.TailLines = t
 	}
 	switch {
-	case args.SinceSeconds != nil && args.SinceTime != nil:
+	case args.SinceSeconds != nil && args.SinceTime != "":
 		return req, 0, errors.New("sinceSeconds and sinceTime: give at most one")
 	case args.SinceSeconds != nil:
 		if s := *args.SinceSeconds; s < 1 || s > maxSinceSeconds {
 			return req, 0, fmt.Errorf("sinceSeconds %d: must be 1 to %d", s, maxSinceSeconds)
 		}
 		req.Since = in.now().Add(-time.Duration(*args.SinceSeconds) * time.Second)
-	case args.SinceTime != nil:
-		req.Since = args.SinceTime.Time
+	case args.SinceTime != "":
+		t, err := time.Parse(time.RFC3339, args.SinceTime)
+		if err != nil {
+			return req, 0, fmt.Errorf("sinceTime %q: not an RFC 3339 time", args.SinceTime)
+		}
+		req.Since = t
 	}
 	limit := lim.MaxBytes
 	if b := args.LimitBytes; b != nil {
@@ -118,7 +88,7 @@ func (in *Intake) logRequest(args LogsArgs) (cri.LogRequest, time.Duration, erro
 	}
 	if !args.Follow {
 		req.LimitBytes = &limit
-		if args.FollowSeconds != nil {
+		if args.FollowSeconds != 0 {
 			return req, 0, errors.New("followSeconds: only with follow")
 		}
 		return req, 0, nil
@@ -131,11 +101,11 @@ func (in *Intake) logRequest(args LogsArgs) (cri.LogRequest, time.Duration, erro
 	}
 	req.Follow = true
 	follow := lim.MaxFollow
-	if s := args.FollowSeconds; s != nil {
-		if *s < 1 || time.Duration(*s)*time.Second > lim.MaxFollow {
-			return req, 0, fmt.Errorf("followSeconds %d: must be 1 to %d (logs.maxFollow)", *s, int64(lim.MaxFollow/time.Second))
+	if s := args.FollowSeconds; s != 0 {
+		if s < 1 || s > int64(lim.MaxFollow/time.Second) {
+			return req, 0, fmt.Errorf("followSeconds %d: must be 1 to %d (logs.maxFollow)", s, int64(lim.MaxFollow/time.Second))
 		}
-		follow = time.Duration(*s) * time.Second
+		follow = time.Duration(s) * time.Second
 	}
 	return req, follow, nil
 }
@@ -147,8 +117,8 @@ func (in *Intake) runLogs(ctx context.Context, id string, req cri.LogRequest, fo
 	burst := max(budget, int(min(lim.BytesPerSecond, 1<<30)))
 	ch := &chunker{budget: budget, limiter: rate.NewLimiter(rate.Limit(lim.BytesPerSecond), burst),
 		send: func(seq int, text string) error {
-			return in.sendChunk(reply.Reply{RequestID: id, Verb: verb, Phase: reply.InProgress, Seq: seq,
-				Message: fmt.Sprintf("log chunk %d", seq), Result: LogChunk{Log: text}})
+			return in.sendChunk(apiv1.Reply{RequestID: id, Verb: verb, Phase: apiv1.InProgress, Seq: seq,
+				Message: fmt.Sprintf("log chunk %d", seq), Result: apiv1.LogsChunk{Lines: splitLines(text)}})
 		}}
 	readCtx := ctx
 	var flushDone sync.WaitGroup
@@ -176,14 +146,14 @@ func (in *Intake) runLogs(ctx context.Context, id string, req cri.LogRequest, fo
 	}
 	ch.ctx = readCtx
 	err := in.opts.Verbs.Runtime.ContainerLogs(readCtx, req, ch)
-	res := LogsResult{Container: req.Container}
+	res := apiv1.LogsResult{}
 	switch {
 	case follow > 0 && ctx.Err() != nil:
 		res.Ended = "cancelled"
 	case follow > 0 && readCtx.Err() != nil:
 		res.Ended = "followSeconds"
 	case follow > 0 && err == nil:
-		res.Ended = "container exited"
+		res.Ended = "containerExited"
 	}
 	if err != nil && readCtx.Err() == nil {
 		in.fail(id, verb, err)
@@ -199,14 +169,14 @@ func (in *Intake) runLogs(ctx context.Context, id string, req cri.LogRequest, fo
 	rest, seq := ch.finish()
 	res.Bytes = ch.total
 	if seq == 0 && follow == 0 {
-		res.Log = rest
+		res.Lines = splitLines(rest)
 	} else if rest != "" {
 		if err := ch.emit(context.WithoutCancel(ctx), rest); err != nil {
 			in.fail(id, verb, fmt.Errorf("sending log chunks: %w", err))
 			return
 		}
 	}
-	res.Chunks = ch.seq
+	res.Chunks, res.LineCount = ch.seq, ch.lines+len(res.Lines)
 	res.Truncated = follow == 0 && req.LimitBytes != nil && *req.LimitBytes == lim.MaxBytes && ch.total >= lim.MaxBytes
 	msg := fmt.Sprintf("%d bytes of container %s", res.Bytes, req.Container)
 	if res.Chunks > 0 {
@@ -218,7 +188,7 @@ func (in *Intake) runLogs(ctx context.Context, id string, req cri.LogRequest, fo
 	if res.Truncated {
 		msg += fmt.Sprintf("; cut at logs.maxBytes (%d): ask with limitBytes, tailLines or sinceSeconds", lim.MaxBytes)
 	}
-	_ = in.replies.Send(reply.Reply{RequestID: id, Verb: verb, Phase: reply.Succeeded, Message: msg, Result: res})
+	_ = in.replies.Send(apiv1.Reply{RequestID: id, Verb: verb, Phase: apiv1.Succeeded, Message: msg, Result: res})
 }
 
 // chunkBudget is how many JSON-escaped log bytes one chunk may carry: the
@@ -241,6 +211,7 @@ type chunker struct {
 	cost   int // JSON-escaped size of buf
 	lastNL int // length of buf up to and with its last newline
 	seq    int
+	lines  int // lines sent in chunks
 	total  int64
 	err    error // the first failure to send; writes fail after it
 }
@@ -256,6 +227,9 @@ func (c *chunker) Write(p []byte) (int, error) {
 	for len(p) > 0 {
 		r, size := utf8.DecodeRune(p)
 		cost := escapedCost(r, size)
+		if r == '\n' {
+			cost = 3 // a line ends as `","` between JSON strings
+		}
 		if c.cost+cost > c.budget {
 			if err := c.cutLocked(c.ctx); err != nil {
 				return n - len(p), err
@@ -280,7 +254,7 @@ func (c *chunker) cutLocked(ctx context.Context) error {
 	}
 	text := string(c.buf[:cut])
 	rest := append([]byte(nil), c.buf[cut:]...)
-	c.buf, c.lastNL, c.cost = rest, 0, escapedLen(rest)
+	c.buf, c.lastNL, c.cost = rest, 0, lineCost(rest)
 	if err := c.emitLocked(ctx, text); err != nil {
 		c.err = err
 		return err
@@ -323,6 +297,7 @@ func (c *chunker) emitLocked(ctx context.Context, text string) error {
 		return err
 	}
 	c.seq++
+	c.lines += len(splitLines(text))
 	return c.send(c.seq, text)
 }
 
@@ -341,12 +316,26 @@ func escapedCost(r rune, size int) int {
 	}
 }
 
-func escapedLen(p []byte) int {
+// lineCost is the JSON size of p as a list of lines.
+func lineCost(p []byte) int {
 	n := 0
 	for len(p) > 0 {
 		r, size := utf8.DecodeRune(p)
-		n += escapedCost(r, size)
+		if r == '\n' {
+			n += 3
+		} else {
+			n += escapedCost(r, size)
+		}
 		p = p[size:]
 	}
 	return n
+}
+
+// splitLines is text as lines without their line ends; a last line cut
+// short (by a chunk bound) is a line too.
+func splitLines(text string) []string {
+	if text == "" {
+		return nil
+	}
+	return strings.Split(strings.TrimSuffix(text, "\n"), "\n")
 }

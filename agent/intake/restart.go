@@ -10,22 +10,9 @@ import (
 	v1 "k8s.io/api/core/v1"
 
 	"github.com/mqlet/mqlet/agent/manifest"
-	"github.com/mqlet/mqlet/agent/reply"
+	apiv1 "github.com/mqlet/mqlet/api/v1"
 	"github.com/mqlet/mqlet/cri"
 )
-
-// RestartArgs name the pod, or one of its app containers, to restart.
-type RestartArgs struct {
-	Namespace string `json:"namespace,omitempty"`
-	Name      string `json:"name"`
-	Container string `json:"container,omitempty"`
-}
-
-// RestartResult names the containers running after a restart.
-type RestartResult struct {
-	// Containers maps each restarted container to its new container id.
-	Containers map[string]string `json:"containers"`
-}
 
 func (in *Intake) restart(id string, payload []byte) {
 	const verb = "restart"
@@ -34,7 +21,7 @@ func (in *Intake) restart(id string, payload []byte) {
 		in.fail(id, verb, errors.New("verb \"restart\" is not supported by this mqlet"))
 		return
 	}
-	var args RestartArgs
+	var args apiv1.RestartRequest
 	if err := manifest.DecodeArgs(payload, &args); err != nil {
 		in.fail(id, verb, fmt.Errorf("decoding restart request: %w", err))
 		return
@@ -56,7 +43,7 @@ func (in *Intake) restart(id string, payload []byte) {
 			names = append(names, c.Name)
 		}
 	}
-	_ = in.replies.Send(reply.Reply{RequestID: id, Verb: verb, Phase: reply.Accepted, Message: fmt.Sprintf("restarting %s of pod %s/%s", what(args.Container), pod.Namespace, pod.Name)})
+	_ = in.replies.Send(apiv1.Reply{RequestID: id, Verb: verb, Phase: apiv1.Accepted, Message: fmt.Sprintf("restarting %s of pod %s/%s", what(args.Container), pod.Namespace, pod.Name)})
 	in.startStream(id, verb, func(ctx context.Context) { in.runRestart(ctx, id, pod, args.Container, names) })
 }
 
@@ -104,7 +91,7 @@ func (in *Intake) runRestart(ctx context.Context, id string, pod *v1.Pod, contai
 		in.fail(id, verb, fmt.Errorf("reading pod %s after the restart: %w", key, err))
 		return
 	}
-	res := RestartResult{Containers: map[string]string{}}
+	res := apiv1.RestartResult{Containers: []apiv1.RestartedContainer{}}
 	var problems []string
 	for _, name := range names {
 		c := newest(st, name)
@@ -114,7 +101,7 @@ func (in *Intake) runRestart(ctx context.Context, id string, pod *v1.Pod, contai
 		case c.State != cri.ContainerRunning && c.State != cri.ContainerExited:
 			problems = append(problems, fmt.Sprintf("container %s is %s", name, c.State))
 		default:
-			res.Containers[name] = c.ID
+			res.Containers = append(res.Containers, apiv1.RestartedContainer{Name: name, ContainerID: c.ID, RestartCount: int32(c.RestartCount)})
 		}
 	}
 	if len(problems) > 0 {
@@ -122,7 +109,7 @@ func (in *Intake) runRestart(ctx context.Context, id string, pod *v1.Pod, contai
 		in.fail(id, verb, fmt.Errorf("restarting pod %s: %s", key, summarize(problems)), problems...)
 		return
 	}
-	_ = in.replies.Send(reply.Reply{RequestID: id, Verb: verb, Phase: reply.Succeeded,
+	_ = in.replies.Send(apiv1.Reply{RequestID: id, Verb: verb, Phase: apiv1.Succeeded,
 		Message: fmt.Sprintf("restarted %s of pod %s", what(container), key), Result: res})
 }
 
@@ -143,18 +130,19 @@ func (in *Intake) cancel(id string, payload []byte) {
 		in.fail(id, verb, errors.New("verb \"cancel\" is not supported by this mqlet"))
 		return
 	}
-	var args CancelArgs
+	var args apiv1.CancelRequest
 	if err := manifest.DecodeArgs(payload, &args); err != nil {
 		in.fail(id, verb, fmt.Errorf("decoding cancel request: %w", err))
 		return
 	}
-	if args.RequestID == "" {
-		in.fail(id, verb, errors.New("requestId: required"))
+	if err := apiv1.ValidateRequestID(args.RequestID); err != nil {
+		in.fail(id, verb, fmt.Errorf("requestId: %w", err))
 		return
 	}
 	if !v.Streams.Cancel(args.RequestID) {
 		in.fail(id, verb, fmt.Errorf("no running request %q (logs, exec and restart requests can be cancelled while they run)", args.RequestID))
 		return
 	}
-	_ = in.replies.Send(reply.Reply{RequestID: id, Verb: verb, Phase: reply.Succeeded, Message: "cancelled request " + args.RequestID})
+	_ = in.replies.Send(apiv1.Reply{RequestID: id, Verb: verb, Phase: apiv1.Succeeded, Message: "cancelled request " + args.RequestID,
+		Result: apiv1.CancelResult{RequestID: args.RequestID}})
 }

@@ -12,7 +12,7 @@ import (
 	v1 "k8s.io/api/core/v1"
 	"k8s.io/apimachinery/pkg/util/validation"
 
-	"github.com/mqlet/mqlet/agent/reply"
+	apiv1 "github.com/mqlet/mqlet/api/v1"
 	"github.com/mqlet/mqlet/cri"
 )
 
@@ -70,10 +70,10 @@ type VerbOptions struct {
 // unrecordedSender sends a reply that is not recorded for redelivery (the
 // chunks of a log: only the final reply stands for the request).
 type unrecordedSender interface {
-	SendUnrecorded(r reply.Reply) error
+	SendUnrecorded(r apiv1.Reply) error
 }
 
-func (in *Intake) sendChunk(r reply.Reply) error {
+func (in *Intake) sendChunk(r apiv1.Reply) error {
 	if s, ok := in.replies.(unrecordedSender); ok {
 		return s.SendUnrecorded(r)
 	}
@@ -157,9 +157,4 @@ func pickContainer(pod *v1.Pod, name string, withInit bool) (string, error) {
 
 func podKey(pod *v1.Pod) cri.PodKey {
 	return cri.PodKey{UID: string(pod.UID), Name: pod.Name, Namespace: pod.Namespace}
-}
-
-// CancelArgs names the running request a cancel ends.
-type CancelArgs struct {
-	RequestID string `json:"requestId"`
 }
