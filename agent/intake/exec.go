@@ -1,6 +1,7 @@
 package intake
 
 import (
+	"bytes"
 	"context"
 	"encoding/json"
 	"errors"
@@ -49,7 +50,7 @@ func (in *Intake) exec(id string, payload []byte) {
 	}
 	// Who asked and what, never the output (which may hold anything).
 	in.events.Event(pod, v1.EventTypeNormal, ReasonExec, fmt.Sprintf("exec requested (request %s) in container %s: %s", id, container, quoteCommand(args.Command)))
-	in.startStream(id, verb, func(ctx context.Context) {
+	in.startStream(id, verb, func(in *Intake, ctx context.Context) {
 		in.runExec(ctx, id, podKey(pod), container, args.Command, timeout)
 	})
 }
@@ -139,7 +140,11 @@ func capOutput(b []byte, max int) (string, bool) {
 
 // quoteCommand is cmd as JSON, cut for an event.
 func quoteCommand(cmd []string) string {
-	b, _ := json.Marshal(cmd) // strings always encode
+	var buf bytes.Buffer
+	enc := json.NewEncoder(&buf)
+	enc.SetEscapeHTML(false) // read by people: "2>&1" as written
+	_ = enc.Encode(cmd)      // strings always encode
+	b := bytes.TrimSuffix(buf.Bytes(), []byte("\n"))
 	if len(b) <= maxEventCmdBytes {
 		return string(b)
 	}

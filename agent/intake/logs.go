@@ -41,7 +41,7 @@ func (in *Intake) logs(id string, payload []byte) {
 		in.fail(id, verb, err)
 		return
 	}
-	in.startStream(id, verb, func(ctx context.Context) { in.runLogs(ctx, id, req, follow) })
+	in.startStream(id, verb, func(in *Intake, ctx context.Context) { in.runLogs(ctx, id, req, follow) })
 }
 
 // logRequest checks args against the limits and turns them into the

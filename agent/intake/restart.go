@@ -44,7 +44,7 @@ func (in *Intake) restart(id string, payload []byte) {
 		}
 	}
 	_ = in.replies.Send(apiv1.Reply{RequestID: id, Verb: verb, Phase: apiv1.Accepted, Message: fmt.Sprintf("restarting %s of pod %s/%s", what(args.Container), pod.Namespace, pod.Name)})
-	in.startStream(id, verb, func(ctx context.Context) { in.runRestart(ctx, id, pod, args.Container, names) })
+	in.startStream(id, verb, func(in *Intake, ctx context.Context) { in.runRestart(ctx, id, pod, args.Container, names) })
 }
 
 func what(container string) string {
@@ -139,10 +139,12 @@ func (in *Intake) cancel(id string, payload []byte) {
 		in.fail(id, verb, fmt.Errorf("requestId: %w", err))
 		return
 	}
-	if !v.Streams.Cancel(args.RequestID) {
-		in.fail(id, verb, fmt.Errorf("no running request %q (logs, exec and restart requests can be cancelled while they run)", args.RequestID))
-		return
-	}
-	_ = in.replies.Send(apiv1.Reply{RequestID: id, Verb: verb, Phase: apiv1.Succeeded, Message: "cancelled request " + args.RequestID,
-		Result: apiv1.CancelResult{RequestID: args.RequestID}})
+	in.afterCommit(func(in *Intake) {
+		if !in.opts.Verbs.Streams.Cancel(args.RequestID) {
+			in.fail(id, verb, fmt.Errorf("no running request %q (logs, exec and restart requests can be cancelled while they run)", args.RequestID))
+			return
+		}
+		_ = in.replies.Send(apiv1.Reply{RequestID: id, Verb: verb, Phase: apiv1.Succeeded, Message: "cancelled request " + args.RequestID,
+			Result: apiv1.CancelResult{RequestID: args.RequestID}})
+	})
 }

@@ -82,26 +82,43 @@ func (in *Intake) sendChunk(r apiv1.Reply) error {
 
 // startStream runs fn for request id on the streams manager, answering
 // failed when it cannot start; a panic in fn is answered failed too
-// instead of taking the agent down.
-func (in *Intake) startStream(id, verb string, fn func(ctx context.Context)) {
-	streams := in.opts.Verbs.Streams
-	err := streams.Start(id, func(ctx context.Context) {
+// instead of taking the agent down. Inside a batch (the pipeline) it starts
+// only once the batch is committed, on the pipeline's own intake, whose
+// sender and store outlive the batch's transaction.
+func (in *Intake) startStream(id, verb string, fn func(in *Intake, ctx context.Context)) {
+	in.afterCommit(func(base *Intake) { base.startStreamNow(id, verb, fn) })
+}
+
+// afterCommit runs fn once what the command stored is committed (at once
+// outside a batch).
+func (in *Intake) afterCommit(fn func(in *Intake)) {
+	if l, ok := in.pods.(later); ok {
+		l.later(fn)
+		return
+	}
+	fn(in)
+}
+
+// later is the pipeline's effects, run after the batch is committed.
+type later interface {
+	later(fn func(in *Intake))
+}
+
+func (f *effects) later(fn func(in *Intake)) { f.calls = append(f.calls, fn) }
+
+func (in *Intake) startStreamNow(id, verb string, fn func(in *Intake, ctx context.Context)) {
+	err := in.opts.Verbs.Streams.Start(id, func(ctx context.Context) {
 		defer func() {
 			if r := recover(); r != nil {
 				in.log.Error().Str("requestId", id).Str("verb", verb).Str("panic", fmt.Sprint(r)).Str("stack", string(debug.Stack())).Msg("verb handler panicked")
 				in.fail(id, verb, errors.New(MsgInternalError))
 			}
 		}()
-		fn(ctx)
+		fn(in, ctx)
 	})
 	if err != nil {
 		in.fail(id, verb, fmt.Errorf("not started: %w", err))
 	}
-}
-
-// podRef names a pod in a verb's arguments.
-type podRef struct {
-	Namespace, Name string
 }
 
 // findPod returns the desired pod named by a verb's arguments, checked
