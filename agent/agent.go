@@ -20,6 +20,7 @@ import (
 	"github.com/mqlet/mqlet/agent/events"
 	"github.com/mqlet/mqlet/agent/inflight"
 	"github.com/mqlet/mqlet/agent/intake"
+	"github.com/mqlet/mqlet/agent/liveconfig"
 	"github.com/mqlet/mqlet/agent/pending"
 	"github.com/mqlet/mqlet/agent/podworker"
 	"github.com/mqlet/mqlet/agent/reply"
@@ -100,6 +101,8 @@ type Options struct {
 	MaxBacklogBytes int
 	// Logs and Exec bound the operator verbs; MaxStreams bounds the logs,
 	// exec and restart requests running at once.
+	// Live, when set, holds the settings the config verb changes.
+	Live       *liveconfig.Settings
 	Logs       intake.LogLimits
 	Exec       intake.ExecLimits
 	MaxStreams int
@@ -150,6 +153,9 @@ func New(opts Options, st Store, out Publisher, rt Runtime, log zerolog.Logger) 
 	a.pool = podworker.New(poolOpts, rt, desired{st}, a.status, a.tracker, a.backoff, a.events, log.With().Str("component", "podworker").Logger())
 	a.streams = streams.New(opts.MaxStreams)
 	intakeOpts.Verbs = intake.VerbOptions{Runtime: rt, Restarts: a.pool, Streams: a.streams, Logs: opts.Logs, Exec: opts.Exec, RestartTimeout: opts.ApplyDeadline}
+	if opts.Live != nil {
+		intakeOpts.Verbs.Config = opts.Live
+	}
 	a.intake = intake.New(intakeOpts, st, sender, a.tracker, a.pool, a.events, a.status, log.With().Str("component", "intake").Logger())
 	a.cmds = intake.NewPipeline(a.intake, st, out, sender, intake.PipelineOptions{MaxBacklog: opts.MaxBacklog, MaxBacklogBytes: opts.MaxBacklogBytes, Group: a.group}, log.With().Str("component", "intake").Logger())
 	a.recoverInFlight()
@@ -350,7 +356,14 @@ func (a *Agent) rotateLogs(ctx context.Context) {
 }
 
 func (a *Agent) housekeeping(ctx context.Context) {
-	every(ctx, a.opts.GCInterval, func(ctx context.Context) {
+	run := every
+	if a.opts.Live != nil {
+		// gc.interval may be changed over MQTT.
+		run = func(ctx context.Context, _ time.Duration, fn func(context.Context)) {
+			a.opts.Live.Every(ctx.Done(), "gcInterval", func() { fn(ctx) })
+		}
+	}
+	run(ctx, a.opts.GCInterval, func(ctx context.Context) {
 		if _, err := a.store.PruneReplies(time.Now()); err != nil {
 			a.log.Warn().Err(err).Msg("pruning request records")
 		}

@@ -20,6 +20,10 @@ func (in *Intake) get(id string, payload []byte) {
 			return
 		}
 	}
+	if strings.EqualFold(args.Kind, "Config") {
+		in.getConfig(id, args)
+		return
+	}
 	// Accepted by the contract, not yet honoured: refused, never ignored.
 	if args.LabelSelector != "" {
 		in.fail(id, "get", errors.New(`field "labelSelector" is not supported yet by this mqlet`))

@@ -224,7 +224,7 @@ func (in *Intake) Handle(cmd Command) {
 	case "cancel":
 		in.cancel(id, payload)
 	case "config":
-		in.fail(id, verb, fmt.Errorf("verb %q is not supported yet by this mqlet", verb))
+		in.config(id, payload)
 	default:
 		in.fail(id, verb, fmt.Errorf("unknown verb %q (known: apply, delete, sync, get, restart, logs, exec, cancel, config)", verb))
 	}

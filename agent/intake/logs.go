@@ -138,13 +138,15 @@ func (in *Intake) runLogs(ctx context.Context, id string, req cri.LogRequest, fo
 				case <-stopFlush:
 					return
 				case <-t.C:
-					_ = ch.flush(readCtx)
+					_ = ch.flush(ctx)
 				}
 			}
 		}()
 		defer func() { close(stopFlush); flushDone.Wait() }()
 	}
-	ch.ctx = readCtx
+	// Sending is paced on ctx, not readCtx: the lines read before
+	// followSeconds ended are still sent.
+	ch.ctx = ctx
 	err := in.opts.Verbs.Runtime.ContainerLogs(readCtx, req, ch)
 	res := apiv1.LogsResult{}
 	switch {

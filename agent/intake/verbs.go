@@ -65,6 +65,14 @@ type VerbOptions struct {
 	Exec     ExecLimits
 	// RestartTimeout bounds how long a restart waits for its new containers.
 	RestartTimeout time.Duration
+	// Config holds the settings the config verb changes.
+	Config LiveConfig
+}
+
+// LiveConfig is the settings changed over MQTT (agent/liveconfig).
+type LiveConfig interface {
+	Patch(raw []byte) ([]string, error)
+	View() (apiv1.ConfigView, error)
 }
 
 // unrecordedSender sends a reply that is not recorded for redelivery (the

@@ -17,6 +17,7 @@ import (
 	"github.com/mqlet/mqlet/agent"
 	"github.com/mqlet/mqlet/agent/inflight"
 	"github.com/mqlet/mqlet/agent/intake"
+	"github.com/mqlet/mqlet/agent/liveconfig"
 	"github.com/mqlet/mqlet/agent/presence"
 	"github.com/mqlet/mqlet/agent/restart"
 	"github.com/mqlet/mqlet/agent/store"
@@ -34,12 +35,22 @@ import (
 
 // runAgent builds every part from the configuration and runs them until
 // ctx ends; then it says goodbye on MQTT and closes the stores.
-func runAgent(ctx context.Context, cfg *config.Config, log zerolog.Logger, secrets *redact.Live) error {
+func runAgent(ctx context.Context, cfg *config.Config, sources map[string]string, log zerolog.Logger, secrets *redact.Live) error {
 	log = log.With().Str("node", cfg.Node).Logger()
 	log.Info().Str("version", version.Version).Str("stateDir", cfg.StateDir).Msg("mqlet starting")
 	if err := os.MkdirAll(cfg.StateDir, 0o700); err != nil {
 		return fmt.Errorf("creating state dir: %w", err)
 	}
+	// Settings changed over MQTT (the config verb) outlive a restart.
+	live, dropped, err := liveconfig.Open(cfg, sources, cfg.StateDir)
+	if err != nil {
+		return err
+	}
+	if len(dropped) > 0 {
+		log.Warn().Strs("settings", dropped).Msg("remote settings no longer tunable or valid were dropped")
+	}
+	effective := live.Effective()
+	cfg = &effective
 	st, err := store.OpenWith(filepath.Join(cfg.StateDir, "state.db"), store.Options{
 		MaxReplies: cfg.Requests.MaxRecords, ReplyTTL: cfg.Requests.TTL.Duration, MaxReplyBytes: cfg.Requests.MaxRecordBytes,
 	})
@@ -96,6 +107,7 @@ func runAgent(ctx context.Context, cfg *config.Config, log zerolog.Logger, secre
 		log.Warn().Strs("objects", m).Msg("stored uids that were not UUIDs were replaced; those pods are re-created")
 	}
 	opts := agentOptions(cfg, topics)
+	opts.Live = live
 	if opts.CommandMarks, err = inflight.Open(filepath.Join(cfg.StateDir, "inflight-command"), 1); err != nil {
 		return fmt.Errorf("opening command marks: %w", err)
 	}
@@ -151,7 +163,9 @@ func runAgent(ctx context.Context, cfg *config.Config, log zerolog.Logger, secre
 	if err != nil {
 		return fmt.Errorf("configuring the MQTT session: %w", err)
 	}
-	tel, err := telemetry.New(runCtx, telemetryConfig(cfg, topics), telemetry.Deps{Runtime: rt, Out: out, Events: a.Events(), Counters: telemetry.Counters(a.Counters, box, sess)}, log)
+	telCfg := telemetryConfig(cfg, topics)
+	telCfg.LiveMetrics = telemetry.LiveInterval{Period: func() time.Duration { return live.Duration("metricsInterval") }, Changes: live.Changes}
+	tel, err := telemetry.New(runCtx, telCfg, telemetry.Deps{Runtime: rt, Out: out, Events: a.Events(), Counters: telemetry.Counters(a.Counters, box, sess)}, log)
 	if err != nil {
 		return fmt.Errorf("setting up telemetry: %w", err)
 	}
