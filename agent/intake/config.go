@@ -12,7 +12,8 @@ import (
 
 // config applies a merge patch of live settings and answers with the
 // effective configuration.
-func (in *Intake) config(id string, payload []byte) {
+func (in *Intake) handleConfig(r request) {
+	id, payload := r.id, r.payload
 	const verb = "config"
 	live := in.opts.Verbs.Config
 	if live == nil {

@@ -27,7 +27,8 @@ const (
 	MsgExecDisabled  = "exec is disabled on this node: set exec.enabled in mqlet's config file (it cannot be turned on over MQTT)"
 )
 
-func (in *Intake) exec(id string, payload []byte) {
+func (in *Intake) handleExec(r request) {
+	id, payload := r.id, r.payload
 	const verb = "exec"
 	v := in.opts.Verbs
 	if !v.Exec.Enabled {

@@ -12,7 +12,9 @@ import (
 	apiv1 "github.com/mqlet/mqlet/api/v1"
 )
 
-func (in *Intake) get(id string, payload []byte) {
+// handleGet answers with desired objects and the status of pods.
+func (in *Intake) handleGet(r request) {
+	id, payload := r.id, r.payload
 	var args apiv1.GetRequest
 	if len(strings.TrimSpace(string(payload))) > 0 {
 		if err := manifest.DecodeArgs(payload, &args); err != nil {
@@ -107,10 +109,10 @@ func (in *Intake) get(id string, payload []byte) {
 func withoutData(c *v1.ConfigMap) *v1.ConfigMap {
 	out := c.DeepCopy()
 	for k, v := range c.Data {
-		out.Data[k] = fmt.Sprintf("<omitted: %d bytes>", len(v))
+		out.Data[k] = apiv1.Omitted(len(v))
 	}
 	for k, v := range c.BinaryData {
-		out.BinaryData[k] = []byte(fmt.Sprintf("<omitted: %d bytes>", len(v)))
+		out.BinaryData[k] = []byte(apiv1.Omitted(len(v)))
 	}
 	// The last-applied annotation kubectl writes would carry the data too.
 	delete(out.Annotations, v1.LastAppliedConfigAnnotation)

@@ -167,11 +167,46 @@ func TestRedeliveryIsAnsweredNotExecuted(t *testing.T) {
 	if len(r.sender.resent) != 1 || len(r.sched.keys) != 1 {
 		t.Fatalf("redelivery re-executed: resent=%v scheduled=%v", r.sender.resent, r.sched.keys)
 	}
-	// Without an id the same topic+payload derives the same id.
+	// Without an id the same topic+payload derives the same id, and the
+	// broker's redelivery (DUP) of it is answered from the record.
 	r.in.Handle(Command{Topic: "mqlet/v1/n1/cmd/get", Payload: []byte(`{}`)})
-	r.in.Handle(Command{Topic: "mqlet/v1/n1/cmd/get", Payload: []byte(`{}`)})
+	r.in.Handle(Command{Topic: "mqlet/v1/n1/cmd/get", Payload: []byte(`{}`), Duplicate: true})
 	if len(r.sender.resent) != 2 {
 		t.Fatalf("derived id not stable: resent=%v", r.sender.resent)
+	}
+}
+
+// A deliberate repeat of a command without a request id (no DUP flag) runs
+// again: the same delete sent after the pod was applied again deletes it
+// again, instead of being answered from the first delete's record.
+func TestDeliberateRepeatWithoutARequestIDRuns(t *testing.T) {
+	r := newRig(t)
+	del := Command{Topic: "mqlet/v1/n1/cmd/delete", Payload: []byte(`{"kind":"Pod","name":"web"}`)}
+	id := DeriveRequestID(del.Topic, del.Payload)
+	r.in.Handle(Command{Topic: "mqlet/v1/n1/cmd/apply/a1", Payload: []byte(webPod)})
+	r.in.Handle(del)
+	if r.sender.last(id).Phase != apiv1.Accepted {
+		t.Fatalf("first delete: %+v", r.sender.last(id))
+	}
+	r.in.Handle(Command{Topic: "mqlet/v1/n1/cmd/apply/a2", Payload: []byte(webPod)})
+	r.in.Handle(del)
+	if len(r.sender.resent) != 0 {
+		t.Fatalf("the repeat was answered from the record: %v", r.sender.resent)
+	}
+	if _, err := r.st.Pod("default", "web"); err == nil {
+		t.Fatal("the repeated delete did not run: the pod is still desired")
+	}
+	if got := r.sender.phases(id); strings.Join(got, ",") != "accepted,accepted" {
+		t.Fatalf("phases of %s: %v", id, got)
+	}
+	// The broker's redelivery of the repeat is answered, not run.
+	r.in.Handle(Command{Topic: "mqlet/v1/n1/cmd/apply/a3", Payload: []byte(webPod)})
+	r.in.Handle(Command{Topic: del.Topic, Payload: del.Payload, Duplicate: true})
+	if len(r.sender.resent) != 1 {
+		t.Fatalf("the redelivery ran: resent %v", r.sender.resent)
+	}
+	if _, err := r.st.Pod("default", "web"); err != nil {
+		t.Fatalf("the redelivery deleted the pod again: %v", err)
 	}
 }
 

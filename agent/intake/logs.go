@@ -24,7 +24,8 @@ const (
 	followFlush = 200 * time.Millisecond
 )
 
-func (in *Intake) logs(id string, payload []byte) {
+func (in *Intake) handleLogs(r request) {
+	id, payload := r.id, r.payload
 	const verb = "logs"
 	v := in.opts.Verbs
 	if v.Runtime == nil || v.Streams == nil {

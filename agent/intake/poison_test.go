@@ -332,3 +332,28 @@ func BenchmarkHandleWithMarks(b *testing.B) {
 		})
 	}
 }
+
+// A command without a request id that stopped the agent is not run again
+// when it is sent again without the DUP flag: a repeat of other commands
+// runs, but this one would crash the agent a second time.
+func TestPoisonWithoutARequestIDIsNotRunOnARepeat(t *testing.T) {
+	path := filepath.Join(t.TempDir(), "marks")
+	topic := "mqlet/v1/n1/cmd/apply"
+	id := DeriveRequestID(topic, []byte(webPod))
+	crashed, err := inflight.Open(path, 1)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := crashed.Set(0, "apply "+id); err != nil {
+		t.Fatal(err)
+	}
+	_ = crashed.Close()
+	r, hs, marks := newGuardedRig(t, path, 0)
+	ran := false
+	hs.onApply = func() { ran = true }
+	r.in.Recover(marks.Left())
+	r.in.Handle(Command{Topic: topic, Payload: []byte(webPod)})
+	if ran || len(r.sender.resent) != 1 || r.sender.last(id).Message != MsgStoppedAgent {
+		t.Fatalf("repeat of a poison command: ran=%v resent=%v last=%+v", ran, r.sender.resent, r.sender.last(id))
+	}
+}

@@ -14,7 +14,8 @@ import (
 	"github.com/mqlet/mqlet/cri"
 )
 
-func (in *Intake) restart(id string, payload []byte) {
+func (in *Intake) handleRestart(r request) {
+	id, payload := r.id, r.payload
 	const verb = "restart"
 	v := in.opts.Verbs
 	if v.Runtime == nil || v.Streams == nil || v.Restarts == nil {
@@ -121,30 +122,4 @@ func newest(st *cri.PodStatus, name string) *cri.ContainerStatus {
 		}
 	}
 	return nil
-}
-
-func (in *Intake) cancel(id string, payload []byte) {
-	const verb = "cancel"
-	v := in.opts.Verbs
-	if v.Streams == nil {
-		in.fail(id, verb, errors.New("verb \"cancel\" is not supported by this mqlet"))
-		return
-	}
-	var args apiv1.CancelRequest
-	if err := manifest.DecodeArgs(payload, &args); err != nil {
-		in.fail(id, verb, fmt.Errorf("decoding cancel request: %w", err))
-		return
-	}
-	if err := apiv1.ValidateRequestID(args.RequestID); err != nil {
-		in.fail(id, verb, fmt.Errorf("requestId: %w", err))
-		return
-	}
-	in.afterCommit(func(in *Intake) {
-		if !in.opts.Verbs.Streams.Cancel(args.RequestID) {
-			in.fail(id, verb, fmt.Errorf("no running request %q (logs, exec and restart requests can be cancelled while they run)", args.RequestID))
-			return
-		}
-		_ = in.replies.Send(apiv1.Reply{RequestID: id, Verb: verb, Phase: apiv1.Succeeded, Message: "cancelled request " + args.RequestID,
-			Result: apiv1.CancelResult{RequestID: args.RequestID}})
-	})
 }

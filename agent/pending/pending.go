@@ -63,15 +63,18 @@ func New(sender Sender, now func() time.Time) *Tracker {
 }
 
 // Add starts following request id until every pod in want is satisfied.
-// Outcomes already observed count at once.
+// Outcomes already observed count at once. An earlier request that waits
+// for something else of one of these pods (a deleted pod's apply, a
+// re-created pod's delete, an older spec) can no longer get it: it is
+// answered failed at once, saying which request superseded it.
 func (t *Tracker) Add(id, verb string, want map[string]Want, deadline time.Time) {
 	t.mu.Lock()
+	replies := t.supersedeLocked(id, verb, want)
 	r := &request{id: id, verb: verb, deadline: deadline, waiting: map[string]Want{}, results: map[string]string{}}
 	for k, w := range want {
 		r.waiting[k] = w
 	}
 	t.requests[id] = r
-	var replies []apiv1.Reply
 	for k := range want {
 		if out, ok := t.latest[k]; ok {
 			replies = append(replies, t.applyLocked(k, out)...)
@@ -141,6 +144,39 @@ func (t *Tracker) applyLocked(key string, out Outcome) []apiv1.Reply {
 		}
 	}
 	return replies
+}
+
+// supersedeLocked ends the requests other than id that wait on a pod of
+// want for a different outcome. A request with the same id (a repeat of a
+// command without one) is replaced, not answered.
+func (t *Tracker) supersedeLocked(id, verb string, want map[string]Want) []apiv1.Reply {
+	var replies []apiv1.Reply
+	for _, key := range sortedWant(want) {
+		w := want[key]
+		for _, old := range t.requests {
+			ow, ok := old.waiting[key]
+			if !ok || old.id == id || ow == w {
+				continue
+			}
+			what := "replaced"
+			if w.Gone {
+				what = "deleted"
+			} else if ow.Gone {
+				what = "desired again"
+			}
+			replies = append(replies, t.finishLocked(old, false, fmt.Sprintf("superseded: %s %s by a later request %s (%s) before this one finished", key, what, id, verb)))
+		}
+	}
+	return replies
+}
+
+func sortedWant(want map[string]Want) []string {
+	keys := make([]string, 0, len(want))
+	for k := range want {
+		keys = append(keys, k)
+	}
+	sort.Strings(keys)
+	return keys
 }
 
 func (t *Tracker) finishLocked(r *request, ok bool, why string) apiv1.Reply {

@@ -112,3 +112,63 @@ func TestDeadlineFailsButNamesTheReason(t *testing.T) {
 	cancel()
 	<-done
 }
+
+// A request whose pod a later command deletes or replaces cannot get what
+// it waits for: it ends at once, failed, naming the later request, instead
+// of at its deadline minutes later.
+func TestSupersededRequestEndsAtOnce(t *testing.T) {
+	hour := time.Now().Add(time.Hour)
+	cases := map[string]struct {
+		first, later Want
+		want         string
+	}{
+		"apply then delete":       {Want{Generation: 1}, Want{Gone: true}, "superseded: default/web deleted by a later request r2 (later) before this one finished"},
+		"apply then re-created":   {Want{Generation: 5}, Want{Generation: 1}, "superseded: default/web replaced by a later request r2 (later) before this one finished"},
+		"apply then newer spec":   {Want{Generation: 1}, Want{Generation: 2}, "superseded: default/web replaced by a later request r2 (later) before this one finished"},
+		"delete then apply again": {Want{Gone: true}, Want{Generation: 1}, "superseded: default/web desired again by a later request r2 (later) before this one finished"},
+	}
+	for name, c := range cases {
+		t.Run(name, func(t *testing.T) {
+			s := newSink()
+			tr := New(s, nil)
+			tr.Add("r1", "first", map[string]Want{"default/web": c.first, "default/other": {Generation: 1}}, hour)
+			tr.Add("r2", "later", map[string]Want{"default/web": c.later}, hour)
+			if s.count() != 1 {
+				t.Fatalf("%d replies, want r1's final", s.count())
+			}
+			r := <-s.got
+			if r.RequestID != "r1" || r.Phase != apiv1.Failed || r.Message != c.want {
+				t.Fatalf("reply %+v", r)
+			}
+			if tr.Len() != 1 {
+				t.Fatalf("%d requests tracked, want r2 only", tr.Len())
+			}
+			// r1 is done: an outcome for its other pod answers nothing more.
+			tr.Observe("default/other", Outcome{Generation: 1, Done: true, OK: true})
+			if s.count() != 1 {
+				t.Fatalf("r1 answered again: %+v", s.replies)
+			}
+		})
+	}
+}
+
+// Requests that wait for the same outcome (a re-apply of the same spec, a
+// second delete) are both answered by it; a repeat under the same id
+// replaces the request without answering it.
+func TestSameWantIsNotSuperseded(t *testing.T) {
+	s := newSink()
+	tr := New(s, nil)
+	hour := time.Now().Add(time.Hour)
+	tr.Add("r1", "apply", map[string]Want{"default/web": {Generation: 1}}, hour)
+	tr.Add("r2", "apply", map[string]Want{"default/web": {Generation: 1}}, hour)
+	tr.Add("r2", "apply", map[string]Want{"default/web": {Generation: 2}}, hour)
+	if s.count() != 1 || (<-s.got).RequestID != "r1" {
+		t.Fatalf("replies %+v", s.replies)
+	}
+	tr.Add("d1", "delete", map[string]Want{"ns/x": {Gone: true}}, hour)
+	tr.Add("d2", "delete", map[string]Want{"ns/x": {Gone: true}}, hour)
+	tr.Observe("ns/x", Outcome{Gone: true})
+	if s.count() != 3 {
+		t.Fatalf("replies %+v", s.replies)
+	}
+}

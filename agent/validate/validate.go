@@ -9,6 +9,7 @@ package validate
 import (
 	"fmt"
 	"slices"
+	"sort"
 	"strings"
 
 	v1 "k8s.io/api/core/v1"
@@ -18,6 +19,8 @@ import (
 	"k8s.io/kubernetes/pkg/apis/core"
 	corev1 "k8s.io/kubernetes/pkg/apis/core/v1"
 	corevalidation "k8s.io/kubernetes/pkg/apis/core/validation"
+
+	apiv1 "github.com/mqlet/mqlet/api/v1"
 )
 
 // DefaultNamespace is given to objects that name none.
@@ -117,7 +120,30 @@ func ValidateConfigMap(cm *v1.ConfigMap) field.ErrorList {
 	if err := scheme.Convert(c, &internal, nil); err != nil {
 		return field.ErrorList{field.InternalError(field.NewPath(""), fmt.Errorf("convert config map to internal form: %w", err))}
 	}
-	return corevalidation.ValidateConfigMap(&internal)
+	errs := corevalidation.ValidateConfigMap(&internal)
+	data := make(map[string][]byte, len(c.Data)+len(c.BinaryData))
+	for k, v := range c.Data {
+		data[k] = []byte(v)
+	}
+	errs = append(errs, placeholders(field.NewPath("data"), data)...)
+	return append(errs, placeholders(field.NewPath("binaryData"), c.BinaryData)...)
+}
+
+// placeholders refuses values that are get's stand-ins for data (see
+// apiv1.IsPlaceholder): applying get's output must not store them.
+func placeholders(path *field.Path, data map[string][]byte) field.ErrorList {
+	keys := make([]string, 0, len(data))
+	for k, v := range data {
+		if apiv1.IsPlaceholder(v) {
+			keys = append(keys, k)
+		}
+	}
+	sort.Strings(keys)
+	var errs field.ErrorList
+	for _, k := range keys {
+		errs = append(errs, field.Forbidden(path.Key(k), fmt.Sprintf("holds %q, the placeholder get shows instead of the value; apply the real value", data[k])))
+	}
+	return errs
 }
 
 // ValidateSecret checks a secret with Kubernetes' validation (stringData is
@@ -129,7 +155,9 @@ func ValidateSecret(secret *v1.Secret) field.ErrorList {
 	if err := scheme.Convert(s, &internal, nil); err != nil {
 		return field.ErrorList{field.InternalError(field.NewPath(""), fmt.Errorf("convert secret to internal form: %w", err))}
 	}
-	return corevalidation.ValidateSecret(&internal)
+	errs := corevalidation.ValidateSecret(&internal)
+	// The conversion merged stringData into data.
+	return append(errs, placeholders(field.NewPath("data"), internal.Data)...)
 }
 
 // FormatErrors renders every error, each with its field path, as one
@@ -180,10 +208,10 @@ func RedactSecret(secret *v1.Secret) *v1.Secret {
 	out := secret.DeepCopy()
 	redacted := make(map[string][]byte, len(secret.Data)+len(secret.StringData))
 	for k, v := range secret.Data {
-		redacted[k] = []byte(fmt.Sprintf("<redacted: %d bytes>", len(v)))
+		redacted[k] = []byte(apiv1.Redacted(len(v)))
 	}
 	for k, v := range secret.StringData {
-		redacted[k] = []byte(fmt.Sprintf("<redacted: %d bytes>", len(v)))
+		redacted[k] = []byte(apiv1.Redacted(len(v)))
 	}
 	out.Data = redacted
 	out.StringData = nil

@@ -1,6 +1,11 @@
 package apiv1
 
-import v1 "k8s.io/api/core/v1"
+import (
+	"fmt"
+	"regexp"
+
+	v1 "k8s.io/api/core/v1"
+)
 
 // Kinds a get can ask for.
 const (
@@ -36,9 +41,18 @@ type GetResult struct {
 	Secrets    []*v1.Secret    `json:"secrets"`
 }
 
-// Placeholders that stand for a value get does not show. An object holding
-// one is output of get, never input: apply refuses it.
-const (
-	RedactedFormat = "<redacted: %d bytes>" // a Secret's value
-	OmittedFormat  = "<omitted: %d bytes>"  // a ConfigMap's value in a listing
-)
+// Placeholders stand for a value get does not show: every value of a
+// Secret, and each value of a ConfigMap in a listing. An object holding one
+// is output of get, never input: apply refuses it naming the key, so a
+// round trip through get cannot overwrite the real value with its size.
+
+// Redacted is the placeholder of a Secret value of n bytes.
+func Redacted(n int) string { return fmt.Sprintf("<redacted: %d bytes>", n) }
+
+// Omitted is the placeholder of a ConfigMap value of n bytes in a listing.
+func Omitted(n int) string { return fmt.Sprintf("<omitted: %d bytes>", n) }
+
+var placeholder = regexp.MustCompile(`^<(redacted|omitted): [0-9]+ bytes>$`)
+
+// IsPlaceholder reports whether v is a value get shows in place of the data.
+func IsPlaceholder(v []byte) bool { return len(v) < 64 && placeholder.Match(v) }

@@ -51,9 +51,7 @@ func runAgent(ctx context.Context, cfg *config.Config, sources map[string]string
 	}
 	effective := live.Effective()
 	cfg = &effective
-	st, err := store.OpenWith(filepath.Join(cfg.StateDir, "state.db"), store.Options{
-		MaxReplies: cfg.Requests.MaxRecords, ReplyTTL: cfg.Requests.TTL.Duration, MaxReplyBytes: cfg.Requests.MaxRecordBytes,
-	})
+	st, err := store.OpenWith(filepath.Join(cfg.StateDir, "state.db"), storeOptions(cfg))
 	if err != nil {
 		return fmt.Errorf("opening desired-state store: %w", err)
 	}
@@ -340,4 +338,12 @@ func redacted(raw string) string {
 		return "(unparsable URL)"
 	}
 	return u.Redacted()
+}
+
+// storeOptions are the desired-state store's settings from cfg: the bounds
+// of the request records kept for redeliveries.
+func storeOptions(cfg *config.Config) store.Options {
+	return store.Options{
+		MaxReplies: cfg.Requests.MaxRecords, ReplyTTL: cfg.Requests.TTL.Duration, MaxReplyBytes: cfg.Requests.MaxRecordBytes,
+	}
 }

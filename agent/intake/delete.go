@@ -1,0 +1,56 @@
+package intake
+
+import (
+	"errors"
+	"fmt"
+	"strings"
+
+	"github.com/mqlet/mqlet/agent/manifest"
+	"github.com/mqlet/mqlet/agent/pending"
+	apiv1 "github.com/mqlet/mqlet/api/v1"
+)
+
+// handleDelete removes objects from the desired state; their pods are
+// killed gracefully.
+func (in *Intake) handleDelete(r request) {
+	id, payload := r.id, r.payload
+	refs, grace, err := manifest.DecodeRef(payload)
+	if err != nil {
+		in.fail(id, "delete", fmt.Errorf("decoding delete request: %w", err))
+		return
+	}
+	if grace != nil && *grace < 0 {
+		in.fail(id, "delete", errors.New("gracePeriodSeconds must not be negative"))
+		return
+	}
+	want := map[string]pending.Want{}
+	var deleted, missing []string
+	for _, r := range refs {
+		existed, err := in.store.Delete(r.Kind, r.Namespace, r.Name)
+		if err != nil {
+			in.fail(id, "delete", fmt.Errorf("deleting %s: %w", r, err))
+			return
+		}
+		if !existed {
+			missing = append(missing, r.String())
+			continue
+		}
+		deleted = append(deleted, r.String())
+		if r.Kind == "Pod" {
+			want[r.Namespace+"/"+r.Name] = pending.Want{Gone: true}
+		}
+	}
+	if len(deleted) == 0 {
+		in.fail(id, "delete", fmt.Errorf("not found: %s", strings.Join(missing, ", ")))
+		return
+	}
+	msg := "deleted from desired state: " + strings.Join(deleted, ", ")
+	if len(missing) > 0 {
+		msg += "; not found: " + strings.Join(missing, ", ")
+	}
+	_ = in.replies.Send(apiv1.Reply{RequestID: id, Verb: "delete", Phase: apiv1.Accepted, Message: msg})
+	in.tracker.Add(id, "delete", want, in.now().Add(in.opts.ApplyDeadline))
+	for _, key := range sortedKeys(want) {
+		in.pods.EnqueueDelete(key, grace)
+	}
+}
