@@ -57,6 +57,10 @@ func commands() []command {
 		{"sign", "sign VERB -f FILE [--request-id ID] print a command signed with --sign-key, for mosquitto_pub", runSign},
 		{"keys", "keys generate [--out FILE] | show  new Ed25519 signing key (show: of --sign-key); prints the node's trustedKeys entry", runKeys},
 		{"certs", "certs ca|broker --host H|node NAME|operator [--dir D]  fleet CA and mTLS certificates; says where each goes", runCerts},
+		{"logs", "logs POD [-c C] [-f] [--previous] [--tail N] [--since D]  print a container's log", runLogs},
+		{"exec", "exec POD [-c C] -- CMD [ARG...]    run a command in a container (if the agent allows exec)", runExec},
+		{"restart", "restart pod NAME [-c C]            kill and start again the pod, or one container", runRestart},
+		{"config", "config view | config set KEY=VALUE  the agent's settings and their sources; change a live one", runConfig},
 		{"version", "version                            print the mqletctl version", runVersion},
 	}
 }

@@ -3,6 +3,7 @@ package e2e
 import (
 	"encoding/json"
 	"fmt"
+	"regexp"
 	"strconv"
 	"strings"
 	"testing"
@@ -394,3 +395,45 @@ func TestConfigSetMetricsIntervalLiveAndAcrossRestart(t *testing.T) {
 		t.Fatalf("admission key: %q", f.Message)
 	}
 }
+
+// mqletctl's operator verbs against a real agent.
+func TestCtlLogsExecRestartConfig(t *testing.T) {
+	e := startPodEnv(t, func(logDir string) string {
+		return strings.Replace(verbsConfig(logDir, true), "metricsInterval: 0s", "metricsInterval: 1h", 1)
+	})
+	e.cleanupPods("printer")
+	e.apply(e.pod("printer", "Always", "for i in 1 2 3 4 5 6 7 8 9 10; do echo line $i; done; sleep 3600"), apiv1.Succeeded, podReadyTimeout)
+	base := []string{"--broker", e.broker.URL(), "--node", e.node, "--timeout", "60s"}
+	run := func(args ...string) (int, string, string) {
+		t.Helper()
+		return ctl(t, append(append([]string(nil), base...), args...)...)
+	}
+	var out string
+	Eventually(t, verbsTimeout, "mqletctl logs --tail 3 prints the last 3 lines", func() bool {
+		_, out, _ = run("logs", "printer", "-n", e.ns, "--tail", "3")
+		return out == "line 8\nline 9\nline 10\n"
+	})
+	code, out, errOut := run("exec", "printer", "-n", e.ns, "--", "sh", "-c", "echo hi; exit 3")
+	if code != 1 || out != "hi\n" || !strings.Contains(errOut, "exit code 3") {
+		t.Fatalf("exec: code %d out %q err %q", code, out, errOut)
+	}
+	before := e.runningIDs("printer")["main"]
+	if code, out, errOut := run("restart", "pod", "printer", "-n", e.ns); code != 0 || !strings.Contains(out, "restarted") {
+		t.Fatalf("restart: code %d out %q err %q", code, out, errOut)
+	}
+	if after := e.runningIDs("printer")["main"]; after == before || after == "" {
+		t.Fatalf("restart kept container %s (now %q)", before, after)
+	}
+	if code, out, errOut := run("config", "set", "metricsInterval=2s"); code != 0 || !strings.Contains(out, "telemetry.metricsInterval") || !strings.Contains(out, "remote") {
+		t.Fatalf("config set: code %d out %q err %q", code, out, errOut)
+	}
+	code, out, _ = run("config", "view")
+	if code != 0 || !regexpMatch(`telemetry\.metricsInterval\s+remote\s+"2s"`, out) {
+		t.Fatalf("config view: code %d\n%s", code, out)
+	}
+	if code, _, errOut := run("config", "set", "admission.allowPrivileged=true"); code != 1 || !strings.Contains(errOut, "admission.allowPrivileged") {
+		t.Fatalf("config set admission: code %d err %q", code, errOut)
+	}
+}
+
+func regexpMatch(pattern, s string) bool { return regexp.MustCompile(pattern).MatchString(s) }
