@@ -17,6 +17,7 @@ import (
 	"github.com/rs/zerolog"
 	v1 "k8s.io/api/core/v1"
 
+	"github.com/mqlet/mqlet/agent/eventlog"
 	"github.com/mqlet/mqlet/agent/events"
 	"github.com/mqlet/mqlet/agent/inflight"
 	"github.com/mqlet/mqlet/agent/intake"
@@ -101,6 +102,8 @@ type Options struct {
 	MaxBacklogBytes int
 	// Logs and Exec bound the operator verbs; MaxStreams bounds the logs,
 	// exec and restart requests running at once.
+	// EventLog, when set, keeps the events published (get Event).
+	EventLog *eventlog.Log
 	// Live, when set, holds the settings the config verb changes.
 	Live       *liveconfig.Settings
 	Logs       intake.LogLimits
@@ -131,7 +134,7 @@ func New(opts Options, st Store, out Publisher, rt Runtime, log zerolog.Logger) 
 	a := &Agent{opts: opts, store: st, out: out, rt: rt, log: log}
 	// Replies and events are persisted in groups (see intake.Group).
 	a.group = intake.NewGroup(st, out, log.With().Str("component", "intake").Logger())
-	a.events = events.New(eventSink{topics: opts.Topics, out: a.group.Publisher(), log: log}, events.Options{Node: opts.Topics.Node}, log.With().Str("component", "events").Logger())
+	a.events = events.New(eventSink{topics: opts.Topics, out: a.group.Publisher(), log: log, history: opts.EventLog}, events.Options{Node: opts.Topics.Node}, log.With().Str("component", "events").Logger())
 	a.status = statusmgr.New(opts.Topics, out, st, log.With().Str("component", "status").Logger())
 	var replyOpts []reply.Option
 	if opts.MaxReplyBytes > 0 {
@@ -155,6 +158,9 @@ func New(opts Options, st Store, out Publisher, rt Runtime, log zerolog.Logger) 
 	intakeOpts.Verbs = intake.VerbOptions{Runtime: rt, Restarts: a.pool, Streams: a.streams, Logs: opts.Logs, Exec: opts.Exec, RestartTimeout: opts.ApplyDeadline}
 	if opts.Live != nil {
 		intakeOpts.Verbs.Config = opts.Live
+	}
+	if opts.EventLog != nil {
+		intakeOpts.Verbs.Events = opts.EventLog
 	}
 	a.intake = intake.New(intakeOpts, st, sender, a.tracker, a.pool, a.events, a.status, log.With().Str("component", "intake").Logger())
 	a.cmds = intake.NewPipeline(a.intake, st, out, sender, intake.PipelineOptions{MaxBacklog: opts.MaxBacklog, MaxBacklogBytes: opts.MaxBacklogBytes, Group: a.group}, log.With().Str("component", "intake").Logger())
@@ -408,9 +414,10 @@ func (d desired) DesiredPod(namespace, name string) (*v1.Pod, error) {
 
 // eventSink publishes events on the events topic.
 type eventSink struct {
-	topics apiv1.Scheme
-	out    reply.Publisher
-	log    zerolog.Logger
+	topics  apiv1.Scheme
+	out     reply.Publisher
+	log     zerolog.Logger
+	history *eventlog.Log // nil: none kept
 }
 
 func (s eventSink) Emit(ev *v1.Event) {
@@ -418,6 +425,9 @@ func (s eventSink) Emit(ev *v1.Event) {
 	if err != nil {
 		s.log.Error().Err(err).Msg("encoding event")
 		return
+	}
+	if s.history != nil {
+		s.history.Add(ev)
 	}
 	if err := s.out.Put(outbox.Message{Topic: s.topics.Events(), Payload: payload, QoS: 1}); err != nil {
 		s.log.Warn().Err(err).Str("reason", ev.Reason).Msg("queueing event")

@@ -27,6 +27,10 @@ func (in *Intake) handleGet(r request) {
 		in.getConfig(id, args)
 		return
 	}
+	if strings.EqualFold(args.Kind, apiv1.KindEvent) || strings.EqualFold(args.Kind, "Events") {
+		in.getEvents(id, args)
+		return
+	}
 	sel, err := parseSelector(args.LabelSelector)
 	if err != nil {
 		in.fail(id, "get", err)

@@ -67,6 +67,8 @@ type VerbOptions struct {
 	RestartTimeout time.Duration
 	// Config holds the settings the config verb changes.
 	Config LiveConfig
+	// Events is the kept event history, for get {"kind":"Event"}.
+	Events EventHistory
 }
 
 // LiveConfig is the settings changed over MQTT (agent/liveconfig).

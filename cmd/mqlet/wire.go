@@ -15,6 +15,7 @@ import (
 	"github.com/rs/zerolog"
 
 	"github.com/mqlet/mqlet/agent"
+	"github.com/mqlet/mqlet/agent/eventlog"
 	"github.com/mqlet/mqlet/agent/inflight"
 	"github.com/mqlet/mqlet/agent/intake"
 	"github.com/mqlet/mqlet/agent/liveconfig"
@@ -106,6 +107,10 @@ func runAgent(ctx context.Context, cfg *config.Config, sources map[string]string
 	}
 	opts := agentOptions(cfg, topics)
 	opts.Live = live
+	if opts.EventLog, err = eventlog.Open(filepath.Join(cfg.StateDir, "events.jsonl"), cfg.Events.History, log.With().Str("component", "eventlog").Logger()); err != nil {
+		return err
+	}
+	defer opts.EventLog.Close()
 	if opts.CommandMarks, err = inflight.Open(filepath.Join(cfg.StateDir, "inflight-command"), 1); err != nil {
 		return fmt.Errorf("opening command marks: %w", err)
 	}

@@ -337,6 +337,28 @@ spec:
 	if !strings.Contains(f.Message, `"nosuch"`) {
 		t.Fatalf("unknown container: %q", f.Message)
 	}
+
+	// The event history has the pod's events, oldest first, and only its.
+	f = final(t, e.command("get", apiv1.GetRequest{Kind: "Event", InvolvedObject: &apiv1.ObjectRef{Kind: "Pod", Namespace: e.ns, Name: "two"}}, verbsTimeout), apiv1.Succeeded)
+	var hist apiv1.EventList
+	if err := json.Unmarshal(f.RawResult(), &hist); err != nil {
+		t.Fatal(err)
+	}
+	restarts := 0
+	for i, ev := range hist.Events {
+		if ev.InvolvedObject.Name != "two" {
+			t.Fatalf("event of %s in the history of two", ev.InvolvedObject.Name)
+		}
+		if i > 0 && ev.LastTimestamp.Before(&hist.Events[i-1].LastTimestamp) {
+			t.Fatalf("history not oldest first at %d: %v after %v", i, ev.LastTimestamp, hist.Events[i-1].LastTimestamp)
+		}
+		if ev.Reason == "Killing" && strings.Contains(ev.Message, "restart requested") {
+			restarts++
+		}
+	}
+	if len(hist.Events) == 0 || hist.Events[0].Reason != "Scheduled" || restarts == 0 {
+		t.Fatalf("history of two: %d events, first %q, %d restart kills", len(hist.Events), hist.Events[0].Reason, restarts)
+	}
 }
 
 func TestConfigSetMetricsIntervalLiveAndAcrossRestart(t *testing.T) {
