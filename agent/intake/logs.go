@@ -22,6 +22,8 @@ const (
 	maxSinceSeconds = 10 * 365 * 24 * 3600
 	// followFlush is how long a followed line may wait to be sent with others.
 	followFlush = 200 * time.Millisecond
+	// backlogPoll is how often a held-back chunk looks at the outbox again.
+	backlogPoll = 20 * time.Millisecond
 )
 
 func (in *Intake) handleLogs(r request) {
@@ -116,7 +118,7 @@ func (in *Intake) runLogs(ctx context.Context, id string, req cri.LogRequest, fo
 	lim := in.opts.Verbs.Logs
 	budget := chunkBudget(lim.MaxChunkBytes)
 	burst := max(budget, int(min(lim.BytesPerSecond, 1<<30)))
-	ch := &chunker{budget: budget, limiter: rate.NewLimiter(rate.Limit(lim.BytesPerSecond), burst),
+	ch := &chunker{budget: budget, limiter: rate.NewLimiter(rate.Limit(lim.BytesPerSecond), burst), backlog: lim.Backlog, maxBacklog: lim.MaxBacklog,
 		send: func(seq int, text string) error {
 			return in.sendChunk(apiv1.Reply{RequestID: id, Verb: verb, Phase: apiv1.InProgress, Seq: seq,
 				Message: fmt.Sprintf("log chunk %d", seq), Result: apiv1.LogsChunk{Lines: splitLines(text)}})
@@ -206,8 +208,12 @@ func chunkBudget(maxChunk int) int {
 type chunker struct {
 	budget  int
 	limiter *rate.Limiter
-	send    func(seq int, text string) error
-	ctx     context.Context
+	// backlog, when set, holds a chunk back while more than maxBacklog
+	// bytes wait to be published.
+	backlog    func() int64
+	maxBacklog int64
+	send       func(seq int, text string) error
+	ctx        context.Context
 
 	mu     sync.Mutex
 	buf    []byte
@@ -298,6 +304,15 @@ func (c *chunker) emit(ctx context.Context, text string) error {
 func (c *chunker) emitLocked(ctx context.Context, text string) error {
 	if err := c.limiter.WaitN(ctx, min(len(text), c.limiter.Burst())); err != nil {
 		return err
+	}
+	for c.backlog != nil && c.backlog() > c.maxBacklog {
+		t := time.NewTimer(backlogPoll)
+		select {
+		case <-ctx.Done():
+			t.Stop()
+			return ctx.Err()
+		case <-t.C:
+		}
 	}
 	c.seq++
 	c.lines += len(splitLines(text))

@@ -5,7 +5,9 @@ import (
 	"encoding/json"
 	"fmt"
 	"strings"
+	"sync/atomic"
 	"testing"
+	"time"
 	"unicode/utf8"
 
 	"golang.org/x/time/rate"
@@ -82,4 +84,42 @@ func TestCapOutputCountsEscapes(t *testing.T) {
 	if !cut || len(s) != 10 {
 		t.Fatalf("control bytes: kept %d (cut=%v), want 10 (6 escaped bytes each)", len(s), cut)
 	}
+}
+
+// A chunk waits while the outbox holds more than the bound, and goes once
+// it drained.
+func TestChunkerWaitsForTheOutbox(t *testing.T) {
+	var backlog atomic.Int64
+	backlog.Store(1 << 30)
+	sent := make(chan string, 4)
+	c := &chunker{budget: 1024, limiter: rate.NewLimiter(rate.Inf, 1024), ctx: context.Background(),
+		backlog: backlog.Load, maxBacklog: 1 << 20,
+		send: func(_ int, text string) error { sent <- text; return nil }}
+	done := make(chan error, 1)
+	go func() { done <- c.flushText("held back\n") }()
+	select {
+	case <-sent:
+		t.Fatal("a chunk was sent while the outbox was over its bound")
+	case <-time.After(200 * time.Millisecond):
+	}
+	backlog.Store(0)
+	select {
+	case got := <-sent:
+		if got != "held back\n" {
+			t.Fatalf("sent %q", got)
+		}
+	case <-time.After(10 * time.Second):
+		t.Fatal("the chunk was not sent after the outbox drained")
+	}
+	if err := <-done; err != nil {
+		t.Fatal(err)
+	}
+}
+
+// flushText gathers text and flushes it, as a followed log does.
+func (c *chunker) flushText(text string) error {
+	if _, err := c.Write([]byte(text)); err != nil {
+		return err
+	}
+	return c.flush(c.ctx)
 }

@@ -45,6 +45,11 @@ type LogLimits struct {
 	MaxBytes       int64
 	MaxFollow      time.Duration
 	BytesPerSecond int64
+	// Backlog, when set, is how many bytes wait in the outbox; a log's
+	// next chunk waits while it is over MaxBacklog, so a log read faster
+	// than the broker takes it never crowds other messages out.
+	Backlog    func() int64
+	MaxBacklog int64
 }
 
 // ExecLimits bound the exec verb (config exec.*).

@@ -107,6 +107,9 @@ func runAgent(ctx context.Context, cfg *config.Config, sources map[string]string
 	}
 	opts := agentOptions(cfg, topics)
 	opts.Live = live
+	// A log waits for the broker rather than filling the outbox.
+	opts.Logs.Backlog = func() int64 { return box.Stats().Bytes }
+	opts.Logs.MaxBacklog = cfg.MQTT.OutboxMaxBytes / 4
 	if opts.EventLog, err = eventlog.Open(filepath.Join(cfg.StateDir, "events.jsonl"), cfg.Events.History, log.With().Str("component", "eventlog").Logger()); err != nil {
 		return err
 	}
