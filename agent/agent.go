@@ -18,9 +18,11 @@ import (
 	"github.com/rs/zerolog"
 	v1 "k8s.io/api/core/v1"
 
+	"github.com/mqlet/mqlet/agent/eventlog"
 	"github.com/mqlet/mqlet/agent/events"
 	"github.com/mqlet/mqlet/agent/inflight"
 	"github.com/mqlet/mqlet/agent/intake"
+	"github.com/mqlet/mqlet/agent/liveconfig"
 	"github.com/mqlet/mqlet/agent/pending"
 	"github.com/mqlet/mqlet/agent/podworker"
 	"github.com/mqlet/mqlet/agent/presence"
@@ -29,6 +31,7 @@ import (
 	"github.com/mqlet/mqlet/agent/restart"
 	"github.com/mqlet/mqlet/agent/statusmgr"
 	"github.com/mqlet/mqlet/agent/store"
+	"github.com/mqlet/mqlet/agent/streams"
 	"github.com/mqlet/mqlet/agent/telemetry"
 	"github.com/mqlet/mqlet/agent/validate"
 	apiv1 "github.com/mqlet/mqlet/api/v1"
@@ -50,6 +53,7 @@ type Runtime interface {
 	RunPLEG(ctx context.Context, period time.Duration, out chan<- cri.PodLifecycleEvent)
 	GarbageCollect(ctx context.Context, policy cri.GCPolicy, isDesired func(uid string) bool) error
 	RotateLogs(ctx context.Context, r cri.LogRotation) error
+	intake.VerbRuntime
 }
 
 // Store is the persisted desired state.
@@ -126,6 +130,15 @@ type Options struct {
 	// persisted (0: the intake's defaults).
 	MaxBacklog      int
 	MaxBacklogBytes int
+	// Logs and Exec bound the operator verbs; MaxStreams bounds the logs,
+	// exec and restart requests running at once.
+	Logs       intake.LogLimits
+	Exec       intake.ExecLimits
+	MaxStreams int
+	// EventLog, when set, keeps the events published (get Event).
+	EventLog *eventlog.Log
+	// Live, when set, holds the settings the config verb changes.
+	Live *liveconfig.Settings
 
 	// Version is mqlet's, published in the presence and node status.
 	Version string
@@ -157,6 +170,7 @@ type Agent struct {
 	cmds     *intake.Pipeline // the only caller of intake.Handle
 	group    *intake.Group
 	probes   *prober.Manager
+	streams  *streams.Manager
 }
 
 // New builds the agent and everything it runs; Run starts it.
@@ -169,7 +183,7 @@ func New(ctx context.Context, opts Options, deps Deps, log zerolog.Logger) (*Age
 	a := &Agent{opts: opts, store: st, box: deps.Outbox, out: out, rt: rt, log: log}
 	// Replies and events are persisted in groups (see intake.Group).
 	a.group = intake.NewGroup(st, out, log.With().Str("component", "intake").Logger())
-	a.events = events.New(eventSink{topics: opts.Topics, out: a.group.Publisher(), log: log}, events.Options{Node: opts.Topics.Node}, log.With().Str("component", "events").Logger())
+	a.events = events.New(eventSink{topics: opts.Topics, out: a.group.Publisher(), log: log, history: opts.EventLog}, events.Options{Node: opts.Topics.Node}, log.With().Str("component", "events").Logger())
 	a.status = statusmgr.New(opts.Topics, out, st, log.With().Str("component", "status").Logger())
 	var replyOpts []reply.Option
 	if opts.MaxReplyBytes > 0 {
@@ -193,6 +207,14 @@ func New(ctx context.Context, opts Options, deps Deps, log zerolog.Logger) (*Age
 		intakeOpts.Marks = opts.CommandMarks
 	}
 	a.pool = podworker.New(poolOpts, rt, desired{Store: st, node: opts.Topics.Node}, a.status, a.tracker, a.events, log.With().Str("component", "podworker").Logger())
+	a.streams = streams.New(opts.MaxStreams)
+	intakeOpts.Verbs = intake.VerbOptions{Runtime: rt, Restarts: a.pool, Streams: a.streams, Logs: opts.Logs, Exec: opts.Exec, RestartTimeout: opts.ApplyDeadline}
+	if opts.Live != nil {
+		intakeOpts.Verbs.Config = opts.Live
+	}
+	if opts.EventLog != nil {
+		intakeOpts.Verbs.Events = opts.EventLog
+	}
 	a.intake = intake.New(intakeOpts, st, sender, a.tracker, a.pool, a.events, a.status, log.With().Str("component", "intake").Logger())
 	a.cmds = intake.NewPipeline(a.intake, st, out, sender, intake.PipelineOptions{MaxBacklog: opts.MaxBacklog, MaxBacklogBytes: opts.MaxBacklogBytes, Group: a.group}, log.With().Str("component", "intake").Logger())
 	a.recoverInFlight()
@@ -327,6 +349,7 @@ func (a *Agent) Run(ctx context.Context) error {
 	}
 	spawn("intake", loop(a.cmds.Run))
 	spawn("reply-group", loop(a.group.Run))
+	spawn("streams", loop(a.streams.Run))
 	spawn("runtime", loop(a.rt.Run))
 	spawn("workers", loop(a.pool.Run))
 	spawn("prober", loop(a.probes.Run))
@@ -473,7 +496,14 @@ func (a *Agent) rotateLogs(ctx context.Context) {
 }
 
 func (a *Agent) housekeeping(ctx context.Context) {
-	every(ctx, a.opts.GCInterval, func(ctx context.Context) {
+	run := every
+	if a.opts.Live != nil {
+		// gc.interval may be changed over MQTT.
+		run = func(ctx context.Context, _ time.Duration, fn func(context.Context)) {
+			a.opts.Live.Every(ctx.Done(), "gcInterval", func() { fn(ctx) })
+		}
+	}
+	run(ctx, a.opts.GCInterval, func(ctx context.Context) {
 		if _, err := a.store.PruneReplies(time.Now()); err != nil {
 			a.log.Warn().Err(err).Msg("pruning request records")
 		}
@@ -525,9 +555,10 @@ func (d desired) DesiredPod(namespace, name string) (*v1.Pod, error) {
 
 // eventSink publishes events on the events topic.
 type eventSink struct {
-	topics apiv1.Scheme
-	out    reply.Publisher
-	log    zerolog.Logger
+	topics  apiv1.Scheme
+	out     reply.Publisher
+	log     zerolog.Logger
+	history *eventlog.Log // nil: none kept
 }
 
 func (s eventSink) Emit(ev *v1.Event) {
@@ -535,6 +566,9 @@ func (s eventSink) Emit(ev *v1.Event) {
 	if err != nil {
 		s.log.Error().Err(err).Msg("encoding event")
 		return
+	}
+	if s.history != nil {
+		s.history.Add(ev)
 	}
 	if err := s.out.Put(outbox.Message{Topic: s.topics.Events(), Payload: payload, QoS: 1}); err != nil {
 		s.log.Warn().Err(err).Str("reason", ev.Reason).Msg("queueing event")

@@ -2,6 +2,7 @@ package agent
 
 import (
 	"context"
+	"io"
 	"path/filepath"
 	"sync"
 	"testing"
@@ -139,4 +140,10 @@ func TestRunLeavesNoGoroutine(t *testing.T) {
 
 func (r *loopRuntime) ExecSync(context.Context, string, []string, time.Duration) ([]byte, []byte, int, error) {
 	return nil, nil, 0, nil
+}
+
+func (r *loopRuntime) ContainerLogs(context.Context, cri.LogRequest, io.Writer) error { return nil }
+
+func (r *loopRuntime) ExecInPod(context.Context, cri.PodKey, string, []string, time.Duration) (*cri.ExecResult, error) {
+	return &cri.ExecResult{}, nil
 }

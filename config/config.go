@@ -65,6 +65,9 @@ type Config struct {
 	Requests       Requests       `json:"requests"`
 	Security       Security       `json:"security"`
 	Images         Images         `json:"images"`
+	Logs           Logs           `json:"logs"`
+	Exec           Exec           `json:"exec"`
+	Events         Events         `json:"events"`
 }
 
 // MQTT is the broker session.
@@ -178,6 +181,8 @@ type Requests struct {
 	// persisted; beyond them a command is answered "overloaded" at once.
 	MaxBacklog      int `json:"maxBacklog"`
 	MaxBacklogBytes int `json:"maxBacklogBytes"`
+	// MaxStreams bounds the logs, exec and restart requests running at once.
+	MaxStreams int `json:"maxStreams"`
 }
 
 // Default returns the configuration used when nothing overrides it.
@@ -239,9 +244,12 @@ func Default() Config {
 		NodeLabels: map[string]string{},
 		Admission: Admission{Profile: "baseline", Namespaces: map[string]string{},
 			AllowedHostPaths: []string{}, AllowedCapabilities: []string{}, AllowedHostPorts: []string{}},
-		Requests: Requests{MaxRecords: 1000, TTL: Duration{24 * time.Hour}, MaxRecordBytes: 8 << 20, MaxReplyBytes: 256 << 10, MaxBacklog: 5000, MaxBacklogBytes: 32 << 20},
+		Requests: Requests{MaxRecords: 1000, TTL: Duration{24 * time.Hour}, MaxRecordBytes: 8 << 20, MaxReplyBytes: 256 << 10, MaxBacklog: 5000, MaxBacklogBytes: 32 << 20, MaxStreams: 8},
 		Security: defaultSecurity(),
 		Images:   defaultImages(),
+		Logs:     defaultLogs(),
+		Exec:     defaultExec(),
+		Events:   Events{History: 500},
 	}
 }
 
@@ -392,6 +400,7 @@ func (c *Config) Validate() error {
 	}
 	c.Security.validate(bad)
 	c.Images.validate(bad)
+	c.validateVerbs(bad)
 	return errors.Join(errs...)
 }
 

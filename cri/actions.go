@@ -24,6 +24,8 @@ const (
 	ReasonContainerNotRunning
 	ReasonLivenessFailed
 	ReasonStartupFailed
+	// An operator's restart request (the restart verb).
+	ReasonRestartRequested
 )
 
 var reasonText = map[Reason]string{
@@ -38,6 +40,7 @@ var reasonText = map[Reason]string{
 	ReasonContainerNotRunning:  "container is not running",
 	ReasonLivenessFailed:       "failed liveness probe",
 	ReasonStartupFailed:        "failed startup probe",
+	ReasonRestartRequested:     "restart requested",
 }
 
 func (r Reason) String() string {

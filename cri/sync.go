@@ -32,7 +32,12 @@ type SyncInput struct {
 // runs init containers in order and starts app containers per restart
 // policy, gated by backoff. A container waiting in backoff yields a
 // *BackoffError.
-func (m *Manager) SyncPod(ctx context.Context, in SyncInput) (err error) {
+func (m *Manager) SyncPod(ctx context.Context, in SyncInput) error {
+	return m.syncPod(ctx, in, forced{})
+}
+
+// syncPod is SyncPod that also starts what a restart request forces.
+func (m *Manager) syncPod(ctx context.Context, in SyncInput, force forced) (err error) {
 	pod, status, objects, backoff, events := in.Pod, in.Status, in.Objects, in.Backoff, in.Events
 	if events == nil {
 		events = noEvents{}
@@ -50,6 +55,7 @@ func (m *Manager) SyncPod(ctx context.Context, in SyncInput) (err error) {
 	}
 	ctx = quietContext(ctx)
 	act := computePodActions(pod, status, in.Probes)
+	backoff = force.apply(pod, status, &act, backoff)
 	log := m.log.With().Str("pod", pod.Namespace+"/"+pod.Name).Str("uid", string(pod.UID)).Logger()
 
 	if act.KillPod {

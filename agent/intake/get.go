@@ -6,6 +6,7 @@ import (
 	"strings"
 
 	v1 "k8s.io/api/core/v1"
+	"k8s.io/apimachinery/pkg/labels"
 
 	"github.com/mqlet/mqlet/agent/manifest"
 	"github.com/mqlet/mqlet/agent/validate"
@@ -22,11 +23,20 @@ func (in *Intake) handleGet(r request) {
 			return
 		}
 	}
-	// Accepted by the contract, not yet honoured: refused, never ignored.
-	if args.LabelSelector != "" {
-		in.fail(id, "get", errors.New(`field "labelSelector" is not supported yet by this mqlet`))
+	if strings.EqualFold(args.Kind, "Config") {
+		in.getConfig(id, args)
 		return
 	}
+	if strings.EqualFold(args.Kind, apiv1.KindEvent) || strings.EqualFold(args.Kind, "Events") {
+		in.getEvents(id, args)
+		return
+	}
+	sel, err := parseSelector(args.LabelSelector)
+	if err != nil {
+		in.fail(id, "get", err)
+		return
+	}
+	// Accepted by the contract, not yet honoured: refused, never ignored.
 	if args.InvolvedObject != nil {
 		in.fail(id, "get", errors.New(`field "involvedObject" is not supported yet by this mqlet`))
 		return
@@ -38,8 +48,8 @@ func (in *Intake) handleGet(r request) {
 		return
 	}
 	kind := strings.TrimSuffix(strings.ToLower(args.Kind), "s")
-	match := func(ns, name string) bool {
-		return (args.Namespace == "" || args.Namespace == ns) && (args.Name == "" || args.Name == name)
+	match := func(ns, name string, l map[string]string) bool {
+		return (args.Namespace == "" || args.Namespace == ns) && (args.Name == "" || args.Name == name) && sel.Matches(labels.Set(l))
 	}
 	res := apiv1.GetResult{Pods: []*v1.Pod{}, ConfigMaps: []*v1.ConfigMap{}, Secrets: []*v1.Secret{}}
 	if kind == "" || kind == "pod" {
@@ -49,7 +59,7 @@ func (in *Intake) handleGet(r request) {
 			return
 		}
 		for _, p := range pods {
-			if !match(p.Namespace, p.Name) {
+			if !match(p.Namespace, p.Name, p.Labels) {
 				continue
 			}
 			if st, ok := in.status.Get(p.Namespace, p.Name); ok && st.UID == p.UID {
@@ -66,7 +76,7 @@ func (in *Intake) handleGet(r request) {
 			return
 		}
 		for _, c := range cms {
-			if match(c.Namespace, c.Name) {
+			if match(c.Namespace, c.Name, c.Labels) {
 				if args.Name == "" {
 					c = withoutData(c)
 				}
@@ -82,7 +92,7 @@ func (in *Intake) handleGet(r request) {
 			return
 		}
 		for _, s := range secrets {
-			if match(s.Namespace, s.Name) {
+			if match(s.Namespace, s.Name, s.Labels) {
 				r := validate.RedactSecret(s)
 				r.Kind, r.APIVersion = "Secret", "v1"
 				res.Secrets = append(res.Secrets, r)
@@ -113,4 +123,20 @@ func withoutData(c *v1.ConfigMap) *v1.ConfigMap {
 	// The last-applied annotation kubectl writes would carry the data too.
 	delete(out.Annotations, v1.LastAppliedConfigAnnotation)
 	return out
+}
+
+// maxSelectorBytes bounds a labelSelector (labels.Parse's work grows with it).
+const maxSelectorBytes = 4096
+
+// parseSelector reads a labelSelector in kubectl's syntax ("app=web,tier!=db");
+// empty selects everything.
+func parseSelector(s string) (labels.Selector, error) {
+	if len(s) > maxSelectorBytes {
+		return nil, fmt.Errorf("labelSelector: %d bytes, at most %d", len(s), maxSelectorBytes)
+	}
+	sel, err := labels.Parse(s)
+	if err != nil {
+		return nil, fmt.Errorf("labelSelector %q: %w", s, err)
+	}
+	return sel, nil
 }

@@ -108,3 +108,43 @@ func TestGetAmplificationIsBounded(t *testing.T) {
 		t.Fatalf("records take %d bytes, bound %d", n, maxRecord)
 	}
 }
+
+// A labelSelector picks objects by their labels, in kubectl's syntax.
+func TestGetLabelSelector(t *testing.T) {
+	st, err := store.OpenWith(filepath.Join(t.TempDir(), "state.db"), store.Options{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer st.Close()
+	box := &recordingBox{}
+	topics := apiv1.Scheme{Prefix: "mqlet/v1", Node: "n1"}
+	sender := reply.NewSender(topics, box, st, nil, zerolog.Nop())
+	in := New(Options{Topics: topics, MaxPayloadBytes: 1 << 20, ApplyDeadline: time.Minute},
+		st, sender, &fakeTracker{added: map[string]map[string]pending.Want{}}, &fakeScheduler{deletes: map[string]*int64{}}, &fakeEvents{}, noStatus{}, zerolog.Nop())
+	for i, app := range []string{"web", "db", "web"} {
+		payload := fmt.Appendf(nil, `{"apiVersion":"v1","kind":"ConfigMap","metadata":{"name":"c%d","labels":{"app":%q}},"data":{"k":"v"}}`, i, app)
+		in.Handle(Command{Topic: fmt.Sprintf("mqlet/v1/n1/cmd/apply/a%d", i), Payload: payload})
+	}
+	for i, c := range []struct{ sel, want string }{{"app=web", "c0,c2"}, {"app!=web", "c1"}, {"app in (db)", "c1"}, {"", "c0,c1,c2"}, {"tier=x", ""}} {
+		sel, want := c.sel, c.want
+		id := fmt.Sprintf("g%d", i)
+		payload, _ := json.Marshal(apiv1.GetRequest{Kind: "ConfigMap", LabelSelector: sel})
+		in.Handle(Command{Topic: "mqlet/v1/n1/cmd/get/" + id, Payload: payload})
+		reps := box.replies(t, id)
+		var res apiv1.GetResult
+		if len(reps) != 1 {
+			t.Fatalf("%q: %+v", sel, reps)
+		}
+		b, _ := json.Marshal(reps[0].Result)
+		if err := json.Unmarshal(b, &res); err != nil {
+			t.Fatalf("%q: %v", sel, err)
+		}
+		var names []string
+		for _, c := range res.ConfigMaps {
+			names = append(names, c.Name)
+		}
+		if got := strings.Join(names, ","); got != want {
+			t.Errorf("selector %q: %s, want %s", sel, got, want)
+		}
+	}
+}

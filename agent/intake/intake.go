@@ -98,6 +98,8 @@ type Options struct {
 	Allocatable v1.ResourceList
 	// Marks, when set, holds the in-flight mark of each command.
 	Marks Marker
+	// Verbs wire the operator verbs (logs, exec, restart, cancel; verbs.go).
+	Verbs VerbOptions
 }
 
 // Reasons of the intake's events and failed replies.

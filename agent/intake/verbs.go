@@ -34,11 +34,11 @@ func newVerbTable() verbTable {
 		{name: apiv1.VerbDelete, handle: (*Intake).handleDelete},
 		{name: apiv1.VerbSync, handle: (*Intake).handleSync},
 		{name: apiv1.VerbGet, handle: (*Intake).handleGet, takesEmpty: true},
-		{name: apiv1.VerbRestart},
-		{name: apiv1.VerbLogs},
-		{name: apiv1.VerbExec},
-		{name: apiv1.VerbConfig},
-		{name: apiv1.VerbCancel},
+		{name: apiv1.VerbRestart, handle: (*Intake).handleRestart},
+		{name: apiv1.VerbLogs, handle: (*Intake).handleLogs},
+		{name: apiv1.VerbExec, handle: (*Intake).handleExec},
+		{name: apiv1.VerbConfig, handle: (*Intake).handleConfig},
+		{name: apiv1.VerbCancel, handle: (*Intake).handleCancel},
 	}
 }
 

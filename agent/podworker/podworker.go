@@ -128,8 +128,9 @@ type Pool struct {
 	slots   chan int       // free sync slot numbers
 	tasks   sync.WaitGroup // one goroutine per key being worked on, and the kills
 
-	mu      sync.Mutex
-	runners map[string]*runner // key → the pod's runner
+	mu       sync.Mutex
+	runners  map[string]*runner // key → the pod's runner
+	restarts restarts           // restart requests waiting for their pod's worker (restart.go)
 
 	syncs, failures, backoffs atomic.Uint64
 }

@@ -40,6 +40,7 @@ func (p *Pool) work(life, ctx context.Context, r *runner) (time.Duration, error)
 		return 0, nil
 	}
 	if pod == nil {
+		p.dropRestarts(r.key)
 		if err := p.removePod(life, ctx, r, namespace, name, ""); !errors.Is(err, errTerminating) {
 			return 0, err
 		}
@@ -84,7 +85,7 @@ func (p *Pool) syncPod(ctx context.Context, pod *v1.Pod, backoff cri.RestartBack
 	if pr := p.opts.Probes; pr != nil {
 		in.Probes = pr
 	}
-	syncErr := p.rt.SyncPod(ctx, in)
+	syncErr := p.syncOrRestart(ctx, key, in)
 	if ctx.Err() != nil {
 		// A delete cancelled it: what it leaves is removed next, and a
 		// status read now would be stale.

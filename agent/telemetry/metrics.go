@@ -40,6 +40,15 @@ type MetricsOptions struct {
 	Topics apiv1.Scheme
 	// Interval between collections; 0 or less turns metrics off.
 	Interval time.Duration
+	// Live, when set, gives the interval from then on (the config verb
+	// changes it without a restart).
+	Live LiveInterval
+}
+
+// LiveInterval is a period that may change while running.
+type LiveInterval struct {
+	Period  func() time.Duration
+	Changes func() <-chan struct{}
 }
 
 // MetricsReporter publishes the stats Summary (QoS 0, not retained,
@@ -65,12 +74,21 @@ func (r *MetricsReporter) Run(ctx context.Context) error {
 		r.log.Info().Msg("metrics are off")
 		return nil
 	}
-	t := time.NewTicker(r.opts.Interval)
-	defer t.Stop()
+	period := func() time.Duration { return r.opts.Interval }
+	changes := func() <-chan struct{} { return nil }
+	if l := r.opts.Live; l.Period != nil && l.Changes != nil {
+		period, changes = l.Period, l.Changes
+	}
 	for {
+		changed := changes()
+		t := time.NewTimer(period())
 		select {
 		case <-ctx.Done():
+			t.Stop()
 			return nil
+		case <-changed:
+			t.Stop()
+			continue // the new period starts now
 		case <-t.C:
 		}
 		if _, err := r.Tick(ctx); err != nil && ctx.Err() == nil {

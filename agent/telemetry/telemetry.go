@@ -17,6 +17,8 @@ import (
 
 // Config is what Telemetry needs from mqlet's configuration.
 type Config struct {
+	// LiveMetrics, when set, gives MetricsInterval from then on.
+	LiveMetrics     LiveInterval
 	Topics          apiv1.Scheme
 	Version         string
 	StateDir        string
@@ -107,7 +109,7 @@ func New(ctx context.Context, cfg Config, deps Deps, log zerolog.Logger) (*Telem
 			log.Error().Err(err).Msg("metrics collector unavailable; metrics are off")
 		} else {
 			t.collector, machine = collector, collector
-			t.metrics = NewMetricsReporter(MetricsOptions{Topics: cfg.Topics, Interval: cfg.MetricsInterval},
+			t.metrics = NewMetricsReporter(MetricsOptions{Topics: cfg.Topics, Interval: cfg.MetricsInterval, Live: cfg.LiveMetrics},
 				collector, deps.Runtime, deps.Counters, deps.Out, log.With().Str("component", "metrics").Logger())
 		}
 	}

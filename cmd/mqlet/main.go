@@ -61,7 +61,7 @@ func run(args []string, stdout, stderr io.Writer) int {
 
 	ctx, stop := signal.NotifyContext(context.Background(), syscall.SIGTERM, syscall.SIGINT)
 	defer stop()
-	if err := runAgent(ctx, cfg, log, &secrets); err != nil {
+	if err := runAgent(ctx, cfg, config.Sources(flags, os.Getenv), log, &secrets); err != nil {
 		log.Error().Err(err).Msg("mqlet stopped with an error")
 		return 1
 	}

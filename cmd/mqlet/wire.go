@@ -11,13 +11,17 @@ import (
 	"path/filepath"
 	"runtime"
 	"strings"
+	"time"
 
 	"github.com/rs/zerolog"
 	v1 "k8s.io/api/core/v1"
 	"k8s.io/apimachinery/pkg/api/resource"
 
 	"github.com/mqlet/mqlet/agent"
+	"github.com/mqlet/mqlet/agent/eventlog"
 	"github.com/mqlet/mqlet/agent/inflight"
+	"github.com/mqlet/mqlet/agent/intake"
+	"github.com/mqlet/mqlet/agent/liveconfig"
 	"github.com/mqlet/mqlet/agent/nodestatus"
 	"github.com/mqlet/mqlet/agent/restart"
 	"github.com/mqlet/mqlet/agent/store"
@@ -36,14 +40,28 @@ import (
 // runAgent opens the node's state, builds the agent and runs it until ctx
 // ends (see agent.Run for the shutdown order). Deferred closes run after
 // Run has returned, when no part writes any more: stores and broker last.
-func runAgent(ctx context.Context, cfg *config.Config, log zerolog.Logger, secrets *redact.Live) error {
+func runAgent(ctx context.Context, cfg *config.Config, sources map[string]string, log zerolog.Logger, secrets *redact.Live) error {
 	log = log.With().Str("node", cfg.Node).Logger()
 	log.Info().Str("version", version.Version).Str("stateDir", cfg.StateDir).Msg("mqlet starting")
+	if err := os.MkdirAll(cfg.StateDir, 0o700); err != nil {
+		return fmt.Errorf("creating state dir: %w", err)
+	}
+	// Settings changed over MQTT (the config verb) outlive a restart.
+	live, dropped, err := liveconfig.Open(cfg, sources, cfg.StateDir)
+	if err != nil {
+		return err
+	}
+	if len(dropped) > 0 {
+		log.Warn().Strs("settings", dropped).Msg("remote settings no longer tunable or valid were dropped")
+	}
+	effective := live.Effective()
+	cfg = &effective
 	state, err := openState(cfg, log)
 	if err != nil {
 		return err
 	}
 	defer state.close()
+	state.live = live
 	secrets.Bind(state.store)
 	defer secrets.Bind(nil)
 	if cfg.EmbeddedBroker.Enabled {
@@ -78,7 +96,9 @@ type nodeState struct {
 	box                     *outbox.Outbox
 	commandMarks, syncMarks *inflight.File
 	nonces                  io.Closer
-	closers                 []io.Closer // in opening order
+	events                  *eventlog.Log        // the events history (get Event)
+	live                    *liveconfig.Settings // the settings the config verb changes
+	closers                 []io.Closer          // in opening order
 }
 
 // openState opens everything under cfg.StateDir; on an error what was
@@ -115,6 +135,10 @@ func openState(cfg *config.Config, log zerolog.Logger) (_ *nodeState, err error)
 		return nil, fmt.Errorf("opening pod sync marks: %w", err)
 	}
 	s.closers = append(s.closers, s.syncMarks)
+	if s.events, err = eventlog.Open(filepath.Join(cfg.StateDir, "events.jsonl"), cfg.Events.History, log.With().Str("component", "eventlog").Logger()); err != nil {
+		return nil, err
+	}
+	s.closers = append(s.closers, s.events)
 	return s, nil
 }
 
@@ -281,7 +305,14 @@ func agentOptions(cfg *config.Config, state *nodeState) (agent.Options, error) {
 		MaxReplyBytes:     cfg.Requests.MaxReplyBytes,
 		MaxBacklog:        cfg.Requests.MaxBacklog,
 		MaxBacklogBytes:   cfg.Requests.MaxBacklogBytes,
-		Version:           version.Version,
+		MaxStreams:        cfg.Requests.MaxStreams,
+		Logs: intake.LogLimits{MaxChunkBytes: cfg.Logs.MaxChunkBytes, MaxBytes: cfg.Logs.MaxBytes,
+			MaxFollow: cfg.Logs.MaxFollow.Duration, BytesPerSecond: cfg.Logs.MaxBytesPerSecond,
+			// A log waits for the broker rather than filling the outbox.
+			MaxBacklog: cfg.MQTT.OutboxMaxBytes / 4},
+		Exec: intake.ExecLimits{Enabled: cfg.Exec.Enabled, DefaultTimeout: cfg.Exec.DefaultTimeout.Duration,
+			MaxTimeout: cfg.Exec.MaxTimeout.Duration, MaxOutputBytes: cfg.Exec.MaxOutputBytes},
+		Version: version.Version,
 		Session: session.Options{
 			BrokerURL:    brokerURL(cfg),
 			ClientID:     session.ClientID(cfg.Node),
@@ -301,6 +332,17 @@ func agentOptions(cfg *config.Config, state *nodeState) (agent.Options, error) {
 	}
 	if state.syncMarks != nil {
 		opts.SyncMarks = state.syncMarks
+	}
+	if state.box != nil {
+		box := state.box
+		opts.Logs.Backlog = func() int64 { return box.Stats().Bytes }
+	}
+	if state.events != nil {
+		opts.EventLog = state.events
+	}
+	if live := state.live; live != nil {
+		opts.Live = live
+		opts.Telemetry.LiveMetrics = telemetry.LiveInterval{Period: func() time.Duration { return live.Duration("metricsInterval") }, Changes: live.Changes}
 	}
 	if cfg.Images.PreloadDir != "" {
 		opts.Preload = &cri.PreloadConfig{Dir: cfg.Images.PreloadDir, Interval: cfg.Images.PreloadInterval.Duration,

@@ -64,7 +64,9 @@ runtime: {criEndpoint: "unix:///tmp/x.sock", podLogDir: /tmp/logs, cgroupRoot: /
 pods: {workers: 3, backoffBase: 2s, backoffMax: 40s, backoffResetAfter: 7m, applyDeadline: 3m, maxPods: 12, pidsLimit: 99}
 gc: {interval: 13s, maxDeadPerContainer: 4, minDeadAge: 14s, imageGCHighPercent: 60, imageGCLowPercent: 42}
 telemetry: {metricsInterval: 19s, nodeStatusInterval: 21s, podStatusResync: 23s, memoryAvailable: 50Mi, diskAvailablePercent: 7, pidAvailablePercent: 8}
-requests: {maxReplyBytes: 70000, maxBacklog: 33, maxBacklogBytes: 900000}
+requests: {maxReplyBytes: 70000, maxBacklog: 33, maxBacklogBytes: 900000, maxStreams: 7}
+logs: {maxChunkBytes: 16384}
+exec: {maxOutputBytes: 8192}
 images: {pullParallelism: 3, pullTimeout: 4m, pullBackoffBase: 6s, pullBackoffMax: 60s, preloadDir: /tmp/preload, preloadInterval: 31s}
 `)
 	var errb bytes.Buffer
@@ -84,12 +86,13 @@ images: {pullParallelism: 3, pullTimeout: 4m, pullBackoffBase: 6s, pullBackoffMa
 	}
 
 	// Every field is set: a new option left unwired shows here. HostIPs
-	// comes from the machine, the marks from the opened state.
+	// comes from the machine; the marks, the events history and the live
+	// settings from the opened state.
 	v := reflect.ValueOf(opts)
 	for i := 0; i < v.NumField(); i++ {
 		name := v.Type().Field(i).Name
 		switch name {
-		case "HostIPs", "CommandMarks", "SyncMarks":
+		case "HostIPs", "CommandMarks", "SyncMarks", "EventLog", "Live":
 			continue
 		}
 		if v.Field(i).IsZero() {

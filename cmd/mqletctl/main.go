@@ -63,6 +63,10 @@ func commands() []command {
 		{"sign", "print a command signed with --sign-key, for mosquitto_pub", runSign},
 		{"keys", "new Ed25519 signing key (show: of --sign-key); prints the node's trustedKeys entry", runKeys},
 		{"certs", "fleet CA and mTLS certificates; says where each goes", runCerts},
+		{"logs", "print a container's log (-f follows)", runLogs},
+		{"exec", "run a command in a container (if the agent allows exec)", runExec},
+		{"restart", "kill and start again a pod, or one container", runRestart},
+		{"config", "the agent's settings and their sources; change a live one", runConfig},
 		{"completion", "print a shell completion script", runCompletion},
 		{"version", "print the mqletctl version", runVersion},
 	}

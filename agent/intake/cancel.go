@@ -1,0 +1,37 @@
+package intake
+
+import (
+	"errors"
+	"fmt"
+
+	"github.com/mqlet/mqlet/agent/manifest"
+	apiv1 "github.com/mqlet/mqlet/api/v1"
+)
+
+// handleCancel ends a running logs, exec or restart request (its stream).
+func (in *Intake) handleCancel(r request) {
+	id, payload := r.id, r.payload
+	const verb = "cancel"
+	v := in.opts.Verbs
+	if v.Streams == nil {
+		in.fail(id, verb, errors.New("verb \"cancel\" is not supported by this mqlet"))
+		return
+	}
+	var args apiv1.CancelRequest
+	if err := manifest.DecodeArgs(payload, &args); err != nil {
+		in.fail(id, verb, fmt.Errorf("decoding cancel request: %w", err))
+		return
+	}
+	if err := apiv1.ValidateRequestID(args.RequestID); err != nil {
+		in.fail(id, verb, fmt.Errorf("requestId: %w", err))
+		return
+	}
+	in.afterCommit(func(in *Intake) {
+		if !in.opts.Verbs.Streams.Cancel(args.RequestID) {
+			in.fail(id, verb, fmt.Errorf("no running request %q (logs, exec and restart requests can be cancelled while they run)", args.RequestID))
+			return
+		}
+		_ = in.replies.Send(apiv1.Reply{RequestID: id, Verb: verb, Phase: apiv1.Succeeded, Message: "cancelled request " + args.RequestID,
+			Result: apiv1.CancelResult{RequestID: args.RequestID}})
+	})
+}

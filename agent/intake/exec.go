@@ -1,0 +1,157 @@
+package intake
+
+import (
+	"bytes"
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"strings"
+	"time"
+	"unicode/utf8"
+
+	v1 "k8s.io/api/core/v1"
+
+	"github.com/mqlet/mqlet/agent/manifest"
+	apiv1 "github.com/mqlet/mqlet/api/v1"
+	"github.com/mqlet/mqlet/cri"
+)
+
+// Bounds of an exec command.
+const (
+	maxExecArgs      = 256
+	maxExecArgBytes  = 4096
+	maxExecCmdBytes  = 32 << 10
+	maxEventCmdBytes = 512 // of the command quoted in the Exec event
+	ReasonExec       = "Exec"
+	MsgExecDisabled  = "exec is disabled on this node: set exec.enabled in mqlet's config file (it cannot be turned on over MQTT)"
+)
+
+func (in *Intake) handleExec(r request) {
+	id, payload := r.id, r.payload
+	const verb = "exec"
+	v := in.opts.Verbs
+	if !v.Exec.Enabled {
+		in.fail(id, verb, errors.New(MsgExecDisabled))
+		return
+	}
+	if v.Runtime == nil || v.Streams == nil {
+		in.fail(id, verb, errors.New("verb \"exec\" is not supported by this mqlet"))
+		return
+	}
+	var args apiv1.ExecRequest
+	if err := manifest.DecodeArgs(payload, &args); err != nil {
+		in.fail(id, verb, fmt.Errorf("decoding exec request: %w", err))
+		return
+	}
+	pod, container, timeout, err := in.checkExec(args)
+	if err != nil {
+		in.fail(id, verb, err)
+		return
+	}
+	// Who asked and what, never the output (which may hold anything).
+	in.events.Event(pod, v1.EventTypeNormal, ReasonExec, fmt.Sprintf("exec requested (request %s) in container %s: %s", id, container, quoteCommand(args.Command)))
+	in.startStream(id, verb, func(in *Intake, ctx context.Context) {
+		in.runExec(ctx, id, podKey(pod), container, args.Command, timeout)
+	})
+}
+
+func (in *Intake) checkExec(args apiv1.ExecRequest) (*v1.Pod, string, time.Duration, error) {
+	lim := in.opts.Verbs.Exec
+	if args.Stdin != "" {
+		return nil, "", 0, errors.New("stdin: not supported (CRI ExecSync takes no input); pass data in the command")
+	}
+	if len(args.Command) == 0 {
+		return nil, "", 0, errors.New("command: required")
+	}
+	if len(args.Command) > maxExecArgs {
+		return nil, "", 0, fmt.Errorf("command: %d arguments, at most %d", len(args.Command), maxExecArgs)
+	}
+	total := 0
+	for i, a := range args.Command {
+		total += len(a)
+		switch {
+		case len(a) > maxExecArgBytes:
+			return nil, "", 0, fmt.Errorf("command[%d]: %d bytes, at most %d", i, len(a), maxExecArgBytes)
+		case strings.ContainsRune(a, 0) || !utf8.ValidString(a):
+			return nil, "", 0, fmt.Errorf("command[%d]: NUL or invalid UTF-8", i)
+		}
+	}
+	if total > maxExecCmdBytes {
+		return nil, "", 0, fmt.Errorf("command: %d bytes, at most %d", total, maxExecCmdBytes)
+	}
+	timeout := lim.DefaultTimeout
+	if t := args.TimeoutSeconds; t != 0 {
+		if t < 1 || t > int64(lim.MaxTimeout/time.Second) {
+			return nil, "", 0, fmt.Errorf("timeoutSeconds %d: must be 1 to %d (exec.maxTimeout)", t, int64(lim.MaxTimeout/time.Second))
+		}
+		timeout = time.Duration(t) * time.Second
+	}
+	pod, err := in.findPod(args.Namespace, args.Name)
+	if err != nil {
+		return nil, "", 0, err
+	}
+	container, err := pickContainer(pod, args.Container, false)
+	if err != nil {
+		return nil, "", 0, err
+	}
+	return pod, container, timeout, nil
+}
+
+func (in *Intake) runExec(ctx context.Context, id string, pod cri.PodKey, container string, cmd []string, timeout time.Duration) {
+	const verb = "exec"
+	res, err := in.opts.Verbs.Runtime.ExecInPod(ctx, pod, container, cmd, timeout)
+	switch {
+	case errors.Is(err, cri.ErrExecTimedOut):
+		in.fail(id, verb, fmt.Errorf("command ran past timeoutSeconds (%s) and was stopped", timeout))
+		return
+	case ctx.Err() != nil:
+		in.fail(id, verb, errors.New("cancelled"))
+		return
+	case err != nil:
+		in.fail(id, verb, err)
+		return
+	}
+	max := in.opts.Verbs.Exec.MaxOutputBytes
+	out := apiv1.ExecResult{ExitCode: int32(res.ExitCode)}
+	out.Stdout, out.StdoutTruncated = capOutput(res.Stdout, max)
+	out.Stderr, out.StderrTruncated = capOutput(res.Stderr, max)
+	msg := fmt.Sprintf("command exited with code %d", res.ExitCode)
+	if out.StdoutTruncated || out.StderrTruncated {
+		msg += fmt.Sprintf("; output cut at exec.maxOutputBytes (%d)", max)
+	}
+	_ = in.replies.Send(apiv1.Reply{RequestID: id, Verb: verb, Phase: apiv1.Succeeded, Message: msg, Result: out})
+}
+
+// capOutput is b as text of at most max bytes, escaped size included (a
+// stream of control bytes grows sixfold in JSON), cut at a rune boundary.
+func capOutput(b []byte, max int) (string, bool) {
+	n, cost := 0, 0
+	for n < len(b) {
+		r, size := utf8.DecodeRune(b[n:])
+		c := escapedCost(r, size)
+		if cost+c > max {
+			return string(b[:n]), true
+		}
+		cost += c
+		n += size
+	}
+	return string(b), false
+}
+
+// quoteCommand is cmd as JSON, cut for an event.
+func quoteCommand(cmd []string) string {
+	var buf bytes.Buffer
+	enc := json.NewEncoder(&buf)
+	enc.SetEscapeHTML(false) // read by people: "2>&1" as written
+	_ = enc.Encode(cmd)      // strings always encode
+	b := bytes.TrimSuffix(buf.Bytes(), []byte("\n"))
+	if len(b) <= maxEventCmdBytes {
+		return string(b)
+	}
+	cut := maxEventCmdBytes
+	for cut > 0 && !utf8.RuneStart(b[cut]) {
+		cut--
+	}
+	return string(b[:cut]) + "... (truncated)"
+}

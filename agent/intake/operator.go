@@ -1,0 +1,192 @@
+package intake
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"io"
+	"runtime/debug"
+	"strings"
+	"time"
+
+	v1 "k8s.io/api/core/v1"
+	"k8s.io/apimachinery/pkg/util/validation"
+
+	apiv1 "github.com/mqlet/mqlet/api/v1"
+	"github.com/mqlet/mqlet/cri"
+)
+
+// The operator verbs (logs, exec, restart, cancel) run outside the intake,
+// which handles one command at a time: the handler checks the request,
+// then a stream owned by the streams manager does the work and sends the
+// replies.
+
+// VerbRuntime is what the operator verbs need of the container runtime.
+type VerbRuntime interface {
+	ContainerLogs(ctx context.Context, r cri.LogRequest, out io.Writer) error
+	ExecInPod(ctx context.Context, pod cri.PodKey, container string, cmd []string, timeout time.Duration) (*cri.ExecResult, error)
+	GetPodStatus(ctx context.Context, uid, name, namespace string) (*cri.PodStatus, error)
+}
+
+// Restarts carries restart requests to the pod workers.
+type Restarts interface {
+	RequestRestart(key, uid, container, why string, deadline time.Time, done func(error)) error
+}
+
+// Streams runs the verbs' work, bounded, cancellable by request id.
+type Streams interface {
+	Start(id string, fn func(ctx context.Context)) error
+	Cancel(id string) bool
+}
+
+// LogLimits bound the logs verb (config logs.*).
+type LogLimits struct {
+	MaxChunkBytes  int
+	MaxBytes       int64
+	MaxFollow      time.Duration
+	BytesPerSecond int64
+	// Backlog, when set, is how many bytes wait in the outbox; a log's
+	// next chunk waits while it is over MaxBacklog, so a log read faster
+	// than the broker takes it never crowds other messages out.
+	Backlog    func() int64
+	MaxBacklog int64
+}
+
+// ExecLimits bound the exec verb (config exec.*).
+type ExecLimits struct {
+	Enabled        bool
+	DefaultTimeout time.Duration
+	MaxTimeout     time.Duration
+	MaxOutputBytes int
+}
+
+// VerbOptions wire the operator verbs; a verb whose parts are missing is
+// answered "not supported".
+type VerbOptions struct {
+	Runtime  VerbRuntime
+	Restarts Restarts
+	Streams  Streams
+	Logs     LogLimits
+	Exec     ExecLimits
+	// RestartTimeout bounds how long a restart waits for its new containers.
+	RestartTimeout time.Duration
+	// Config holds the settings the config verb changes.
+	Config LiveConfig
+	// Events is the kept event history, for get {"kind":"Event"}.
+	Events EventHistory
+}
+
+// LiveConfig is the settings changed over MQTT (agent/liveconfig).
+type LiveConfig interface {
+	Patch(raw []byte) ([]string, error)
+	View() (apiv1.ConfigView, error)
+}
+
+// unrecordedSender sends a reply that is not recorded for redelivery (the
+// chunks of a log: only the final reply stands for the request).
+type unrecordedSender interface {
+	SendUnrecorded(r apiv1.Reply) error
+}
+
+func (in *Intake) sendChunk(r apiv1.Reply) error {
+	if s, ok := in.replies.(unrecordedSender); ok {
+		return s.SendUnrecorded(r)
+	}
+	return in.replies.Send(r)
+}
+
+// startStream runs fn for request id on the streams manager, answering
+// failed when it cannot start; a panic in fn is answered failed too
+// instead of taking the agent down. Inside a batch (the pipeline) it starts
+// only once the batch is committed, on the pipeline's own intake, whose
+// sender and store outlive the batch's transaction.
+func (in *Intake) startStream(id, verb string, fn func(in *Intake, ctx context.Context)) {
+	in.afterCommit(func(base *Intake) { base.startStreamNow(id, verb, fn) })
+}
+
+// afterCommit runs fn once what the command stored is committed (at once
+// outside a batch).
+func (in *Intake) afterCommit(fn func(in *Intake)) {
+	if l, ok := in.pods.(later); ok {
+		l.later(fn)
+		return
+	}
+	fn(in)
+}
+
+// later is the pipeline's effects, run after the batch is committed.
+type later interface {
+	later(fn func(in *Intake))
+}
+
+func (f *effects) later(fn func(in *Intake)) { f.calls = append(f.calls, fn) }
+
+func (in *Intake) startStreamNow(id, verb string, fn func(in *Intake, ctx context.Context)) {
+	err := in.opts.Verbs.Streams.Start(id, func(ctx context.Context) {
+		defer func() {
+			if r := recover(); r != nil {
+				in.log.Error().Str("requestId", id).Str("verb", verb).Str("panic", fmt.Sprint(r)).Str("stack", string(debug.Stack())).Msg("verb handler panicked")
+				in.fail(id, verb, errors.New(MsgInternalError))
+			}
+		}()
+		fn(in, ctx)
+	})
+	if err != nil {
+		in.fail(id, verb, fmt.Errorf("not started: %w", err))
+	}
+}
+
+// findPod returns the desired pod named by a verb's arguments, checked
+// before use; namespace defaults to "default".
+func (in *Intake) findPod(namespace, name string) (*v1.Pod, error) {
+	if namespace == "" {
+		namespace = v1.NamespaceDefault
+	}
+	if msgs := validation.IsDNS1123Label(namespace); len(msgs) > 0 {
+		return nil, fmt.Errorf("namespace %q: %s", namespace, strings.Join(msgs, "; "))
+	}
+	if name == "" {
+		return nil, errors.New("name: required")
+	}
+	if msgs := validation.IsDNS1123Subdomain(name); len(msgs) > 0 {
+		return nil, fmt.Errorf("name %q: %s", name, strings.Join(msgs, "; "))
+	}
+	pods, err := in.store.ListPods()
+	if err != nil {
+		return nil, fmt.Errorf("reading pods: %w", err)
+	}
+	for _, p := range pods {
+		if p.Namespace == namespace && p.Name == name {
+			return p, nil
+		}
+	}
+	return nil, fmt.Errorf("pod %s/%s not found", namespace, name)
+}
+
+// pickContainer is the container a verb names, or the pod's only one.
+func pickContainer(pod *v1.Pod, name string, withInit bool) (string, error) {
+	var names []string
+	lists := [][]v1.Container{pod.Spec.Containers}
+	if withInit {
+		lists = append(lists, pod.Spec.InitContainers)
+	}
+	for _, list := range lists {
+		for _, c := range list {
+			if c.Name == name {
+				return name, nil
+			}
+			names = append(names, c.Name)
+		}
+	}
+	if name == "" {
+		if len(pod.Spec.Containers) == 1 {
+			return pod.Spec.Containers[0].Name, nil
+		}
+		return "", fmt.Errorf("pod %s/%s has %d containers: name one of %s", pod.Namespace, pod.Name, len(names), strings.Join(names, ", "))
+	}
+	return "", fmt.Errorf("container %q not found in pod %s/%s (containers: %s)", name, pod.Namespace, pod.Name, strings.Join(names, ", "))
+}
+
+func podKey(pod *v1.Pod) cri.PodKey {
+	return cri.PodKey{UID: string(pod.UID), Name: pod.Name, Namespace: pod.Namespace}
+}

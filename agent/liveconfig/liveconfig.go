@@ -1,0 +1,309 @@
+// Package liveconfig holds the settings an operator may change over MQTT
+// (the config verb) without a restart: a JSON merge patch of them is
+// checked, persisted in the state dir (so it survives a restart) and
+// signalled to the loops that read them. Settings that govern security are
+// never tunable this way.
+package liveconfig
+
+import (
+	"encoding/json"
+	"errors"
+	"fmt"
+	"os"
+	"path/filepath"
+	"sort"
+	"strings"
+	"sync"
+	"time"
+
+	apiv1 "github.com/mqlet/mqlet/api/v1"
+	"github.com/mqlet/mqlet/config"
+)
+
+// tunable is one live setting: a duration within bounds.
+type tunable struct {
+	path, alias string
+	min, max    time.Duration
+	field       func(c *config.Config) *time.Duration
+}
+
+var tunables = []tunable{
+	{"telemetry.metricsInterval", "metricsInterval", time.Second, 24 * time.Hour,
+		func(c *config.Config) *time.Duration { return &c.Telemetry.MetricsInterval.Duration }},
+	{"gc.interval", "gcInterval", 10 * time.Second, 24 * time.Hour,
+		func(c *config.Config) *time.Duration { return &c.GC.Interval.Duration }},
+}
+
+// securityPrefixes are the settings that govern security: never tunable
+// over MQTT, whatever else becomes tunable.
+var securityPrefixes = []string{"admission", "exec", "mqtt", "security", "embeddedBroker", "images", "stateDir", "runtime"}
+
+// FileName is the file in the state dir holding the remote settings.
+const FileName = "config-remote.json"
+
+// Settings are the live settings.
+type Settings struct {
+	base    config.Config     // as loaded from defaults, file, env and flags
+	sources map[string]string // where base's settings came from
+	file    string
+
+	mu      sync.Mutex
+	remote  map[string]time.Duration // path → value set over MQTT
+	changed chan struct{}            // closed and replaced at each change
+	started map[string]time.Duration // effective values at start
+}
+
+// Open reads the remote settings persisted in stateDir over cfg (the
+// loaded configuration, with sources from config.Sources). Entries that
+// are no longer tunable or valid are dropped and reported.
+func Open(cfg *config.Config, sources map[string]string, stateDir string) (*Settings, []string, error) {
+	s := &Settings{base: *cfg, sources: sources, file: filepath.Join(stateDir, FileName),
+		remote: map[string]time.Duration{}, changed: make(chan struct{}), started: map[string]time.Duration{}}
+	var dropped []string
+	data, err := os.ReadFile(s.file)
+	switch {
+	case errors.Is(err, os.ErrNotExist):
+	case err != nil:
+		return nil, nil, fmt.Errorf("reading remote settings: %w", err)
+	default:
+		var saved map[string]string
+		if err := json.Unmarshal(data, &saved); err != nil {
+			return nil, nil, fmt.Errorf("reading remote settings %s: %w", s.file, err)
+		}
+		for path, v := range saved {
+			t, ok := lookup(path)
+			d, perr := time.ParseDuration(v)
+			if !ok || perr != nil || d < t.min || d > t.max {
+				dropped = append(dropped, path)
+				continue
+			}
+			s.remote[t.path] = d
+		}
+	}
+	for _, t := range tunables {
+		s.started[t.path] = s.durationLocked(t)
+	}
+	sort.Strings(dropped)
+	return s, dropped, nil
+}
+
+func lookup(key string) (tunable, bool) {
+	for _, t := range tunables {
+		if key == t.path || key == t.alias {
+			return t, true
+		}
+	}
+	return tunable{}, false
+}
+
+// Effective returns cfg with the remote settings applied: what mqlet runs with.
+func (s *Settings) Effective() config.Config {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	c := s.base
+	for _, t := range tunables {
+		*t.field(&c) = s.durationLocked(t)
+	}
+	return c
+}
+
+// Duration is the live value of a tunable setting (by path or alias); 0
+// for an unknown one.
+func (s *Settings) Duration(key string) time.Duration {
+	t, ok := lookup(key)
+	if !ok {
+		return 0
+	}
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return s.durationLocked(t)
+}
+
+func (s *Settings) durationLocked(t tunable) time.Duration {
+	if d, ok := s.remote[t.path]; ok {
+		return d
+	}
+	c := s.base
+	return *t.field(&c)
+}
+
+// Changes returns a channel closed at the next change.
+func (s *Settings) Changes() <-chan struct{} {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return s.changed
+}
+
+// Patch applies a JSON merge patch of tunable settings: keys by path
+// ("telemetry.metricsInterval"), by name ("metricsInterval") or nested
+// objects; null resets a setting to the file's value. Nothing is applied
+// unless every key is tunable and every value valid. It returns the paths
+// changed.
+func (s *Settings) Patch(raw []byte) ([]string, error) {
+	var doc map[string]any
+	if err := json.Unmarshal(raw, &doc); err != nil || doc == nil {
+		return nil, errors.New("config: the payload must be a JSON object of settings (a merge patch)")
+	}
+	flat := map[string]any{}
+	flatten(doc, "", flat)
+	if len(flat) == 0 {
+		return nil, errors.New("config: no setting given")
+	}
+	keys := make([]string, 0, len(flat))
+	for k := range flat {
+		keys = append(keys, k)
+	}
+	sort.Strings(keys)
+	next := map[string]*time.Duration{}
+	var problems []string
+	for _, k := range keys {
+		t, ok := lookup(k)
+		if !ok {
+			problems = append(problems, refusal(k))
+			continue
+		}
+		switch v := flat[k].(type) {
+		case nil:
+			next[t.path] = nil
+		case string:
+			d, err := time.ParseDuration(v)
+			if err != nil || d < t.min || d > t.max {
+				problems = append(problems, fmt.Sprintf("%s: %q is not a duration from %s to %s", k, v, t.min, t.max))
+				continue
+			}
+			if s.started[t.path] == 0 && t.path == "telemetry.metricsInterval" {
+				problems = append(problems, k+": metrics are off in mqlet's config file (0); turning them on takes a restart")
+				continue
+			}
+			next[t.path] = &d
+		default:
+			problems = append(problems, fmt.Sprintf("%s: want a duration string such as \"30s\", or null", k))
+		}
+	}
+	if len(problems) > 0 {
+		return nil, fmt.Errorf("config: nothing changed: %s", strings.Join(problems, "; "))
+	}
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	remote := make(map[string]time.Duration, len(s.remote))
+	for k, v := range s.remote {
+		remote[k] = v
+	}
+	var changed []string
+	for path, d := range next {
+		if d == nil {
+			delete(remote, path)
+		} else {
+			remote[path] = *d
+		}
+		changed = append(changed, path)
+	}
+	if err := s.save(remote); err != nil {
+		return nil, err
+	}
+	s.remote = remote
+	close(s.changed)
+	s.changed = make(chan struct{})
+	sort.Strings(changed)
+	return changed, nil
+}
+
+func refusal(k string) string {
+	for _, p := range securityPrefixes {
+		if k == p || strings.HasPrefix(k, p+".") {
+			return k + ": governs security or the node's identity; not tunable over MQTT (change mqlet's config file)"
+		}
+	}
+	names := make([]string, 0, len(tunables))
+	for _, t := range tunables {
+		names = append(names, t.alias)
+	}
+	return fmt.Sprintf("%s: not tunable over MQTT (tunable: %s)", k, strings.Join(names, ", "))
+}
+
+func flatten(doc map[string]any, prefix string, out map[string]any) {
+	for k, v := range doc {
+		p := k
+		if prefix != "" {
+			p = prefix + "." + k
+		}
+		if m, ok := v.(map[string]any); ok {
+			flatten(m, p, out)
+			continue
+		}
+		out[p] = v
+	}
+}
+
+// save writes remote atomically (a crash leaves the old file or the new).
+func (s *Settings) save(remote map[string]time.Duration) error {
+	out := make(map[string]string, len(remote))
+	for k, v := range remote {
+		out[k] = v.String()
+	}
+	data, err := json.MarshalIndent(out, "", "  ")
+	if err != nil {
+		return fmt.Errorf("encoding remote settings: %w", err)
+	}
+	tmp := s.file + ".tmp"
+	f, err := os.OpenFile(tmp, os.O_WRONLY|os.O_CREATE|os.O_TRUNC, 0o600)
+	if err != nil {
+		return fmt.Errorf("saving remote settings: %w", err)
+	}
+	if _, err := f.Write(data); err != nil {
+		f.Close()
+		return fmt.Errorf("saving remote settings: %w", err)
+	}
+	if err := f.Sync(); err != nil {
+		f.Close()
+		return fmt.Errorf("saving remote settings: %w", err)
+	}
+	if err := f.Close(); err != nil {
+		return fmt.Errorf("saving remote settings: %w", err)
+	}
+	if err := os.Rename(tmp, s.file); err != nil {
+		return fmt.Errorf("saving remote settings: %w", err)
+	}
+	return nil
+}
+
+// View is the effective configuration, each setting with its source.
+func (s *Settings) View() (apiv1.ConfigView, error) {
+	eff := s.Effective()
+	leaves, err := eff.Leaves()
+	if err != nil {
+		return apiv1.ConfigView{}, fmt.Errorf("listing settings: %w", err)
+	}
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	view := apiv1.ConfigView{Settings: make(map[string]apiv1.ConfigValue, len(leaves))}
+	for path, v := range leaves {
+		src := s.sources[path]
+		if src == "" {
+			src = apiv1.SourceDefault
+		}
+		if _, ok := s.remote[path]; ok {
+			src = apiv1.SourceRemote
+		}
+		view.Settings[path] = apiv1.ConfigValue{Value: v, Source: src}
+	}
+	return view, nil
+}
+
+// Every runs fn each period of the tunable key until done closes,
+// picking up a new period as soon as it is set.
+func (s *Settings) Every(done <-chan struct{}, key string, fn func()) {
+	for {
+		changed := s.Changes()
+		t := time.NewTimer(s.Duration(key))
+		select {
+		case <-done:
+			t.Stop()
+			return
+		case <-changed:
+			t.Stop()
+		case <-t.C:
+			fn()
+		}
+	}
+}
