@@ -8,7 +8,6 @@ import (
 	"time"
 
 	v1 "k8s.io/api/core/v1"
-
 )
 
 // probePod is a busybox pod running cmd with the given container extras
