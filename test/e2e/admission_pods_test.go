@@ -88,7 +88,7 @@ func TestAdmissionUnsupportedFieldAnsweredAtOnce(t *testing.T) {
 			p.Spec.Volumes = []v1.Volume{{Name: "token", VolumeSource: v1.VolumeSource{Projected: &v1.ProjectedVolumeSource{
 				Sources: []v1.VolumeProjection{{ServiceAccountToken: &v1.ServiceAccountTokenProjection{Path: "token", ExpirationSeconds: ptrTo(int64(3600))}}}}}}}
 			p.Spec.Containers[0].VolumeMounts = []v1.VolumeMount{{Name: "token", MountPath: "/var/run/secrets/tokens"}}
-		}, "spec.volumes[0].projected: Forbidden: mqlet does not support projected volumes"},
+		}, "spec.volumes[0].projected.sources[0].serviceAccountToken: Forbidden: mqlet does not support serviceAccountToken projections"},
 		{"debug", func(p *v1.Pod) {
 			p.Spec.EphemeralContainers = []v1.EphemeralContainer{{EphemeralContainerCommon: v1.EphemeralContainerCommon{
 				Name: "debug", Image: "docker.io/mqlet/busybox:test", ImagePullPolicy: v1.PullNever}}}

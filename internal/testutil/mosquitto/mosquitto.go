@@ -10,6 +10,7 @@ import (
 	"os/user"
 	"path/filepath"
 	"strconv"
+	"strings"
 	"sync"
 	"syscall"
 	"testing"
@@ -138,7 +139,13 @@ func (b *Broker) start() {
 		close(exited)
 	}()
 	b.cmd, b.exited = cmd, exited
-	if err := waitListening(b.Addr(), exited); err != nil {
+	err := waitListening(b.Addr(), exited)
+	if err == nil {
+		// mosquitto takes SIGTERM as "save and exit" only once its main
+		// loop runs, after it listens: a Stop before that loses the save.
+		err = waitRunning(b.logFile, exited)
+	}
+	if err != nil {
 		_ = cmd.Process.Kill()
 		<-exited
 		b.cmd = nil
@@ -159,6 +166,26 @@ func waitListening(addr string, exited <-chan struct{}) error {
 		}
 		if time.Now().After(deadline) {
 			return err
+		}
+		select {
+		case <-exited:
+			return errors.New("mosquitto exited during startup")
+		case <-tick.C:
+		}
+	}
+}
+
+// waitRunning polls with a deadline until mosquitto's log says it runs.
+func waitRunning(logFile string, exited <-chan struct{}) error {
+	deadline := time.Now().Add(startTimeout)
+	tick := time.NewTicker(10 * time.Millisecond)
+	defer tick.Stop()
+	for {
+		if data, err := os.ReadFile(logFile); err == nil && strings.Contains(string(data), " running") {
+			return nil
+		}
+		if time.Now().After(deadline) {
+			return errors.New("mosquitto never logged that it runs")
 		}
 		select {
 		case <-exited:
