@@ -299,7 +299,9 @@ func TestGetEvents(t *testing.T) {
 	}
 
 	// What get events cannot do is refused, not ignored, before asking.
+	mu.Lock()
 	before := len(asked)
+	mu.Unlock()
 	for _, args := range [][]string{
 		{"get", "events", "crasher.backoff"},
 		{"get", "events", "-l", "app=web"},
