@@ -310,7 +310,11 @@ func TestHelpAndBadUsage(t *testing.T) {
 			t.Errorf("%v: want the command's help on stdout and exit 0: %v", args, res)
 		}
 	}
-	res := runCLIEnv(t, map[string]string{}, "", "help", "delete")
+	res := runCLIEnv(t, map[string]string{}, "", "help", "get")
+	if !strings.Contains(res.stdout, "\n  mqletctl get events [--for pod/NAME|node/NAME] [-n NS] [-o json|yaml]\n") || !strings.Contains(res.stdout, "--for string") {
+		t.Errorf("help get does not show get events: %v", res)
+	}
+	res = runCLIEnv(t, map[string]string{}, "", "help", "delete")
 	if !strings.Contains(res.stdout, "-f, --filename FILE") || !strings.Contains(res.stdout, "--grace-period int") || strings.Contains(res.stdout, "--broker string") {
 		t.Errorf("help delete lists its own flags, not the global ones: %v", res)
 	}

@@ -72,7 +72,7 @@ _mqletctl() {
         COMPREPLY=( $(compgen -W "%s $(_mqletctl_flags "$cmd")" -- "$cur") ); return
     fi
     case "$cmd" in
-        get) COMPREPLY=( $(compgen -W "pods configmaps secrets nodes all" -- "$cur") ) ;;
+        get) COMPREPLY=( $(compgen -W "pods configmaps secrets events nodes all" -- "$cur") ) ;;
         describe|delete) COMPREPLY=( $(compgen -W "pod" -- "$cur") ) ;;
         top) COMPREPLY=( $(compgen -W "node pods" -- "$cur") ) ;;
         watch) COMPREPLY=( $(compgen -W "pods events all" -- "$cur") ) ;;

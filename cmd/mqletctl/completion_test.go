@@ -39,6 +39,12 @@ func TestCompletionBash(t *testing.T) {
 	if got := complete("mqletctl", "get", "no"); got != "nodes" {
 		t.Errorf("mqletctl get no<TAB> = %q", got)
 	}
+	if got := complete("mqletctl", "get", "ev"); got != "events" {
+		t.Errorf("mqletctl get ev<TAB> = %q", got)
+	}
+	if got := complete("mqletctl", "get", "--fo"); got != "--for" {
+		t.Errorf("mqletctl get --fo<TAB> = %q", got)
+	}
 	if got := complete("mqletctl", "delete", "--grace"); got != "--grace-period" {
 		t.Errorf("mqletctl delete --grace<TAB> = %q", got)
 	}

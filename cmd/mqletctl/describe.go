@@ -20,10 +20,12 @@ import (
 // runDescribe is `describe pod NAME`: the pod from a get (asked again after
 // listening, for its current status), and its events.
 //
-// The agent keeps no event history that a get could return yet, so the
-// events are the ones published on the events topic while describe runs:
-// it subscribes before the get and listens for --retained-wait in all.
-// The output says so, rather than pretending the list is complete.
+// The events are the pod's in the node's event history (get
+// {"kind":"Event"}), asked for after listening, joined with those published
+// on the events topic while describe runs: it subscribes before the first
+// get and listens for --retained-wait in all. The listened ones stand in
+// for an agent that keeps no history (events.history 0, or an older
+// mqlet), and the output says when that is all there is.
 func runDescribe(ctx context.Context, cfg *globalConfig, args []string, e env) error {
 	fs := newFlagSet("describe", cfg)
 	ns := namespaceFlag(fs)
@@ -106,7 +108,64 @@ collect:
 			pod = res.Pods[0]
 		}
 	}
-	return describePod(e.stdout, pod, events, listened, e.now)
+	note := ""
+	history, why := podEventHistory(ctx, c, pod)
+	if why != "" {
+		note = fmt.Sprintf("(only those seen on the events topic in the %v describe listened: %s)", listened, why)
+	}
+	return describePod(e.stdout, pod, mergeEvents(history, events), note, e.now)
+}
+
+// podEventHistory asks the agent for the pod's kept events; why says, when
+// it cannot have them, what the agent or the broker answered.
+func podEventHistory(ctx context.Context, c *client, pod *v1.Pod) (events []v1.Event, why string) {
+	if ctx.Err() != nil {
+		return nil, "out of time before asking for the event history"
+	}
+	payload, _ := json.Marshal(apiv1.GetRequest{Kind: apiv1.KindEvent, Namespace: pod.Namespace, // strings always encode
+		InvolvedObject: &apiv1.ObjectRef{Kind: apiv1.KindPod, Namespace: pod.Namespace, Name: pod.Name}})
+	final, result, err := getRaw(ctx, c, payload)
+	switch {
+	case err != nil:
+		return nil, "asking for the event history: " + err.Error()
+	case final.Phase == apiv1.Failed:
+		return nil, "the agent has no event history to give: " + final.Message
+	}
+	var list apiv1.EventList
+	if err := json.Unmarshal(result, &list); err != nil {
+		return nil, "decoding the event history: " + err.Error()
+	}
+	for _, ev := range list.Events {
+		if ev != nil {
+			events = append(events, *ev)
+		}
+	}
+	return events, ""
+}
+
+// mergeEvents joins the history with the events listened to: one row per
+// Event object (a repeat is the same object with a higher count), the
+// latest occurrence of it.
+func mergeEvents(history, listened []v1.Event) []v1.Event {
+	out := make([]v1.Event, 0, len(history)+len(listened))
+	at := map[string]int{}
+	for _, ev := range append(append([]v1.Event(nil), history...), listened...) {
+		if ev.Name == "" {
+			out = append(out, ev)
+			continue
+		}
+		key := ev.Namespace + "/" + ev.Name
+		i, ok := at[key]
+		if !ok {
+			at[key] = len(out)
+			out = append(out, ev)
+			continue
+		}
+		if ev.Count > out[i].Count || (ev.Count == out[i].Count && eventTime(&ev).After(eventTime(&out[i]))) {
+			out[i] = ev
+		}
+	}
+	return out
 }
 
 // describeWriter writes kubectl describe's indented "Key:  value" layout.
@@ -137,7 +196,7 @@ func (d describeWriter) row(indent int, cells ...string) {
 	fmt.Fprintf(d.tw, "%s%s\n", strings.Repeat("  ", indent), strings.Join(cells, "\t"))
 }
 
-func describePod(w io.Writer, pod *v1.Pod, events []v1.Event, listened time.Duration, now func() time.Time) error {
+func describePod(w io.Writer, pod *v1.Pod, events []v1.Event, note string, now func() time.Time) error {
 	d := describeWriter{tw: tabwriter.NewWriter(w, 0, 8, 2, ' ', 0)}
 	d.line(0, "Name", "%s", pod.Name)
 	d.line(0, "Namespace", "%s", pod.Namespace)
@@ -192,7 +251,7 @@ func describePod(w io.Writer, pod *v1.Pod, events []v1.Event, listened time.Dura
 	if err := d.tw.Flush(); err != nil {
 		return err
 	}
-	return describeEvents(w, events, listened, now)
+	return describeEvents(w, events, note, now)
 }
 
 func describeContainers(d describeWriter, specs []v1.Container, statuses []v1.ContainerStatus, now func() time.Time) {
@@ -408,14 +467,18 @@ func describeVolume(d describeWriter, v v1.Volume) {
 	}
 }
 
-func describeEvents(w io.Writer, events []v1.Event, listened time.Duration, now func() time.Time) error {
-	note := fmt.Sprintf("(seen on the events topic in the %v describe listened; the agent keeps no event history to ask for)", listened)
+// describeEvents prints the events table; note, when not empty, says where
+// the events come from (when that is not the node's history).
+func describeEvents(w io.Writer, events []v1.Event, note string, now func() time.Time) error {
+	if note != "" {
+		note = " " + printable(note)
+	}
 	if len(events) == 0 {
-		_, err := fmt.Fprintf(w, "Events:  <none> %s\n", note)
+		_, err := fmt.Fprintf(w, "Events:  <none>%s\n", note)
 		return err
 	}
 	sort.SliceStable(events, func(i, j int) bool { return eventTime(&events[i]).Before(eventTime(&events[j])) })
-	fmt.Fprintf(w, "Events: %s\n", note)
+	fmt.Fprintf(w, "Events:%s\n", note)
 	tw := tabwriter.NewWriter(w, 0, 8, 2, ' ', 0)
 	fmt.Fprintln(tw, "  Type\tReason\tAge\tFrom\tMessage")
 	fmt.Fprintln(tw, "  ----\t------\t----\t----\t-------")

@@ -2,8 +2,10 @@ package main
 
 import (
 	"encoding/json"
+	"reflect"
 	"regexp"
 	"strings"
+	"sync"
 	"testing"
 	"time"
 
@@ -40,36 +42,63 @@ func TestDescribePod(t *testing.T) {
 	url := startBroker(t, broker.Options{})
 	pub := testClient(t, url, "events")
 	pod := describedPod()
-	mine, _ := json.Marshal(v1.Event{
+	backOff := v1.Event{
+		ObjectMeta:     metav1.ObjectMeta{Name: "crasher.backoff", Namespace: "edge"},
 		InvolvedObject: v1.ObjectReference{Kind: "Pod", Namespace: "edge", Name: "crasher"},
 		Type:           v1.EventTypeWarning, Reason: "BackOff", Message: "Back-off restarting failed container app",
-		Source: v1.EventSource{Component: "mqlet"}, LastTimestamp: metav1.NewTime(testNow.Add(-10 * time.Second)),
-	})
+		Source: v1.EventSource{Component: "mqlet"}, Count: 3,
+		FirstTimestamp: metav1.NewTime(testNow.Add(-2 * time.Minute)), LastTimestamp: metav1.NewTime(testNow.Add(-10 * time.Second)),
+	}
+	mine, _ := json.Marshal(backOff)
 	other, _ := json.Marshal(v1.Event{
+		ObjectMeta:     metav1.ObjectMeta{Name: "someone-else.started", Namespace: "edge"},
 		InvolvedObject: v1.ObjectReference{Kind: "Pod", Namespace: "edge", Name: "someone-else"},
 		Type:           v1.EventTypeNormal, Reason: "Started", Message: "not about crasher",
 	})
+	// The history has the pod's older events, and the BackOff before its
+	// latest repeat, which describe hears on the events topic.
+	scheduled := v1.Event{
+		ObjectMeta:     metav1.ObjectMeta{Name: "crasher.scheduled", Namespace: "edge"},
+		InvolvedObject: backOff.InvolvedObject, Type: v1.EventTypeNormal, Reason: "Scheduled",
+		Message: "Successfully assigned edge/crasher to n1", Source: v1.EventSource{Component: "mqlet"},
+		LastTimestamp: metav1.NewTime(testNow.Add(-25 * time.Minute)),
+	}
+	olderBackOff := backOff
+	olderBackOff.Count, olderBackOff.LastTimestamp = 2, metav1.NewTime(testNow.Add(-time.Minute))
+	var once sync.Once
 	agent := startFakeAgent(t, url, func(r received) []fakeReply {
-		// Events published while describe listens are the ones it shows.
-		mustPublish(t, pub, scheme.Events(), false, other)
-		mustPublish(t, pub, scheme.Events(), false, mine)
+		var req apiv1.GetRequest
+		_ = json.Unmarshal(r.Payload, &req)
+		if req.Kind == apiv1.KindEvent {
+			return []fakeReply{{Phase: "succeeded", Result: apiv1.EventList{Events: []*v1.Event{&scheduled, &olderBackOff}}}}
+		}
+		// Events published while describe listens are shown too.
+		once.Do(func() {
+			mustPublish(t, pub, scheme.Events(), false, other)
+			mustPublish(t, pub, scheme.Events(), false, mine)
+		})
 		return []fakeReply{{Phase: "succeeded", Result: apiv1.GetResult{Pods: []*v1.Pod{pod}}}}
 	})
 	res := runCLI(t, url, "", "describe", "pod", "crasher", "-n", "edge", "--retained-wait", "1s")
 	if res.code != 0 {
 		t.Fatalf("describe: %v", res)
 	}
-	// Asked once to find the pod, and again after listening for its events.
+	// Asked once to find the pod, again after listening for its events,
+	// then for the pod's events in the history.
 	agent.mu.Lock()
 	cmds := append([]received(nil), agent.commands...)
 	agent.mu.Unlock()
-	if len(cmds) != 2 {
-		t.Fatalf("describe sent %d gets, want 2", len(cmds))
+	if len(cmds) != 3 {
+		t.Fatalf("describe sent %d gets, want 3", len(cmds))
 	}
-	for _, cmd := range cmds {
+	for i, cmd := range cmds {
+		want := apiv1.GetRequest{Kind: "Pod", Namespace: "edge", Name: "crasher"}
+		if i == 2 {
+			want = apiv1.GetRequest{Kind: "Event", Namespace: "edge", InvolvedObject: &apiv1.ObjectRef{Kind: "Pod", Namespace: "edge", Name: "crasher"}}
+		}
 		var sent apiv1.GetRequest
-		if err := json.Unmarshal(cmd.Payload, &sent); err != nil || sent != (apiv1.GetRequest{Kind: "Pod", Namespace: "edge", Name: "crasher"}) {
-			t.Errorf("describe asked for %s", cmd.Payload)
+		if err := json.Unmarshal(cmd.Payload, &sent); err != nil || !reflect.DeepEqual(sent, want) {
+			t.Errorf("describe asked for %s, want %+v", cmd.Payload, want)
 		}
 	}
 	for _, want := range []string{
@@ -88,7 +117,9 @@ func TestDescribePod(t *testing.T) {
 		"  Ready            False\n",
 		"  creds:\n    Type:        Secret (a volume populated by a Secret)\n    SecretName:  db-creds\n",
 		"QoS Class:       Burstable\n",
-		"  Warning  BackOff  10s   mqlet  Back-off restarting failed container app\n",
+		"Events:\n",
+		"  Normal   Scheduled  25m  mqlet  Successfully assigned edge/crasher to n1\n" +
+			"  Warning  BackOff    10s (x3 over 2m)  mqlet  Back-off restarting failed container app\n",
 	} {
 		// Column widths are tabwriter's business: compare with runs of
 		// spaces folded.
@@ -96,13 +127,51 @@ func TestDescribePod(t *testing.T) {
 			t.Errorf("describe output lacks %q:\n%s", want, res.stdout)
 		}
 	}
+	if n := strings.Count(res.stdout, "Back-off restarting"); n != 1 {
+		t.Errorf("the BackOff event is shown %d times, want once:\n%s", n, res.stdout)
+	}
 	if strings.Contains(res.stdout, "not about crasher") {
 		t.Errorf("describe shows another pod's event:\n%s", res.stdout)
 	}
-	if !strings.Contains(res.stdout, "the agent keeps no event history") {
-		t.Errorf("describe does not say where its events come from:\n%s", res.stdout)
+	if strings.Contains(res.stdout, "only those seen") {
+		t.Errorf("describe says it has only listened events though the history answered:\n%s", res.stdout)
 	}
+}
 
+// An agent without an event history: describe shows what it heard on the
+// events topic and says that is all.
+func TestDescribePodWithoutHistory(t *testing.T) {
+	url := startBroker(t, broker.Options{})
+	pub := testClient(t, url, "events")
+	mine, _ := json.Marshal(v1.Event{
+		ObjectMeta:     metav1.ObjectMeta{Name: "crasher.backoff", Namespace: "edge"},
+		InvolvedObject: v1.ObjectReference{Kind: "Pod", Namespace: "edge", Name: "crasher"},
+		Type:           v1.EventTypeWarning, Reason: "BackOff", Message: "Back-off restarting failed container app",
+		Source: v1.EventSource{Component: "mqlet"}, LastTimestamp: metav1.NewTime(testNow.Add(-10 * time.Second)),
+	})
+	var once sync.Once
+	startFakeAgent(t, url, func(r received) []fakeReply {
+		var req apiv1.GetRequest
+		_ = json.Unmarshal(r.Payload, &req)
+		if req.Kind == apiv1.KindEvent {
+			return []fakeReply{{Phase: "failed", Message: "kind Event is not supported by this mqlet"}}
+		}
+		once.Do(func() { mustPublish(t, pub, scheme.Events(), false, mine) })
+		return []fakeReply{{Phase: "succeeded", Result: apiv1.GetResult{Pods: []*v1.Pod{describedPod()}}}}
+	})
+	res := runCLI(t, url, "", "describe", "pod", "crasher", "-n", "edge", "--retained-wait", "1s")
+	if res.code != 0 {
+		t.Fatalf("describe: %v", res)
+	}
+	for _, want := range []string{
+		"Events: (only those seen on the events topic in the ",
+		"describe listened: the agent has no event history to give: kind Event is not supported by this mqlet)\n",
+		"  Warning  BackOff  10s   mqlet  Back-off restarting failed container app\n",
+	} {
+		if !strings.Contains(fold(res.stdout), fold(want)) {
+			t.Errorf("describe output lacks %q:\n%s", want, res.stdout)
+		}
+	}
 }
 
 var spaces = regexp.MustCompile(` +`)

@@ -32,6 +32,34 @@ func canonicalKind(s string) (string, bool) {
 	return "", false
 }
 
+func isEventsKind(s string) bool {
+	switch strings.ToLower(s) {
+	case "event", "events", "ev":
+		return true
+	}
+	return false
+}
+
+// runGetEventsArgs checks what get events takes: -n and --for select, the
+// agent filters; names, selectors and watching are refused, not ignored.
+func runGetEventsArgs(ctx context.Context, cfg *globalConfig, pos []string, ns, selector, forObject string, watch bool, e env) error {
+	switch {
+	case len(pos) > 1:
+		return usageError{fmt.Errorf("get events takes no name (use --for pod/NAME)")}
+	case selector != "":
+		return usageError{fmt.Errorf("get events: -l is not supported")}
+	case watch:
+		return usageError{fmt.Errorf("get events: -w is not supported (use `mqletctl watch events`)")}
+	case cfg.Output == "wide" || cfg.Output == "name":
+		return usageError{fmt.Errorf("get events: -o %s is not supported (json or yaml)", cfg.Output)}
+	}
+	ref, err := parseFor(forObject, ns)
+	if err != nil {
+		return err
+	}
+	return getEvents(ctx, cfg, apiv1.GetRequest{Kind: apiv1.KindEvent, Namespace: ns, InvolvedObject: ref}, e)
+}
+
 func runGet(ctx context.Context, cfg *globalConfig, args []string, e env) error {
 	fs := newFlagSet("get", cfg)
 	ns := namespaceFlag(fs)
@@ -39,6 +67,7 @@ func runGet(ctx context.Context, cfg *globalConfig, args []string, e env) error 
 	fs.StringVar(selector, "selector", "", "same as -l")
 	watch := fs.Bool("w", false, "pods only: list, then print a line for every change until Ctrl-C")
 	fs.BoolVar(watch, "watch", false, "same as -w")
+	forObject := fs.String("for", "", "events only: those of one object, pod/NAME or node/NAME")
 	cfg.registerOutput(fs, "json, yaml, wide or name (default: table)")
 	pos, err := parseInterleaved(fs, args)
 	if err != nil {
@@ -50,8 +79,14 @@ func runGet(ctx context.Context, cfg *globalConfig, args []string, e env) error 
 	var req apiv1.GetRequest
 	switch len(pos) {
 	case 0:
-		return usageError{fmt.Errorf("get: what? (pods, configmaps, secrets, nodes or all)")}
+		return usageError{fmt.Errorf("get: what? (pods, configmaps, secrets, events, nodes or all)")}
 	case 1, 2:
+		if isEventsKind(pos[0]) {
+			return runGetEventsArgs(ctx, cfg, pos, *ns, *selector, *forObject, *watch, e)
+		}
+		if *forObject != "" {
+			return usageError{fmt.Errorf("get: --for is for events only")}
+		}
 		if k := strings.ToLower(pos[0]); k == "nodes" || k == "node" || k == "no" {
 			if *watch {
 				return usageError{fmt.Errorf("get nodes: -w is not supported (use `mqletctl watch all`)")}
@@ -65,7 +100,7 @@ func runGet(ctx context.Context, cfg *globalConfig, args []string, e env) error 
 		if strings.ToLower(pos[0]) != "all" {
 			kind, ok := canonicalKind(pos[0])
 			if !ok {
-				return usageError{fmt.Errorf("get: unknown kind %q (pods, configmaps, secrets, nodes, all)", pos[0])}
+				return usageError{fmt.Errorf("get: unknown kind %q (pods, configmaps, secrets, events, nodes, all)", pos[0])}
 			}
 			req.Kind = kind
 		}
@@ -181,6 +216,33 @@ func requestGet(ctx context.Context, cfg *globalConfig, payload []byte, e env) (
 
 // getOn is requestGet on a connected client.
 func getOn(ctx context.Context, c *client, cfg *globalConfig, payload []byte, e env) (*apiv1.GetResult, error) {
+	var res apiv1.GetResult
+	if err := getInto(ctx, c, payload, &res, e); err != nil {
+		return nil, err
+	}
+	return &res, nil
+}
+
+// getInto sends a get on c and decodes the succeeded reply's result into
+// out. A failed reply is printed and reported.
+func getInto(ctx context.Context, c *client, payload []byte, out any, e env) error {
+	final, result, err := getRaw(ctx, c, payload)
+	if err != nil {
+		return err
+	}
+	if final.Phase == apiv1.Failed {
+		printReply(e, final)
+		return errReported
+	}
+	if err := json.Unmarshal(result, out); err != nil {
+		return fmt.Errorf("decoding the result of get %s: %w", final.RequestID, err)
+	}
+	return nil
+}
+
+// getRaw sends a get on c and returns its final reply and the assembled
+// result (none when the reply failed).
+func getRaw(ctx context.Context, c *client, payload []byte) (apiv1.Reply, []byte, error) {
 	var final apiv1.Reply
 	var all [][]byte // a large result comes in parts before the final reply
 	if _, err := c.request(ctx, "get", payload, func(r apiv1.Reply) bool {
@@ -190,21 +252,16 @@ func getOn(ctx context.Context, c *client, cfg *globalConfig, payload []byte, e 
 		}
 		return false
 	}); err != nil {
-		return nil, err
+		return final, nil, err
 	}
 	if final.Phase == apiv1.Failed {
-		printReply(e, final)
-		return nil, errReported
+		return final, nil, nil
 	}
 	result, _, err := apiv1.Assemble(all)
 	if err != nil {
-		return nil, fmt.Errorf("assembling the result of get %s: %w", final.RequestID, err)
+		return final, nil, fmt.Errorf("assembling the result of get %s: %w", final.RequestID, err)
 	}
-	var res apiv1.GetResult
-	if err := json.Unmarshal(result, &res); err != nil {
-		return nil, fmt.Errorf("decoding the result of get %s: %w", final.RequestID, err)
-	}
-	return &res, nil
+	return final, result, nil
 }
 
 // objects returns the result as Kubernetes objects: the one object when a

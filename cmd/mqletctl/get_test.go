@@ -3,7 +3,9 @@ package main
 import (
 	"encoding/json"
 	"fmt"
+	"reflect"
 	"strings"
+	"sync"
 	"testing"
 	"time"
 
@@ -201,5 +203,132 @@ func TestGetJoinsAResultSentInParts(t *testing.T) {
 	}
 	if n := strings.Count(res.stdout, "cfg-"); n != 40 {
 		t.Fatalf("%d configmaps printed, want 40:\n%s", n, res.stdout)
+	}
+}
+
+func cannedEvents() []*v1.Event {
+	return []*v1.Event{
+		{ObjectMeta: metav1.ObjectMeta{Name: "web.scheduled", Namespace: "default"},
+			InvolvedObject: v1.ObjectReference{Kind: "Pod", Namespace: "default", Name: "web"},
+			Type:           v1.EventTypeNormal, Reason: "Scheduled", Message: "Successfully assigned default/web to n1", LastTimestamp: ago(3 * time.Hour)},
+		{ObjectMeta: metav1.ObjectMeta{Name: "crasher.backoff", Namespace: "edge"},
+			InvolvedObject: v1.ObjectReference{Kind: "Pod", Namespace: "edge", Name: "crasher"},
+			Type:           v1.EventTypeWarning, Reason: "BackOff", Message: "Back-off restarting failed container app\x1b[2J",
+			Count: 7, FirstTimestamp: ago(25 * time.Minute), LastTimestamp: ago(42 * time.Second)},
+	}
+}
+
+func TestGetEvents(t *testing.T) {
+	url := startBroker(t, broker.Options{})
+	var mu sync.Mutex
+	var asked []apiv1.GetRequest
+	startFakeAgent(t, url, func(r received) []fakeReply {
+		var req apiv1.GetRequest
+		if err := json.Unmarshal(r.Payload, &req); err != nil {
+			t.Errorf("fake agent: %v", err)
+		}
+		mu.Lock()
+		asked = append(asked, req)
+		mu.Unlock()
+		if req.Kind != apiv1.KindEvent {
+			return []fakeReply{{Phase: "failed", Message: "not an event get"}}
+		}
+		// The agent filters: answer like it would, from the canned history.
+		var out []*v1.Event
+		for _, ev := range cannedEvents() {
+			o := ev.InvolvedObject
+			if (req.Namespace == "" || o.Namespace == req.Namespace) && (req.InvolvedObject == nil || req.InvolvedObject.Name == o.Name) {
+				out = append(out, ev)
+			}
+		}
+		return []fakeReply{{Phase: "succeeded", Result: apiv1.EventList{Events: out}}}
+	})
+	lastAsked := func() apiv1.GetRequest {
+		mu.Lock()
+		defer mu.Unlock()
+		return asked[len(asked)-1]
+	}
+
+	res := runCLI(t, url, "", "get", "events")
+	want := "" +
+		"NAMESPACE   LAST SEEN           TYPE      REASON      OBJECT        MESSAGE\n" +
+		"default     3h                  Normal    Scheduled   pod/web       Successfully assigned default/web to n1\n" +
+		"edge        42s (x7 over 25m)   Warning   BackOff     pod/crasher   Back-off restarting failed container app?[2J\n"
+	if res.code != 0 || res.stdout != want {
+		t.Fatalf("get events:\n%v\nwant stdout:\n%s", res, want)
+	}
+	if got := lastAsked(); !reflect.DeepEqual(got, apiv1.GetRequest{Kind: "Event"}) {
+		t.Errorf("get events asked %+v", got)
+	}
+
+	res = runCLI(t, url, "", "get", "ev", "--for", "pod/crasher", "-n", "edge")
+	want = "" +
+		"LAST SEEN           TYPE      REASON    OBJECT        MESSAGE\n" +
+		"42s (x7 over 25m)   Warning   BackOff   pod/crasher   Back-off restarting failed container app?[2J\n"
+	if res.code != 0 || res.stdout != want {
+		t.Fatalf("get events --for pod/crasher -n edge:\n%v\nwant stdout:\n%s", res, want)
+	}
+	if got := lastAsked(); !reflect.DeepEqual(got, apiv1.GetRequest{Kind: "Event", Namespace: "edge",
+		InvolvedObject: &apiv1.ObjectRef{Kind: "Pod", Namespace: "edge", Name: "crasher"}}) {
+		t.Errorf("get events --for asked %+v", got)
+	}
+
+	// A pod named without -n is in the default namespace, as for kubectl.
+	res = runCLI(t, url, "", "get", "events", "--for", "pod/web", "-o", "json")
+	if res.code != 0 {
+		t.Fatalf("get events -o json: %v", res)
+	}
+	if got := lastAsked(); !reflect.DeepEqual(got.InvolvedObject, &apiv1.ObjectRef{Kind: "Pod", Namespace: "default", Name: "web"}) {
+		t.Errorf("get events --for pod/web asked %+v", got.InvolvedObject)
+	}
+	var list struct {
+		Kind  string     `json:"kind"`
+		Items []v1.Event `json:"items"`
+	}
+	if err := json.Unmarshal([]byte(res.stdout), &list); err != nil || list.Kind != "List" || len(list.Items) != 1 || list.Items[0].Reason != "Scheduled" {
+		t.Errorf("get events -o json = %+v (%v)\n%s", list, err, res.stdout)
+	}
+	res = runCLI(t, url, "", "get", "events", "-o", "yaml")
+	if err := yaml.Unmarshal([]byte(res.stdout), &list); res.code != 0 || err != nil || len(list.Items) != 2 || list.Items[1].Count != 7 {
+		t.Errorf("get events -o yaml = %+v (%v)\n%v", list, err, res)
+	}
+
+	res = runCLI(t, url, "", "get", "events", "-n", "kube-system")
+	if res.code != 0 || res.stdout != "" || res.stderr != "No resources found in kube-system namespace.\n" {
+		t.Errorf("get events -n kube-system with nothing: %v", res)
+	}
+
+	// What get events cannot do is refused, not ignored, before asking.
+	mu.Lock()
+	before := len(asked)
+	mu.Unlock()
+	for _, args := range [][]string{
+		{"get", "events", "crasher.backoff"},
+		{"get", "events", "-l", "app=web"},
+		{"get", "events", "-w"},
+		{"get", "events", "-o", "wide"},
+		{"get", "events", "--for", "crasher"},
+		{"get", "events", "--for", "secret/creds"},
+		{"get", "pods", "--for", "pod/web"},
+	} {
+		if res := runCLI(t, url, "", args...); res.code != 2 {
+			t.Errorf("%q: want usage error, got %v", args, res)
+		}
+	}
+	mu.Lock()
+	defer mu.Unlock()
+	if len(asked) != before {
+		t.Errorf("refused commands still asked the agent: %+v", asked[before:])
+	}
+}
+
+func TestGetEventsFailed(t *testing.T) {
+	url := startBroker(t, broker.Options{})
+	startFakeAgent(t, url, func(r received) []fakeReply {
+		return []fakeReply{{Phase: "failed", Message: "kind Event is not supported by this mqlet"}}
+	})
+	res := runCLI(t, url, "", "get", "events")
+	if res.code != 1 || !strings.Contains(res.stderr, "kind Event is not supported") || res.stdout != "" {
+		t.Fatalf("get events from an agent without history: %v", res)
 	}
 }

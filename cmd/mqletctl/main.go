@@ -55,8 +55,8 @@ func commands() []command {
 		{"apply", "send manifests; wait for the agent's verdict", runApply},
 		{"delete", "delete what a manifest names, or one object", runDelete},
 		{"sync", "replace the node's whole desired state with a List", runSync},
-		{"get", "list objects of a node, or every node under the prefix", runGet},
-		{"describe", "show a pod in detail: spec, status, conditions, containers, volumes, events", runDescribe},
+		{"get", "list objects or the event history of a node, or every node under the prefix", runGet},
+		{"describe", "show a pod in detail: spec, status, conditions, containers, volumes, its kept events", runDescribe},
 		{"top", "resource usage from the node's latest metrics message", runTop},
 		{"status", "online/offline, boot id, node readiness, capacity", runStatus},
 		{"watch", "print updates until Ctrl-C", runWatch},
@@ -86,8 +86,10 @@ func helpTexts() map[string]helpText {
 			"  mqletctl delete pod web -n default\n  mqletctl delete -f web.yaml    # every object in the file"},
 		"sync": {"sync -f FILE|- [--no-wait]",
 			"  mqletctl sync -f desired.yaml"},
-		"get": {"get pods|configmaps|secrets|nodes|all [NAME] [-n NS] [-l SELECTOR] [-o json|yaml|wide|name] [-w]",
-			"  mqletctl get pods -n default -l app=web\n  mqletctl get nodes\n  mqletctl get pods -w"},
+		"get": {"get pods|configmaps|secrets|nodes|all [NAME] [-n NS] [-l SELECTOR] [-o json|yaml|wide|name] [-w]\n  " +
+			"mqletctl get events [--for pod/NAME|node/NAME] [-n NS] [-o json|yaml]",
+			"  mqletctl get pods -n default -l app=web\n  mqletctl get nodes\n  mqletctl get pods -w\n" +
+				"  mqletctl get events --for pod/web -n default    # the node's kept event history, oldest first"},
 		"describe": {"describe pod NAME [-n NS]",
 			"  mqletctl describe pod web -n default"},
 		"top": {"top node | top pods [-n NS]",
