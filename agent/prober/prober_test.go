@@ -208,7 +208,8 @@ func TestLivenessFailsAfterThreshold(t *testing.T) {
 		if uid != "uid-1" {
 			t.Fatalf("OnChange got %q", uid)
 		}
-	default:
+	case <-time.After(10 * time.Second):
+		// The result is stored before OnChange is called.
 		t.Fatal("OnChange was not called when liveness failed")
 	}
 	if ev := h.events.reasons(ReasonUnhealthy); len(ev) != 4 || ev[0].msg != "Liveness probe failed: check 1" || ev[0].ref.FieldPath != "spec.containers{main}" {

@@ -94,7 +94,7 @@ func TestCommandIntakeAnswersEveryCommand(t *testing.T) {
 		{"unknown-field", "apply", `unknown field "spec.containers[0].imagee"`, []byte("apiVersion: v1\nkind: Pod\nmetadata: {name: typo}\nspec:\n  containers:\n  - name: c\n    imagee: busybox\n")},
 		{"huge", "apply", "exceeds the limit of 8192 bytes", bytes.Repeat([]byte("#"), 9000)},
 		{"hostpath", "apply", "hostPath", []byte("apiVersion: v1\nkind: Pod\nmetadata: {name: hp}\nspec:\n  volumes:\n  - name: v\n    hostPath: {path: /etc}\n  containers:\n  - name: c\n    image: busybox\n")},
-		{"exec off by default", "exec", "exec is disabled on this node", []byte(`{"name":"web","command":["ls"]}`)},
+		{"exec-off", "exec", "exec is disabled on this node", []byte(`{"name":"web","command":["ls"]}`)},
 		{"nonsense", "explode", "unknown verb", []byte(`{}`)},
 		{"del-missing", "delete", "not found", []byte(`{"kind":"Pod","name":"nope"}`)},
 	}
