@@ -33,9 +33,9 @@ vet:
 	$(GO) vet ./...
 
 fuzz:
-	$(GO) test -run '^$$' -fuzz FuzzDecode$$ -fuzztime 60s ./agent/manifest
-	$(GO) test -run '^$$' -fuzz FuzzDecodeRef -fuzztime 60s ./agent/manifest
-	$(GO) test -run '^$$' -fuzz FuzzHandle -fuzztime 60s ./agent/intake
+	$(GO) test -run '^$$' -fuzz FuzzDecode$$ -fuzztime 300000x ./agent/manifest
+	$(GO) test -run '^$$' -fuzz FuzzDecodeRef -fuzztime 300000x ./agent/manifest
+	$(GO) test -run '^$$' -fuzz FuzzHandle -fuzztime 300000x ./agent/intake
 
 # Static binaries of mqlet and mqletctl for every gateway architecture, with
 # SHA256SUMS, into dist/. The Debian architecture names follow each binary.
