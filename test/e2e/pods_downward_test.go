@@ -12,22 +12,45 @@ import (
 
 // waitLog waits until attempt 0 of container c of pod name logged want,
 // and returns the log.
-func (e *podEnv) waitLog(logDir, name, c, want string, timeout time.Duration) string {
+func (e *logPodEnv) waitLog(name, c, want string, timeout time.Duration) string {
 	e.t.Helper()
 	var out string
 	Eventually(e.t, timeout, fmt.Sprintf("%q in the log of %s/%s", want, name, c), func() bool {
-		out = logsOf(logDir, e.ns, name, c)
+		out = logsOf(e.logDir, e.ns, name, c)
 		return strings.Contains(out, want)
 	})
+	return out
+}
+
+// logPodEnv is a pod env whose container logs the test reads.
+type logPodEnv struct {
+	*podEnv
+	logDir string
+}
+
+// startLogPodEnv starts mqlet with its pod logs in a temporary dir and
+// removes the named pods when the test ends.
+func startLogPodEnv(t *testing.T, pods ...string) *logPodEnv {
+	logDir := t.TempDir()
+	e := startPodEnv(t, func(string) string { return podTestConfig(logDir, "") })
+	e.cleanupPods(pods...)
+	return &logPodEnv{podEnv: e, logDir: logDir}
+}
+
+// outputOf applies manifest and returns what container main of pod logged
+// up to its line "done".
+func (e *logPodEnv) outputOf(manifest, pod string) string {
+	e.t.Helper()
+	e.apply([]byte(manifest), apiv1.Succeeded, podReadyTimeout)
+	out := e.waitLog(pod, "main", "done", 30*time.Second)
+	e.t.Logf("container output:\n%s", out)
 	return out
 }
 
 // fieldRef and resourceFieldRef env: spec.nodeName is the node's name, as
 // the published pod's spec says too.
 func TestPodDownwardEnv(t *testing.T) {
-	logDir := t.TempDir()
-	e := startPodEnv(t, func(string) string { return podTestConfig(logDir, "") })
-	e.cleanupPods("denv")
+	e := startLogPodEnv(t, "denv")
 	pod := fmt.Sprintf(`apiVersion: v1
 kind: Pod
 metadata: {name: denv, namespace: %s, labels: {app: denv}}
@@ -47,9 +70,7 @@ spec:
     - {name: MEM, valueFrom: {resourceFieldRef: {resource: limits.memory, divisor: 1Mi}}}
     - {name: CPU, valueFrom: {resourceFieldRef: {resource: limits.cpu, divisor: 1m}}}
 `, e.ns)
-	e.apply([]byte(pod), apiv1.Succeeded, podReadyTimeout)
-	out := e.waitLog(logDir, "denv", "main", "done", 30*time.Second)
-	t.Logf("container output:\n%s", out)
+	out := e.outputOf(pod, "denv")
 	for _, want := range []string{"node=" + e.node + "\n", "name=denv\n", "app=denv\n", "mem=32\n"} {
 		if !strings.Contains(out, want) {
 			t.Errorf("output lacks %q", want)
@@ -72,9 +93,7 @@ spec:
 // downwardAPI and projected volumes are tmpfs mounts in the container; a
 // serviceAccountToken projection is refused at once, naming the field.
 func TestPodDownwardAndProjectedVolumes(t *testing.T) {
-	logDir := t.TempDir()
-	e := startPodEnv(t, func(string) string { return podTestConfig(logDir, "") })
-	e.cleanupPods("dvol")
+	e := startLogPodEnv(t, "dvol")
 	manifest := fmt.Sprintf(`apiVersion: v1
 kind: List
 items:
@@ -120,9 +139,7 @@ items:
     - name: cfg
       configMap: {name: cfg}
 `, e.ns)
-	e.apply([]byte(manifest), apiv1.Succeeded, podReadyTimeout)
-	out := e.waitLog(logDir, "dvol", "main", "done", 30*time.Second)
-	t.Logf("container output:\n%s", out)
+	out := e.outputOf(manifest, "dvol")
 	for _, want := range []string{
 		"/down/name=dvol\n", "/down/labels=app=\"dvol\"\n", "/down/mem=16\n",
 		"/proj/greeting=hello\n", "/proj/creds/password=pw-value\n", "/proj/ns=" + e.ns + "\n",
@@ -159,9 +176,7 @@ spec:
 // 10 s, without a restart; a subPath mount keeps the old content, as in
 // the kubelet.
 func TestPodConfigMapVolumeUpdates(t *testing.T) {
-	logDir := t.TempDir()
-	e := startPodEnv(t, func(string) string { return podTestConfig(logDir, "") })
-	e.cleanupPods("live")
+	e := startLogPodEnv(t, "live")
 	cm := func(v string) []byte {
 		return []byte(fmt.Sprintf(`apiVersion: v1
 kind: ConfigMap
@@ -188,7 +203,7 @@ spec:
     configMap: {name: live-cfg}
 `, e.ns)
 	e.apply([]byte(pod), apiv1.Succeeded, podReadyTimeout)
-	e.waitLog(logDir, "live", "main", "vol=first sub=first", 30*time.Second)
+	e.waitLog("live", "main", "vol=first sub=first", 30*time.Second)
 	before := e.cri.Running(e.ns, "live")
 	if len(before) != 1 {
 		t.Fatalf("running containers: %s", dump(before))
@@ -198,7 +213,7 @@ spec:
 	e.apply(cm("second"), apiv1.Succeeded, 30*time.Second)
 	var seen time.Duration
 	Eventually(t, 30*time.Second, "the new value in the volume", func() bool {
-		if strings.Contains(logsOf(logDir, e.ns, "live", "main"), "vol=second") {
+		if strings.Contains(logsOf(e.logDir, e.ns, "live", "main"), "vol=second") {
 			seen = time.Since(start)
 			return true
 		}
@@ -208,7 +223,7 @@ spec:
 	if seen > 10*time.Second {
 		t.Errorf("the change took %s to reach the volume, want within 10 s", seen)
 	}
-	out := logsOf(logDir, e.ns, "live", "main")
+	out := logsOf(e.logDir, e.ns, "live", "main")
 	if !strings.Contains(out, "vol=second sub=first") {
 		t.Errorf("subPath mount changed too or the line is missing:\n%s", tail(out, 400))
 	}
@@ -225,9 +240,7 @@ spec:
 // /etc/hosts is the pod's managed file: its IP with hostname and FQDN
 // (subdomain set) and its hostAliases.
 func TestPodEtcHosts(t *testing.T) {
-	logDir := t.TempDir()
-	e := startPodEnv(t, func(string) string { return podTestConfig(logDir, "") })
-	e.cleanupPods("hosts")
+	e := startLogPodEnv(t, "hosts")
 	pod := fmt.Sprintf(`apiVersion: v1
 kind: Pod
 metadata: {name: hosts, namespace: %s}
@@ -243,8 +256,7 @@ spec:
     imagePullPolicy: Never
     command: ["sh", "-c", "cat /etc/hosts; echo done; sleep 3600"]
 `, e.ns)
-	e.apply([]byte(pod), apiv1.Succeeded, podReadyTimeout)
-	out := e.waitLog(logDir, "hosts", "main", "done", 30*time.Second)
+	out := e.outputOf(pod, "hosts")
 	t.Logf("/etc/hosts:\n%s", out)
 	p := e.waitStatus("hosts", 30*time.Second, "a pod IP", func(p *v1.Pod) bool { return p.Status.PodIP != "" })
 	for _, want := range []string{
@@ -261,9 +273,7 @@ spec:
 // An emptyDir of medium Memory is a tmpfs that holds no more than its
 // sizeLimit.
 func TestPodEmptyDirMemory(t *testing.T) {
-	logDir := t.TempDir()
-	e := startPodEnv(t, func(string) string { return podTestConfig(logDir, "") })
-	e.cleanupPods("memdir")
+	e := startLogPodEnv(t, "memdir")
 	pod := fmt.Sprintf(`apiVersion: v1
 kind: Pod
 metadata: {name: memdir, namespace: %s}
@@ -279,9 +289,7 @@ spec:
   - name: mem
     emptyDir: {medium: Memory, sizeLimit: 2Mi}
 `, e.ns)
-	e.apply([]byte(pod), apiv1.Succeeded, podReadyTimeout)
-	out := e.waitLog(logDir, "memdir", "main", "done", 30*time.Second)
-	t.Logf("container output:\n%s", out)
+	out := e.outputOf(pod, "memdir")
 	if !strings.Contains(out, "fs tmpfs\n") {
 		t.Error("the memory emptyDir is not a tmpfs")
 	}
@@ -294,9 +302,7 @@ spec:
 // container creates there get group 2000, the container has the group,
 // and a secret volume's files are group-readable by it.
 func TestPodFSGroup(t *testing.T) {
-	logDir := t.TempDir()
-	e := startPodEnv(t, func(string) string { return podTestConfig(logDir, "") })
-	e.cleanupPods("fsgroup")
+	e := startLogPodEnv(t, "fsgroup")
 	manifest := fmt.Sprintf(`apiVersion: v1
 kind: List
 items:
@@ -322,9 +328,7 @@ items:
     - {name: data, emptyDir: {}}
     - {name: sec, secret: {secretName: fs-sec}}
 `, e.ns)
-	e.apply([]byte(manifest), apiv1.Succeeded, podReadyTimeout)
-	out := e.waitLog(logDir, "fsgroup", "main", "done", 30*time.Second)
-	t.Logf("container output:\n%s", out)
+	out := e.outputOf(manifest, "fsgroup")
 	for _, want := range []string{"dir 2000 2777\n", "file 2000\n", "secret value\n"} {
 		if !strings.Contains(out, want) {
 			t.Errorf("output lacks %q", want)
@@ -340,9 +344,7 @@ items:
 // fileKeyRef: an init container writes an env file into an emptyDir and
 // the app container's env reads a key of it.
 func TestPodFileKeyRefEnv(t *testing.T) {
-	logDir := t.TempDir()
-	e := startPodEnv(t, func(string) string { return podTestConfig(logDir, "") })
-	e.cleanupPods("filekey")
+	e := startLogPodEnv(t, "filekey")
 	pod := fmt.Sprintf(`apiVersion: v1
 kind: Pod
 metadata: {name: filekey, namespace: %s}
@@ -365,8 +367,7 @@ spec:
   volumes:
   - {name: env, emptyDir: {}}
 `, e.ns)
-	e.apply([]byte(pod), apiv1.Succeeded, podReadyTimeout)
-	out := e.waitLog(logDir, "filekey", "main", "done", 30*time.Second)
+	out := e.outputOf(pod, "filekey")
 	if !strings.Contains(out, "greeting=from init\n") {
 		t.Errorf("env from the file missing:\n%s", out)
 	}
