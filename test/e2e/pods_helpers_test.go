@@ -7,6 +7,7 @@ import (
 	"regexp"
 	"strconv"
 	"strings"
+	"sync"
 	"sync/atomic"
 	"testing"
 	"time"
@@ -168,23 +169,42 @@ func (e *podEnv) cleanupPods(names ...string) {
 }
 
 // sweep removes whatever of this test's namespace is left in containerd.
+// A loaded containerd can miss the client's 5 s per-call deadline, so it
+// lists again and retries what is left, a few times.
 func (e *podEnv) sweep() {
-	ctx, cancel := context.WithTimeout(klog.NewContext(context.Background(), logr.Discard()), 60*time.Second)
+	ctx, cancel := context.WithTimeout(klog.NewContext(context.Background(), logr.Discard()), 3*time.Minute)
 	defer cancel()
-	sbs, err := e.rt.ListPodSandbox(ctx, &runtimeapi.PodSandboxFilter{LabelSelector: map[string]string{"io.kubernetes.pod.namespace": e.ns}})
-	if err != nil {
-		e.t.Logf("sweep: listing sandboxes: %v", err)
-		return
-	}
-	for _, sb := range sbs {
-		if err := e.rt.StopPodSandbox(ctx, sb.Id); err != nil {
-			e.t.Logf("sweep: stopping sandbox %s: %v", sb.Id, err)
+	defer func() { _ = e.rt.Close(ctx) }()
+	const passes = 4
+	for pass := 1; ; pass++ {
+		sbs, err := e.rt.ListPodSandbox(ctx, &runtimeapi.PodSandboxFilter{LabelSelector: map[string]string{"io.kubernetes.pod.namespace": e.ns}})
+		if err != nil {
+			e.t.Logf("sweep: listing sandboxes: %v", err)
+			return
 		}
-		if err := e.rt.RemovePodSandbox(ctx, sb.Id); err != nil {
-			e.t.Logf("sweep: removing sandbox %s: %v", sb.Id, err)
+		if len(sbs) == 0 {
+			return
 		}
+		if pass > passes {
+			e.t.Errorf("sweep: %d sandboxes of %s left after %d passes", len(sbs), e.ns, passes)
+			return
+		}
+		// A few at a time: a test may leave a hundred pods.
+		var wg sync.WaitGroup
+		slots := make(chan struct{}, 8)
+		for _, sb := range sbs {
+			wg.Add(1)
+			slots <- struct{}{}
+			go func(id string) {
+				defer func() { <-slots; wg.Done() }()
+				_ = e.rt.StopPodSandbox(ctx, id) // RemovePodSandbox stops it too
+				if err := e.rt.RemovePodSandbox(ctx, id); err != nil && pass == passes {
+					e.t.Logf("sweep: removing sandbox %s: %v", id, err)
+				}
+			}(sb.Id)
+		}
+		wg.Wait()
 	}
-	_ = e.rt.Close(ctx)
 }
 
 // status returns the last pod status recorded for name: nil and true when

@@ -371,6 +371,39 @@ func TestMaxPodsEnforced(t *testing.T) {
 	}
 }
 
+// The default capacity, as the kubelet's: 110 pods applied in one command
+// run, and the 111th is answered failed OutOfpods without a sandbox.
+func TestMaxPodsDefaultHundredTen(t *testing.T) {
+	e := startPodEnv(t, func(logDir string) string {
+		return fmt.Sprintf("runtime:\n  podLogDir: %s\npods:\n  maxPods: 110\ntelemetry:\n  metricsInterval: 0s\nadmission:\n  allowHostNetwork: true\n", logDir)
+	})
+	// hostNetwork pods: no CNI setup and teardown, which would make this
+	// test a benchmark of the bridge plugin's iptables lock.
+	pod := func(name string) string {
+		return strings.Replace(string(e.pod(name, "Always", "sleep 3600")), "spec:\n", "spec:\n  hostNetwork: true\n", 1)
+	}
+	var docs []string
+	for i := range 110 {
+		docs = append(docs, pod(fmt.Sprintf("full%03d", i)))
+	}
+	start := time.Now()
+	e.apply([]byte(strings.Join(docs, "---\n")), apiv1.Succeeded, 10*time.Minute)
+	t.Logf("110 pods running %s after the apply", time.Since(start).Round(time.Millisecond))
+	r := e.apply([]byte(pod("full110")), apiv1.Failed, 30*time.Second)
+	want := "OutOfpods: Node didn't have enough resource: pods, requested: 1, used: 110, capacity: 110"
+	if !strings.HasPrefix(r.Message, want) {
+		t.Fatalf("the 111th pod answered %q, want %q", r.Message, want)
+	}
+	if s := len(e.cri.Sandboxes(e.ns, "full110")); s != 0 {
+		t.Fatalf("the refused pod has %d sandboxes", s)
+	}
+	if res := e.getPods(); len(res.Pods) != 110 {
+		t.Fatalf("%d pods desired, want 110", len(res.Pods))
+	}
+	// No cleanupPods: stopping the agent and sweeping the namespace
+	// through CRI removes 110 pods faster than 110 deletes.
+}
+
 // metadata.uid is mqlet's: a uid that is a path, or another pod's uid, is
 // refused naming metadata.uid, and nothing is created in containerd or on
 // disk outside <stateDir>/pods.
