@@ -5,6 +5,7 @@ import (
 
 	v1 "k8s.io/api/core/v1"
 
+	"github.com/mqlet/mqlet/internal/defaults"
 	"github.com/mqlet/mqlet/internal/redact"
 )
 
@@ -91,59 +92,29 @@ const (
 )
 
 func (c Config) withDefaults() Config {
-	if c.Endpoint == "" {
-		c.Endpoint = DefaultEndpoint
-	}
-	if c.PodLogDir == "" {
-		c.PodLogDir = DefaultPodLogDir
-	}
-	if c.PodDir == "" {
-		c.PodDir = DefaultPodDir
-	}
-	if c.CgroupRoot == "" {
-		c.CgroupRoot = DefaultCgroupRoot
-	}
-	if c.CgroupFS == "" {
-		c.CgroupFS = DefaultCgroupFS
-	}
-	if c.ConnectTimeout <= 0 {
-		c.ConnectTimeout = DefaultConnectTimeout
-	}
-	if c.RequestTimeout <= 0 {
-		c.RequestTimeout = DefaultRequestTimeout
-	}
-	if c.RuntimeRetryMin <= 0 {
-		c.RuntimeRetryMin = DefaultRetryMin
-	}
+	defaults.Set(&c.Endpoint, DefaultEndpoint)
+	defaults.Set(&c.PodLogDir, DefaultPodLogDir)
+	defaults.Set(&c.PodDir, DefaultPodDir)
+	defaults.Set(&c.CgroupRoot, DefaultCgroupRoot)
+	defaults.Set(&c.CgroupFS, DefaultCgroupFS)
+	defaults.Set(&c.ConnectTimeout, DefaultConnectTimeout)
+	defaults.Set(&c.RequestTimeout, DefaultRequestTimeout)
+	defaults.Set(&c.RuntimeRetryMin, DefaultRetryMin)
 	if c.RuntimeRetryMax < c.RuntimeRetryMin {
 		c.RuntimeRetryMax = DefaultRetryMax
 		if c.RuntimeRetryMax < c.RuntimeRetryMin {
 			c.RuntimeRetryMax = c.RuntimeRetryMin
 		}
 	}
-	if c.ClusterDomain == "" {
-		c.ClusterDomain = DefaultClusterDomain
-	}
-	if c.HostsFile == "" {
-		c.HostsFile = DefaultHostsFile
-	}
-	if c.HealthInterval <= 0 {
-		c.HealthInterval = DefaultHealthInterval
-	}
-	if c.PullParallelism <= 0 {
-		c.PullParallelism = DefaultPullParallelism
-	}
-	if c.PullTimeout <= 0 {
-		c.PullTimeout = DefaultPullTimeout
-	}
-	if c.PullBackoffBase <= 0 {
-		c.PullBackoffBase = DefaultPullBackoffBase
-	}
+	defaults.Set(&c.ClusterDomain, DefaultClusterDomain)
+	defaults.Set(&c.HostsFile, DefaultHostsFile)
+	defaults.Set(&c.HealthInterval, DefaultHealthInterval)
+	defaults.Set(&c.PullParallelism, DefaultPullParallelism)
+	defaults.Set(&c.PullTimeout, DefaultPullTimeout)
+	defaults.Set(&c.PullBackoffBase, DefaultPullBackoffBase)
 	if c.PullBackoffMax < c.PullBackoffBase {
 		c.PullBackoffMax = max(DefaultPullBackoffMax, c.PullBackoffBase)
 	}
-	if c.ResolvConf == "" {
-		c.ResolvConf = DefaultResolvConf
-	}
+	defaults.Set(&c.ResolvConf, DefaultResolvConf)
 	return c
 }

@@ -24,6 +24,8 @@ import (
 	_ "github.com/google/cadvisor/lib/fs/overlay/install"
 	_ "github.com/google/cadvisor/lib/fs/tmpfs/install"
 	_ "github.com/google/cadvisor/lib/fs/vfs/install"
+
+	"github.com/mqlet/mqlet/internal/defaults"
 )
 
 // Defaults for Options.
@@ -58,15 +60,9 @@ type Options struct {
 }
 
 func (o Options) withDefaults() Options {
-	if o.CgroupRoot == "" {
-		o.CgroupRoot = DefaultCgroupRoot
-	}
-	if o.HousekeepingInterval <= 0 {
-		o.HousekeepingInterval = DefaultHousekeepingInterval
-	}
-	if o.StateDir == "" {
-		o.StateDir = DefaultStateDir
-	}
+	defaults.Set(&o.CgroupRoot, DefaultCgroupRoot)
+	defaults.Set(&o.HousekeepingInterval, DefaultHousekeepingInterval)
+	defaults.Set(&o.StateDir, DefaultStateDir)
 	if o.GaugeMetrics == nil {
 		o.GaugeMetrics = DefaultGaugeMetrics
 	}

@@ -17,6 +17,8 @@ import (
 	v1 "k8s.io/api/core/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/types"
+
+	"github.com/mqlet/mqlet/internal/defaults"
 )
 
 // Sink receives every event the Recorder lets through, including re-emissions
@@ -73,27 +75,13 @@ type Options struct {
 }
 
 func (o Options) withDefaults() Options {
-	if o.Component == "" {
-		o.Component = DefaultComponent
-	}
-	if o.BurstSize <= 0 {
-		o.BurstSize = DefaultBurstSize
-	}
-	if o.QPS <= 0 {
-		o.QPS = DefaultQPS
-	}
-	if o.MaxKeys <= 0 {
-		o.MaxKeys = DefaultMaxKeys
-	}
-	if o.AggregateMax <= 0 {
-		o.AggregateMax = DefaultAggregateMax
-	}
-	if o.AggregateInterval <= 0 {
-		o.AggregateInterval = DefaultAggregateInterval
-	}
-	if o.QueueSize <= 0 {
-		o.QueueSize = DefaultQueueSize
-	}
+	defaults.Set(&o.Component, DefaultComponent)
+	defaults.Set(&o.BurstSize, DefaultBurstSize)
+	defaults.Set(&o.QPS, DefaultQPS)
+	defaults.Set(&o.MaxKeys, DefaultMaxKeys)
+	defaults.Set(&o.AggregateMax, DefaultAggregateMax)
+	defaults.Set(&o.AggregateInterval, DefaultAggregateInterval)
+	defaults.Set(&o.QueueSize, DefaultQueueSize)
 	if o.Clock == nil {
 		o.Clock = time.Now
 	}

@@ -27,6 +27,8 @@ import (
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/runtime"
 	"k8s.io/apimachinery/pkg/types"
+
+	"github.com/mqlet/mqlet/internal/defaults"
 )
 
 // Kinds the store holds.
@@ -87,18 +89,10 @@ type Options struct {
 const DefaultMaxReplyBytes = 8 << 20
 
 func (o Options) withDefaults() Options {
-	if o.MaxReplies <= 0 {
-		o.MaxReplies = 1000
-	}
-	if o.MaxReplyBytes <= 0 {
-		o.MaxReplyBytes = DefaultMaxReplyBytes
-	}
-	if o.ReplyTTL <= 0 {
-		o.ReplyTTL = 24 * time.Hour
-	}
-	if o.LockTimeout <= 0 {
-		o.LockTimeout = 5 * time.Second
-	}
+	defaults.Set(&o.MaxReplies, 1000)
+	defaults.Set(&o.MaxReplyBytes, DefaultMaxReplyBytes)
+	defaults.Set(&o.ReplyTTL, 24*time.Hour)
+	defaults.Set(&o.LockTimeout, 5*time.Second)
 	if o.Now == nil {
 		o.Now = time.Now
 	}
@@ -566,9 +560,7 @@ func metaOf(obj runtime.Object) *metav1.ObjectMeta {
 // keeps its uid and creation time, a new one gets a fresh uid (checkUID has
 // refused any other uid a client gave).
 func ownMetadata(m, prev *metav1.ObjectMeta, created metav1.Time) error {
-	if m.Namespace == "" {
-		m.Namespace = DefaultNamespace
-	}
+	defaults.Set(&m.Namespace, DefaultNamespace)
 	m.ResourceVersion = ""
 	m.Generation = 0
 	if prev != nil {
