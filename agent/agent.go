@@ -36,6 +36,7 @@ import (
 	"github.com/mqlet/mqlet/agent/validate"
 	apiv1 "github.com/mqlet/mqlet/api/v1"
 	"github.com/mqlet/mqlet/cri"
+	"github.com/mqlet/mqlet/internal/liveperiod"
 	"github.com/mqlet/mqlet/internal/redact"
 	"github.com/mqlet/mqlet/mqtt/outbox"
 	"github.com/mqlet/mqlet/mqtt/session"
@@ -50,7 +51,7 @@ type Runtime interface {
 	Run(ctx context.Context)
 	Ready() bool
 	Changes() <-chan struct{}
-	RunPLEG(ctx context.Context, period time.Duration, out chan<- cri.PodLifecycleEvent)
+	RunPLEG(ctx context.Context, period liveperiod.Source, out chan<- cri.PodLifecycleEvent)
 	GarbageCollect(ctx context.Context, policy cri.GCPolicy, isDesired func(uid string) bool) error
 	RotateLogs(ctx context.Context, r cri.LogRotation) error
 	intake.VerbRuntime
@@ -139,6 +140,8 @@ type Options struct {
 	EventLog *eventlog.Log
 	// Live, when set, holds the settings the config verb changes.
 	Live *liveconfig.Settings
+	// LogLevel, when set with Live, is set to Live's logLevel at each change.
+	LogLevel LogLevel
 
 	// Version is mqlet's, published in the presence and node status.
 	Version string
@@ -149,6 +152,11 @@ type Options struct {
 	Telemetry telemetry.Config
 	// Preload, when set, imports image tarballs from a directory.
 	Preload *cri.PreloadConfig
+}
+
+// LogLevel is the log level that follows logLevel (logging.Level).
+type LogLevel interface {
+	Set(level string) error
 }
 
 // Agent is the running core.
@@ -215,6 +223,8 @@ func New(ctx context.Context, opts Options, deps Deps, log zerolog.Logger) (*Age
 	if opts.EventLog != nil {
 		intakeOpts.Verbs.Events = opts.EventLog
 	}
+	// Telemetry is built below; commands are handled only once Run starts.
+	intakeOpts.Verbs.Node = nodeOf{a}
 	a.intake = intake.New(intakeOpts, st, sender, a.tracker, a.pool, a.events, a.status, log.With().Str("component", "intake").Logger())
 	a.cmds = intake.NewPipeline(a.intake, st, out, sender, intake.PipelineOptions{MaxBacklog: opts.MaxBacklog, MaxBacklogBytes: opts.MaxBacklogBytes, Group: a.group}, log.With().Str("component", "intake").Logger())
 	a.recoverInFlight()
@@ -354,10 +364,13 @@ func (a *Agent) Run(ctx context.Context) error {
 	spawn("workers", loop(a.pool.Run))
 	spawn("prober", loop(a.probes.Run))
 	spawn("pending", loop(a.tracker.Run))
-	spawn("status-resync", loop(func(ctx context.Context) { a.status.Run(ctx, a.opts.PodStatusResync) }))
+	spawn("status-resync", loop(func(ctx context.Context) { a.status.Run(ctx, a.period("podStatusResync", a.opts.PodStatusResync)) }))
 	spawn("pleg", loop(a.runPLEG))
 	spawn("runtime-watch", loop(a.watchRuntime))
 	spawn("housekeeping", loop(a.housekeeping))
+	if a.opts.Live != nil && a.opts.LogLevel != nil {
+		spawn("log-level", loop(a.followLogLevel))
+	}
 	if a.opts.LogRotationPeriod > 0 && a.opts.LogRotation.MaxBytes > 0 {
 		spawn("log-rotation", loop(a.rotateLogs))
 	}
@@ -379,6 +392,28 @@ func (a *Agent) Run(ctx context.Context) error {
 	wg.Wait()
 	a.log.Info().Msg("mqlet stopped")
 	return nil
+}
+
+// followLogLevel sets the log level to logLevel at each change of the live
+// settings.
+func (a *Agent) followLogLevel(ctx context.Context) {
+	current := ""
+	for {
+		changed := a.opts.Live.Changes()
+		if next := a.opts.Live.LogLevel(); next != current {
+			if err := a.opts.LogLevel.Set(next); err != nil {
+				a.log.Error().Err(err).Msg("setting the log level")
+			} else if current != "" {
+				a.log.Info().Str("logLevel", next).Msg("log level changed")
+			}
+			current = next
+		}
+		select {
+		case <-ctx.Done():
+			return
+		case <-changed:
+		}
+	}
 }
 
 // reconcile queues every desired pod and every pod the runtime still runs,
@@ -421,7 +456,7 @@ func (a *Agent) runPLEG(ctx context.Context) {
 	wg.Add(1)
 	go func() {
 		defer wg.Done()
-		a.rt.RunPLEG(ctx, a.opts.PLEGPeriod, ch)
+		a.rt.RunPLEG(ctx, a.period("plegPeriod", a.opts.PLEGPeriod), ch)
 	}()
 	defer wg.Wait()
 	for {
@@ -468,6 +503,15 @@ func (a *Agent) watchRuntime(ctx context.Context) {
 	}
 }
 
+// period is the live setting key when the config verb may change it, else
+// the fixed d.
+func (a *Agent) period(key string, d time.Duration) liveperiod.Source {
+	if a.opts.Live != nil {
+		return a.opts.Live.Period(key)
+	}
+	return liveperiod.Fixed(d)
+}
+
 // every runs fn each period until ctx ends.
 func every(ctx context.Context, period time.Duration, fn func(context.Context)) {
 	t := time.NewTicker(period)
@@ -500,7 +544,7 @@ func (a *Agent) housekeeping(ctx context.Context) {
 	if a.opts.Live != nil {
 		// gc.interval may be changed over MQTT.
 		run = func(ctx context.Context, _ time.Duration, fn func(context.Context)) {
-			a.opts.Live.Every(ctx.Done(), "gcInterval", func() { fn(ctx) })
+			a.opts.Live.Every(ctx, "gcInterval", func() { fn(ctx) })
 		}
 	}
 	run(ctx, a.opts.GCInterval, func(ctx context.Context) {
@@ -533,6 +577,16 @@ func (a *Agent) collectGarbage(ctx context.Context) {
 	if err := a.rt.GarbageCollect(ctx, policy, func(uid string) bool { return desiredUIDs[uid] }); err != nil {
 		a.log.Warn().Err(err).Msg("garbage collection")
 	}
+}
+
+// nodeOf gives the intake the node telemetry last published.
+type nodeOf struct{ a *Agent }
+
+func (n nodeOf) Node() *v1.Node {
+	if n.a.tel == nil {
+		return nil
+	}
+	return n.a.tel.Node()
 }
 
 // desired adapts the store to what the pod workers ask.

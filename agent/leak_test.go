@@ -17,6 +17,7 @@ import (
 	"github.com/mqlet/mqlet/agent/store"
 	apiv1 "github.com/mqlet/mqlet/api/v1"
 	"github.com/mqlet/mqlet/cri"
+	"github.com/mqlet/mqlet/internal/liveperiod"
 	"github.com/mqlet/mqlet/mqtt/broker"
 	"github.com/mqlet/mqlet/mqtt/outbox"
 	"github.com/mqlet/mqlet/mqtt/session"
@@ -60,15 +61,8 @@ func (r *loopRuntime) GarbageCollect(context.Context, cri.GCPolicy, func(string)
 func (r *loopRuntime) RotateLogs(context.Context, cri.LogRotation) error { return nil }
 func (r *loopRuntime) CallStats() map[string]cri.CallStat                { return nil }
 
-func (r *loopRuntime) RunPLEG(ctx context.Context, period time.Duration, out chan<- cri.PodLifecycleEvent) {
-	t := time.NewTicker(period)
-	defer t.Stop()
-	for {
-		select {
-		case <-ctx.Done():
-			return
-		case <-t.C:
-		}
+func (r *loopRuntime) RunPLEG(ctx context.Context, period liveperiod.Source, out chan<- cri.PodLifecycleEvent) {
+	for period.Wait(ctx) {
 		select {
 		case out <- cri.PodLifecycleEvent{PodUID: r.uid, Type: cri.ContainerStarted}:
 		case <-ctx.Done():

@@ -19,6 +19,7 @@ import (
 	v1 "k8s.io/api/core/v1"
 	runtimeapi "k8s.io/cri-api/pkg/apis/runtime/v1"
 
+	"github.com/mqlet/mqlet/internal/liveperiod"
 	"github.com/mqlet/mqlet/internal/testutil/containerd"
 )
 
@@ -571,7 +572,7 @@ func TestPLEG(t *testing.T) {
 	events := make(chan PodLifecycleEvent, 256)
 	ctx, cancel := context.WithCancel(e.ctx)
 	done := make(chan struct{})
-	go func() { defer close(done); e.m.RunPLEG(ctx, 100*time.Millisecond, events) }()
+	go func() { defer close(done); e.m.RunPLEG(ctx, liveperiod.Fixed(100*time.Millisecond), events) }()
 	t.Cleanup(func() { cancel(); <-done })
 
 	pod := e.newPod(v1.RestartPolicyNever, v1.Container{Name: "job", Command: []string{"sh", "-c", "sleep 1; exit 3"}})

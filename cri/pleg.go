@@ -3,11 +3,12 @@ package cri
 import (
 	"context"
 	"sync"
-	"time"
 
 	"google.golang.org/grpc/codes"
 	"google.golang.org/grpc/status"
 	runtimeapi "k8s.io/cri-api/pkg/apis/runtime/v1"
+
+	"github.com/mqlet/mqlet/internal/liveperiod"
 )
 
 // plegRecord is what a relist remembers about one container or sandbox.
@@ -19,7 +20,7 @@ type plegRecord struct {
 // RunPLEG reports pod lifecycle changes on out until ctx ends. It uses the
 // runtime's container event stream when available and otherwise relists
 // every period, comparing container and sandbox states.
-func (m *Manager) RunPLEG(ctx context.Context, period time.Duration, out chan<- PodLifecycleEvent) {
+func (m *Manager) RunPLEG(ctx context.Context, period liveperiod.Source, out chan<- PodLifecycleEvent) {
 	// Pods that waited on an image pull are woken when it ends (ImagePulled).
 	var wg sync.WaitGroup
 	defer wg.Wait()
@@ -44,7 +45,7 @@ func (m *Manager) RunPLEG(ctx context.Context, period time.Duration, out chan<- 
 			if svc, err := m.conn.get(); err == nil {
 				err := m.streamEvents(ctx, svc, out)
 				if status.Code(err) == codes.Unimplemented {
-					m.log.Info().Msg("runtime has no container events; PLEG relists every " + period.String())
+					m.log.Info().Msg("runtime has no container events; PLEG relists every " + period.Period().String())
 					evented = false
 				} else if ctx.Err() == nil {
 					m.log.Debug().Err(err).Msg("container event stream ended; relisting")
@@ -52,10 +53,9 @@ func (m *Manager) RunPLEG(ctx context.Context, period time.Duration, out chan<- 
 			}
 		}
 		relister.relist(ctx)
-		select {
-		case <-ctx.Done():
+		// The period is re-read at each wait: plegPeriod may change live.
+		if !period.Wait(ctx) {
 			return
-		case <-time.After(period):
 		}
 	}
 }

@@ -21,10 +21,17 @@ import (
 // through scrub's current Scrubber (nil: none), so no secret value the node
 // holds reaches the log, whatever part of mqlet or of a library wrote it.
 func New(out io.Writer, level, format string, scrub func() *redact.Scrubber) (zerolog.Logger, error) {
-	lvl, err := zerolog.ParseLevel(level)
+	lvl, err := NewLevel(level)
 	if err != nil {
-		return zerolog.Nop(), fmt.Errorf("parsing log level %q: %w", level, err)
+		return zerolog.Nop(), err
 	}
+	return NewLive(out, lvl, format, scrub), nil
+}
+
+// NewLive is New with a level that may change while it runs: the logger
+// and every logger derived from it write the lines at or above level's
+// current value.
+func NewLive(out io.Writer, level *Level, format string, scrub func() *redact.Scrubber) zerolog.Logger {
 	if scrub == nil {
 		scrub = func() *redact.Scrubber { return nil }
 	}
@@ -33,7 +40,8 @@ func New(out io.Writer, level, format string, scrub func() *redact.Scrubber) (ze
 	if format == "console" || (format == "auto" && isTerminal(out)) {
 		w = zerolog.ConsoleWriter{Out: w, TimeFormat: time.TimeOnly}
 	}
-	return zerolog.New(w).Level(lvl).With().Timestamp().Logger(), nil
+	// The logger's own level is the lowest; the sampler holds the real one.
+	return zerolog.New(w).Level(zerolog.TraceLevel).Sample(level).With().Timestamp().Logger()
 }
 
 func isTerminal(out io.Writer) bool {
@@ -58,9 +66,9 @@ func (s *klogSink) Init(logr.RuntimeInfo) {}
 // Enabled maps klog verbosity onto zerolog: V(0) is info, V(1+) is debug.
 func (s *klogSink) Enabled(level int) bool {
 	if level > 0 {
-		return s.log.GetLevel() <= zerolog.DebugLevel
+		return Enabled(&s.log, zerolog.DebugLevel)
 	}
-	return s.log.GetLevel() <= zerolog.InfoLevel
+	return Enabled(&s.log, zerolog.InfoLevel)
 }
 
 func (s *klogSink) Info(level int, msg string, kv ...any) {

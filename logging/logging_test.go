@@ -86,3 +86,36 @@ func TestLogLinesAreScrubbedOfSecretValues(t *testing.T) {
 		}
 	}
 }
+
+func TestLiveLevelChangesEveryDerivedLogger(t *testing.T) {
+	var buf bytes.Buffer
+	lvl, err := NewLevel("info")
+	if err != nil {
+		t.Fatal(err)
+	}
+	log := NewLive(&buf, lvl, "json", nil).With().Str("component", "x").Logger()
+	log.Debug().Msg("hidden")
+	if Enabled(&log, zerolog.DebugLevel) {
+		t.Fatal("debug enabled at info")
+	}
+	if err := lvl.Set("debug"); err != nil {
+		t.Fatal(err)
+	}
+	log.Debug().Msg("shown")
+	if !Enabled(&log, zerolog.DebugLevel) {
+		t.Fatal("debug not enabled at debug")
+	}
+	_ = lvl.Set("warn")
+	log.Info().Msg("hidden too")
+	log.Warn().Msg("warned")
+	out := buf.String()
+	if strings.Contains(out, "hidden") || !strings.Contains(out, `"message":"shown"`) || !strings.Contains(out, `"message":"warned"`) {
+		t.Fatalf("log: %s", out)
+	}
+	if err := lvl.Set("loud"); err == nil {
+		t.Fatal("a bad level was taken")
+	}
+	if err := lvl.Set(""); err == nil || lvl.Get() != zerolog.WarnLevel {
+		t.Fatalf("empty level: %v, level %v", err, lvl.Get())
+	}
+}

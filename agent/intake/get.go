@@ -31,6 +31,10 @@ func (in *Intake) handleGet(r request) {
 		in.getEvents(id, args)
 		return
 	}
+	if strings.EqualFold(args.Kind, apiv1.KindNode) || strings.EqualFold(args.Kind, "Nodes") {
+		in.getNode(id, args)
+		return
+	}
 	sel, err := parseSelector(args.LabelSelector)
 	if err != nil {
 		in.fail(id, "get", err)
@@ -108,6 +112,42 @@ func (in *Intake) handleGet(r request) {
 		msg += "; configmap data is shown one configmap at a time: get it by kind, namespace and name"
 	}
 	_ = in.replies.Send(apiv1.Reply{RequestID: id, Verb: "get", Phase: apiv1.Succeeded, Message: msg, Result: res})
+}
+
+// getNode answers get {"kind":"Node"}: the v1.Node last published on the
+// node topic. A name other than the node's is not found; a node is not
+// namespaced, and its labels are matched by labelSelector.
+func (in *Intake) getNode(id string, args apiv1.GetRequest) {
+	src := in.opts.Verbs.Node
+	switch {
+	case src == nil:
+		in.fail(id, "get", errors.New("kind Node is not supported by this mqlet"))
+		return
+	case args.Namespace != "" || args.InvolvedObject != nil:
+		in.fail(id, "get", errors.New("kind Node takes name and labelSelector, not namespace or involvedObject (a node is not namespaced)"))
+		return
+	}
+	sel, err := parseSelector(args.LabelSelector)
+	if err != nil {
+		in.fail(id, "get", err)
+		return
+	}
+	node := src.Node()
+	if node == nil {
+		in.fail(id, "get", errors.New("the node status is not published yet; try again in a few seconds"))
+		return
+	}
+	res := apiv1.NodeList{Nodes: []*v1.Node{}}
+	if (args.Name == "" || args.Name == node.Name) && sel.Matches(labels.Set(node.Labels)) {
+		node.Kind, node.APIVersion = "Node", "v1"
+		res.Nodes = append(res.Nodes, node)
+	}
+	if args.Name != "" && len(res.Nodes) == 0 {
+		in.fail(id, "get", fmt.Errorf("not found: Node %s (this is node %s)", args.Name, node.Name))
+		return
+	}
+	_ = in.replies.Send(apiv1.Reply{RequestID: id, Verb: "get", Phase: apiv1.Succeeded,
+		Message: fmt.Sprintf("%d nodes", len(res.Nodes)), Result: res})
 }
 
 // withoutData is c as a listing shows it: every key with the size of its

@@ -10,6 +10,8 @@ import (
 	"time"
 
 	"github.com/rs/zerolog"
+	v1 "k8s.io/api/core/v1"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 
 	"github.com/mqlet/mqlet/agent/pending"
 	"github.com/mqlet/mqlet/agent/reply"
@@ -145,6 +147,80 @@ func TestGetLabelSelector(t *testing.T) {
 		}
 		if got := strings.Join(names, ","); got != want {
 			t.Errorf("selector %q: %s, want %s", sel, got, want)
+		}
+	}
+}
+
+type fixedNode struct{ node *v1.Node }
+
+func (f *fixedNode) Node() *v1.Node {
+	if f.node == nil {
+		return nil
+	}
+	return f.node.DeepCopy()
+}
+
+// get {"kind":"Node"} answers the node last published on the node topic.
+func TestGetNode(t *testing.T) {
+	st, err := store.OpenWith(filepath.Join(t.TempDir(), "state.db"), store.Options{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer st.Close()
+	box := &recordingBox{}
+	topics := apiv1.Scheme{Prefix: "mqlet/v1", Node: "n1"}
+	sender := reply.NewSender(topics, box, st, nil, zerolog.Nop())
+	src := &fixedNode{}
+	in := New(Options{Topics: topics, MaxPayloadBytes: 1 << 20, ApplyDeadline: time.Minute, Verbs: VerbOptions{Node: src}},
+		st, sender, &fakeTracker{added: map[string]map[string]pending.Want{}}, &fakeScheduler{deletes: map[string]*int64{}}, &fakeEvents{}, noStatus{}, zerolog.Nop())
+	get := func(id, payload string) apiv1.Reply {
+		t.Helper()
+		in.Handle(Command{Topic: "mqlet/v1/n1/cmd/get/" + id, Payload: []byte(payload)})
+		reps := box.replies(t, id)
+		if len(reps) != 1 {
+			t.Fatalf("%s: %+v", payload, reps)
+		}
+		return reps[0]
+	}
+	if r := get("early", `{"kind":"Node"}`); r.Phase != apiv1.Failed || !strings.Contains(r.Message, "not published yet") {
+		t.Fatalf("before the first node status: %+v", r)
+	}
+	src.node = &v1.Node{ObjectMeta: metav1.ObjectMeta{Name: "n1", Labels: map[string]string{"kubernetes.io/arch": "arm64"}},
+		Status: v1.NodeStatus{Conditions: []v1.NodeCondition{{Type: v1.NodeReady, Status: v1.ConditionTrue}}}}
+	for i, c := range []struct {
+		payload string
+		want    int // nodes; -1: failed
+		msg     string
+	}{
+		{`{"kind":"Node"}`, 1, ""},
+		{`{"kind":"nodes","name":"n1"}`, 1, ""},
+		{`{"kind":"Node","labelSelector":"kubernetes.io/arch=arm64"}`, 1, ""},
+		{`{"kind":"Node","labelSelector":"kubernetes.io/arch=amd64"}`, 0, ""},
+		{`{"kind":"Node","name":"other"}`, -1, "not found: Node other (this is node n1)"},
+		{`{"kind":"Node","namespace":"default"}`, -1, "not namespaced"},
+		{`{"kind":"Node","labelSelector":"a=(("}`, -1, "labelSelector"},
+	} {
+		r := get(fmt.Sprintf("n%d", i), c.payload)
+		if c.want < 0 {
+			if r.Phase != apiv1.Failed || !strings.Contains(r.Message, c.msg) {
+				t.Errorf("%s: %s %q, want failed %q", c.payload, r.Phase, r.Message, c.msg)
+			}
+			continue
+		}
+		var res apiv1.NodeList
+		b, _ := json.Marshal(r.Result)
+		if err := json.Unmarshal(b, &res); err != nil || r.Phase != apiv1.Succeeded {
+			t.Fatalf("%s: %s %q %v", c.payload, r.Phase, r.Message, err)
+		}
+		if len(res.Nodes) != c.want {
+			t.Errorf("%s: %d nodes, want %d", c.payload, len(res.Nodes), c.want)
+			continue
+		}
+		if c.want == 1 {
+			n := res.Nodes[0]
+			if n.Name != "n1" || n.Kind != "Node" || n.APIVersion != "v1" || len(n.Status.Conditions) != 1 {
+				t.Errorf("%s: node %+v", c.payload, n)
+			}
 		}
 	}
 }

@@ -74,6 +74,14 @@ type VerbOptions struct {
 	Config LiveConfig
 	// Events is the kept event history, for get {"kind":"Event"}.
 	Events EventHistory
+	// Node is the node's published status, for get {"kind":"Node"}.
+	Node NodeSource
+}
+
+// NodeSource gives the v1.Node last published on the node topic (nil
+// before the first publication).
+type NodeSource interface {
+	Node() *v1.Node
 }
 
 // LiveConfig is the settings changed over MQTT (agent/liveconfig).

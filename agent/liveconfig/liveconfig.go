@@ -6,11 +6,13 @@
 package liveconfig
 
 import (
+	"context"
 	"encoding/json"
 	"errors"
 	"fmt"
 	"os"
 	"path/filepath"
+	"slices"
 	"sort"
 	"strings"
 	"sync"
@@ -18,20 +20,71 @@ import (
 
 	apiv1 "github.com/mqlet/mqlet/api/v1"
 	"github.com/mqlet/mqlet/config"
+	"github.com/mqlet/mqlet/internal/liveperiod"
 )
 
-// tunable is one live setting: a duration within bounds.
+// tunable is one live setting: a duration within bounds, or (levels set)
+// one of a few words.
 type tunable struct {
 	path, alias string
 	min, max    time.Duration
-	field       func(c *config.Config) *time.Duration
+	levels      []string // a word setting (logLevel): its allowed values
+	duration    func(c *config.Config) *time.Duration
+	word        func(c *config.Config) *string
 }
 
+func durationTunable(path, alias string, lo, hi time.Duration, f func(c *config.Config) *time.Duration) tunable {
+	return tunable{path: path, alias: alias, min: lo, max: hi, duration: f}
+}
+
+// The bounds keep a remote value from making a loop spin (a PLEG relisting
+// every millisecond) or go silent (a heartbeat once a year).
 var tunables = []tunable{
-	{"telemetry.metricsInterval", "metricsInterval", time.Second, 24 * time.Hour,
-		func(c *config.Config) *time.Duration { return &c.Telemetry.MetricsInterval.Duration }},
-	{"gc.interval", "gcInterval", 10 * time.Second, 24 * time.Hour,
-		func(c *config.Config) *time.Duration { return &c.GC.Interval.Duration }},
+	{path: "logLevel", alias: "logLevel", levels: []string{"trace", "debug", "info", "warn", "error"},
+		word: func(c *config.Config) *string { return &c.LogLevel }},
+	durationTunable("telemetry.metricsInterval", "metricsInterval", time.Second, 24*time.Hour,
+		func(c *config.Config) *time.Duration { return &c.Telemetry.MetricsInterval.Duration }),
+	durationTunable("telemetry.nodeStatusInterval", "nodeStatusInterval", time.Second, time.Hour,
+		func(c *config.Config) *time.Duration { return &c.Telemetry.NodeStatusInterval.Duration }),
+	durationTunable("telemetry.podStatusResync", "podStatusResync", 5*time.Second, 24*time.Hour,
+		func(c *config.Config) *time.Duration { return &c.Telemetry.PodStatusResync.Duration }),
+	durationTunable("runtime.plegPeriod", "plegPeriod", 100*time.Millisecond, time.Minute,
+		func(c *config.Config) *time.Duration { return &c.Runtime.PLEGPeriod.Duration }),
+	durationTunable("gc.interval", "gcInterval", 10*time.Second, 24*time.Hour,
+		func(c *config.Config) *time.Duration { return &c.GC.Interval.Duration }),
+}
+
+// check parses v as t's value, returning its canonical form.
+func (t tunable) check(v string) (string, error) {
+	if t.levels != nil {
+		if slices.Contains(t.levels, v) {
+			return v, nil
+		}
+		return "", fmt.Errorf("%q is not one of %s", v, strings.Join(t.levels, ", "))
+	}
+	d, err := time.ParseDuration(v)
+	if err != nil || d < t.min || d > t.max {
+		return "", fmt.Errorf("%q is not a duration from %s to %s", v, t.min, t.max)
+	}
+	return d.String(), nil
+}
+
+// apply sets t in c to v (a value check accepted).
+func (t tunable) apply(c *config.Config, v string) {
+	if t.word != nil {
+		*t.word(c) = v
+		return
+	}
+	d, _ := time.ParseDuration(v)
+	*t.duration(c) = d
+}
+
+// value is t's value in c, in canonical form.
+func (t tunable) value(c *config.Config) string {
+	if t.word != nil {
+		return *t.word(c)
+	}
+	return t.duration(c).String()
 }
 
 // securityPrefixes are the settings that govern security: never tunable
@@ -48,9 +101,9 @@ type Settings struct {
 	file    string
 
 	mu      sync.Mutex
-	remote  map[string]time.Duration // path → value set over MQTT
-	changed chan struct{}            // closed and replaced at each change
-	started map[string]time.Duration // effective values at start
+	remote  map[string]string // path → value set over MQTT (canonical form)
+	changed chan struct{}     // closed and replaced at each change
+	started map[string]string // effective values at start
 }
 
 // Open reads the remote settings persisted in stateDir over cfg (the
@@ -58,7 +111,7 @@ type Settings struct {
 // are no longer tunable or valid are dropped and reported.
 func Open(cfg *config.Config, sources map[string]string, stateDir string) (*Settings, []string, error) {
 	s := &Settings{base: *cfg, sources: sources, file: filepath.Join(stateDir, FileName),
-		remote: map[string]time.Duration{}, changed: make(chan struct{}), started: map[string]time.Duration{}}
+		remote: map[string]string{}, changed: make(chan struct{}), started: map[string]string{}}
 	var dropped []string
 	data, err := os.ReadFile(s.file)
 	switch {
@@ -72,16 +125,20 @@ func Open(cfg *config.Config, sources map[string]string, stateDir string) (*Sett
 		}
 		for path, v := range saved {
 			t, ok := lookup(path)
-			d, perr := time.ParseDuration(v)
-			if !ok || perr != nil || d < t.min || d > t.max {
+			if !ok {
 				dropped = append(dropped, path)
 				continue
 			}
-			s.remote[t.path] = d
+			canon, err := t.check(v)
+			if err != nil {
+				dropped = append(dropped, path)
+				continue
+			}
+			s.remote[t.path] = canon
 		}
 	}
 	for _, t := range tunables {
-		s.started[t.path] = s.durationLocked(t)
+		s.started[t.path] = s.valueLocked(t)
 	}
 	sort.Strings(dropped)
 	return s, dropped, nil
@@ -102,29 +159,43 @@ func (s *Settings) Effective() config.Config {
 	defer s.mu.Unlock()
 	c := s.base
 	for _, t := range tunables {
-		*t.field(&c) = s.durationLocked(t)
+		t.apply(&c, s.valueLocked(t))
 	}
 	return c
 }
 
-// Duration is the live value of a tunable setting (by path or alias); 0
+// Duration is the live value of a tunable duration (by path or alias); 0
 // for an unknown one.
 func (s *Settings) Duration(key string) time.Duration {
 	t, ok := lookup(key)
-	if !ok {
+	if !ok || t.duration == nil {
 		return 0
 	}
 	s.mu.Lock()
 	defer s.mu.Unlock()
-	return s.durationLocked(t)
+	d, _ := time.ParseDuration(s.valueLocked(t))
+	return d
 }
 
-func (s *Settings) durationLocked(t tunable) time.Duration {
-	if d, ok := s.remote[t.path]; ok {
-		return d
+// LogLevel is the live log level ("info").
+func (s *Settings) LogLevel() string {
+	t, _ := lookup("logLevel")
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return s.valueLocked(t)
+}
+
+// Period is the live period of a tunable duration, for a loop to follow.
+func (s *Settings) Period(key string) liveperiod.Source {
+	return liveperiod.Source{Period: func() time.Duration { return s.Duration(key) }, Changes: s.Changes}
+}
+
+func (s *Settings) valueLocked(t tunable) string {
+	if v, ok := s.remote[t.path]; ok {
+		return v
 	}
 	c := s.base
-	return *t.field(&c)
+	return t.value(&c)
 }
 
 // Changes returns a channel closed at the next change.
@@ -154,7 +225,7 @@ func (s *Settings) Patch(raw []byte) ([]string, error) {
 		keys = append(keys, k)
 	}
 	sort.Strings(keys)
-	next := map[string]*time.Duration{}
+	next := map[string]*string{}
 	var problems []string
 	for _, k := range keys {
 		t, ok := lookup(k)
@@ -166,18 +237,22 @@ func (s *Settings) Patch(raw []byte) ([]string, error) {
 		case nil:
 			next[t.path] = nil
 		case string:
-			d, err := time.ParseDuration(v)
-			if err != nil || d < t.min || d > t.max {
-				problems = append(problems, fmt.Sprintf("%s: %q is not a duration from %s to %s", k, v, t.min, t.max))
+			canon, err := t.check(v)
+			if err != nil {
+				problems = append(problems, k+": "+err.Error())
 				continue
 			}
-			if s.started[t.path] == 0 && t.path == "telemetry.metricsInterval" {
+			if s.started[t.path] == "0s" && t.path == "telemetry.metricsInterval" {
 				problems = append(problems, k+": metrics are off in mqlet's config file (0); turning them on takes a restart")
 				continue
 			}
-			next[t.path] = &d
+			next[t.path] = &canon
 		default:
-			problems = append(problems, fmt.Sprintf("%s: want a duration string such as \"30s\", or null", k))
+			if t.levels != nil {
+				problems = append(problems, fmt.Sprintf("%s: want one of %s as a string, or null", k, strings.Join(t.levels, ", ")))
+			} else {
+				problems = append(problems, fmt.Sprintf("%s: want a duration string such as \"30s\", or null", k))
+			}
 		}
 	}
 	if len(problems) > 0 {
@@ -185,16 +260,16 @@ func (s *Settings) Patch(raw []byte) ([]string, error) {
 	}
 	s.mu.Lock()
 	defer s.mu.Unlock()
-	remote := make(map[string]time.Duration, len(s.remote))
+	remote := make(map[string]string, len(s.remote))
 	for k, v := range s.remote {
 		remote[k] = v
 	}
 	var changed []string
-	for path, d := range next {
-		if d == nil {
+	for path, v := range next {
+		if v == nil {
 			delete(remote, path)
 		} else {
-			remote[path] = *d
+			remote[path] = *v
 		}
 		changed = append(changed, path)
 	}
@@ -236,12 +311,8 @@ func flatten(doc map[string]any, prefix string, out map[string]any) {
 }
 
 // save writes remote atomically (a crash leaves the old file or the new).
-func (s *Settings) save(remote map[string]time.Duration) error {
-	out := make(map[string]string, len(remote))
-	for k, v := range remote {
-		out[k] = v.String()
-	}
-	data, err := json.MarshalIndent(out, "", "  ")
+func (s *Settings) save(remote map[string]string) error {
+	data, err := json.MarshalIndent(remote, "", "  ")
 	if err != nil {
 		return fmt.Errorf("encoding remote settings: %w", err)
 	}
@@ -292,18 +363,6 @@ func (s *Settings) View() (apiv1.ConfigView, error) {
 
 // Every runs fn each period of the tunable key until done closes,
 // picking up a new period as soon as it is set.
-func (s *Settings) Every(done <-chan struct{}, key string, fn func()) {
-	for {
-		changed := s.Changes()
-		t := time.NewTimer(s.Duration(key))
-		select {
-		case <-done:
-			t.Stop()
-			return
-		case <-changed:
-			t.Stop()
-		case <-t.C:
-			fn()
-		}
-	}
+func (s *Settings) Every(ctx context.Context, key string, fn func()) {
+	s.Period(key).Every(ctx, fn)
 }

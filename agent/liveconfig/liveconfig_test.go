@@ -86,3 +86,54 @@ func TestPatchRefusesSecurityUnknownAndBadValuesWhole(t *testing.T) {
 		t.Fatalf("a refused patch changed metricsInterval to %v", d)
 	}
 }
+
+func TestLogLevelAndPeriodsAreLiveWithBounds(t *testing.T) {
+	dir := t.TempDir()
+	s := open(t, dir)
+	if _, err := s.Patch([]byte(`{"logLevel":"debug","plegPeriod":"200ms","nodeStatusInterval":"2s","podStatusResync":"5s"}`)); err != nil {
+		t.Fatal(err)
+	}
+	if s.LogLevel() != "debug" || s.Duration("runtime.plegPeriod") != 200*time.Millisecond ||
+		s.Period("nodeStatusInterval").Period() != 2*time.Second || s.Duration("podStatusResync") != 5*time.Second {
+		t.Fatalf("after the patch: %s %v %v %v", s.LogLevel(), s.Duration("plegPeriod"), s.Duration("nodeStatusInterval"), s.Duration("podStatusResync"))
+	}
+	view, err := s.View()
+	if err != nil {
+		t.Fatal(err)
+	}
+	for path, want := range map[string]string{"logLevel": `"debug"`, "runtime.plegPeriod": `"200ms"`, "telemetry.nodeStatusInterval": `"2s"`, "telemetry.podStatusResync": `"5s"`} {
+		if v := view.Settings[path]; v.Source != apiv1.SourceRemote || string(v.Value) != want {
+			t.Errorf("%s: %+v", path, v)
+		}
+	}
+	if eff := s.Effective(); eff.LogLevel != "debug" || eff.Runtime.PLEGPeriod.Duration != 200*time.Millisecond {
+		t.Fatalf("effective: %s %v", eff.LogLevel, eff.Runtime.PLEGPeriod)
+	}
+	// Kept across a restart; null resets to the file's value.
+	s = open(t, dir)
+	if s.LogLevel() != "debug" || s.Duration("plegPeriod") != 200*time.Millisecond {
+		t.Fatalf("after reopening: %s %v", s.LogLevel(), s.Duration("plegPeriod"))
+	}
+	if _, err := s.Patch([]byte(`{"logLevel":null,"runtime":{"plegPeriod":null}}`)); err != nil {
+		t.Fatal(err)
+	}
+	if s.LogLevel() != "info" || s.Duration("plegPeriod") != time.Second {
+		t.Fatalf("null did not reset: %s %v", s.LogLevel(), s.Duration("plegPeriod"))
+	}
+	for patch, want := range map[string]string{
+		`{"plegPeriod":"10ms"}`:           "plegPeriod: \"10ms\" is not a duration from 100ms to 1m0s",
+		`{"plegPeriod":"2m"}`:             "from 100ms to 1m0s",
+		`{"nodeStatusInterval":"100ms"}`:  "from 1s to 1h0m0s",
+		`{"podStatusResync":"1s"}`:        "from 5s to 24h0m0s",
+		`{"logLevel":"loud"}`:             `logLevel: "loud" is not one of trace, debug, info, warn, error`,
+		`{"logLevel":1}`:                  "want one of trace",
+		`{"logLevel":"debug","gc":"bad"}`: "gc: not tunable",
+	} {
+		if _, err := s.Patch([]byte(patch)); err == nil || !strings.Contains(err.Error(), want) {
+			t.Errorf("%s: %v, want %q", patch, err, want)
+		}
+	}
+	if s.LogLevel() != "info" {
+		t.Fatalf("a refused patch changed logLevel to %s", s.LogLevel())
+	}
+}

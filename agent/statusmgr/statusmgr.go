@@ -11,13 +11,13 @@ import (
 	"sort"
 	"strings"
 	"sync"
-	"time"
 
 	"github.com/rs/zerolog"
 	v1 "k8s.io/api/core/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 
 	apiv1 "github.com/mqlet/mqlet/api/v1"
+	"github.com/mqlet/mqlet/internal/liveperiod"
 	"github.com/mqlet/mqlet/mqtt/outbox"
 )
 
@@ -210,17 +210,8 @@ func (m *Manager) Resync() {
 }
 
 // Run resyncs every interval until ctx ends.
-func (m *Manager) Run(ctx context.Context, interval time.Duration) {
-	t := time.NewTicker(interval)
-	defer t.Stop()
-	for {
-		select {
-		case <-ctx.Done():
-			return
-		case <-t.C:
-			m.Resync()
-		}
-	}
+func (m *Manager) Run(ctx context.Context, interval liveperiod.Source) {
+	interval.Every(ctx, m.Resync)
 }
 
 func (m *Manager) put(namespace, name string, payload []byte) error {

@@ -13,6 +13,7 @@ import (
 
 	apiv1 "github.com/mqlet/mqlet/api/v1"
 	"github.com/mqlet/mqlet/cri"
+	"github.com/mqlet/mqlet/internal/liveperiod"
 	"github.com/mqlet/mqlet/metrics"
 	"github.com/mqlet/mqlet/mqtt/outbox"
 )
@@ -46,10 +47,7 @@ type MetricsOptions struct {
 }
 
 // LiveInterval is a period that may change while running.
-type LiveInterval struct {
-	Period  func() time.Duration
-	Changes func() <-chan struct{}
-}
+type LiveInterval = liveperiod.Source
 
 // MetricsReporter publishes the stats Summary (QoS 0, not retained,
 // coalesced so only the latest waits while offline) every Interval.
@@ -74,27 +72,16 @@ func (r *MetricsReporter) Run(ctx context.Context) error {
 		r.log.Info().Msg("metrics are off")
 		return nil
 	}
-	period := func() time.Duration { return r.opts.Interval }
-	changes := func() <-chan struct{} { return nil }
-	if l := r.opts.Live; l.Period != nil && l.Changes != nil {
-		period, changes = l.Period, l.Changes
+	period := liveperiod.Fixed(r.opts.Interval)
+	if !r.opts.Live.IsZero() {
+		period = r.opts.Live
 	}
-	for {
-		changed := changes()
-		t := time.NewTimer(period())
-		select {
-		case <-ctx.Done():
-			t.Stop()
-			return nil
-		case <-changed:
-			t.Stop()
-			continue // the new period starts now
-		case <-t.C:
-		}
+	period.Every(ctx, func() {
 		if _, err := r.Tick(ctx); err != nil && ctx.Err() == nil {
 			r.log.Warn().Err(err).Msg("publishing metrics")
 		}
-	}
+	})
+	return nil
 }
 
 // TickStats describe one collection.

@@ -8,6 +8,7 @@ import (
 	"context"
 	"encoding/json"
 	"fmt"
+	"sync"
 	"time"
 
 	cadvisorapi "github.com/google/cadvisor/lib/model"
@@ -16,6 +17,7 @@ import (
 
 	"github.com/mqlet/mqlet/agent/nodestatus"
 	apiv1 "github.com/mqlet/mqlet/api/v1"
+	"github.com/mqlet/mqlet/internal/liveperiod"
 	"github.com/mqlet/mqlet/mqtt/outbox"
 )
 
@@ -74,6 +76,9 @@ type NodeOptions struct {
 	// StartupGrace is how long the first publication waits for a runtime
 	// that is not ready yet (0 means DefaultStartupGrace).
 	StartupGrace time.Duration
+	// Live, when set, gives Interval from then on (the config verb changes
+	// it without a restart); CheckInterval stays, never more than it.
+	Live liveperiod.Source
 }
 
 func (o NodeOptions) withDefaults() NodeOptions {
@@ -86,6 +91,9 @@ func (o NodeOptions) withDefaults() NodeOptions {
 	o.CheckInterval = min(o.CheckInterval, o.Interval)
 	if o.StartupGrace <= 0 {
 		o.StartupGrace = DefaultStartupGrace
+	}
+	if o.Live.IsZero() {
+		o.Live = liveperiod.Fixed(o.Interval)
 	}
 	return o
 }
@@ -118,6 +126,9 @@ type NodeReporter struct {
 	log     zerolog.Logger
 	now     func() time.Time
 
+	mu     sync.Mutex
+	latest *v1.Node // last queued for publication, for Node (under mu)
+
 	// Owned by the Run goroutine.
 	last      *v1.Node // last built, for transition times and events
 	published *v1.Node // last queued for publication
@@ -138,9 +149,9 @@ func NewNodeReporter(opts NodeOptions, builder *nodestatus.Builder, src NodeSour
 // Run publishes the node at once, then on every heartbeat, every check
 // that finds a change, and every runtime readiness change, until ctx ends.
 func (r *NodeReporter) Run(ctx context.Context) error {
-	heartbeat := time.NewTicker(r.opts.Interval)
+	heartbeat := r.opts.Live.NewTimer()
 	defer heartbeat.Stop()
-	check := time.NewTicker(r.opts.CheckInterval)
+	check := r.opts.Live.Min(r.opts.CheckInterval).NewTimer()
 	defer check.Stop()
 	// The change channel is taken before each read of readiness, so a change
 	// that lands during a report closes the channel being waited on.
@@ -164,15 +175,32 @@ func (r *NodeReporter) Run(ctx context.Context) error {
 		select {
 		case <-ctx.Done():
 			return nil
-		case <-heartbeat.C:
+		case <-heartbeat.C():
 			r.report(true)
-		case <-check.C:
+			heartbeat.Reset()
+		case <-heartbeat.Changed():
+			heartbeat.Update()
+		case <-check.C():
 			r.report(false)
+			check.Reset()
+		case <-check.Changed():
+			check.Update()
 		case <-runtimeChanged:
 			runtimeChanged = r.src.Runtime.Changes()
 			r.report(false)
 		}
 	}
+}
+
+// Node is the node last queued for publication on the node topic (a copy);
+// nil before the first.
+func (r *NodeReporter) Node() *v1.Node {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	if r.latest == nil {
+		return nil
+	}
+	return r.latest.DeepCopy()
 }
 
 // report builds the node and queues it when forced or changed.
@@ -195,6 +223,9 @@ func (r *NodeReporter) report(force bool) {
 		return
 	}
 	r.published = node
+	r.mu.Lock()
+	r.latest = node
+	r.mu.Unlock()
 	r.log.Debug().Bool("heartbeat", force).Int("bytes", len(payload)).Msg("node status queued")
 }
 

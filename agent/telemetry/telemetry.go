@@ -8,6 +8,7 @@ import (
 
 	cadvisorapi "github.com/google/cadvisor/lib/model"
 	"github.com/rs/zerolog"
+	v1 "k8s.io/api/core/v1"
 	"k8s.io/apimachinery/pkg/api/resource"
 
 	"github.com/mqlet/mqlet/agent/nodestatus"
@@ -18,7 +19,9 @@ import (
 // Config is what Telemetry needs from mqlet's configuration.
 type Config struct {
 	// LiveMetrics, when set, gives MetricsInterval from then on.
-	LiveMetrics     LiveInterval
+	LiveMetrics LiveInterval
+	// LiveNodeStatus, when set, gives NodeStatusInterval from then on.
+	LiveNodeStatus  LiveInterval
 	Topics          apiv1.Scheme
 	Version         string
 	StateDir        string
@@ -128,7 +131,7 @@ func New(ctx context.Context, cfg Config, deps Deps, log zerolog.Logger) (*Telem
 			return nodestatus.ReadHostInputs(nodestatus.HostConfig{StateDir: cfg.StateDir})
 		}
 	}
-	t.node = NewNodeReporter(NodeOptions{Topics: cfg.Topics, Interval: cfg.NodeStatusInterval, MaxPods: cfg.MaxPods, RuntimeEndpoint: cfg.RuntimeEndpoint},
+	t.node = NewNodeReporter(NodeOptions{Topics: cfg.Topics, Interval: cfg.NodeStatusInterval, Live: cfg.LiveNodeStatus, MaxPods: cfg.MaxPods, RuntimeEndpoint: cfg.RuntimeEndpoint},
 		builder, nodeSources(machine, deps, host),
 		deps.Out, deps.Events, log.With().Str("component", "nodestatus").Logger())
 	return t, nil
@@ -146,6 +149,9 @@ func nodeSources(machine MachineSource, deps Deps, host HostReader) NodeSources 
 type missingMachine struct{ err error }
 
 func (m missingMachine) MachineInfo() (*cadvisorapi.MachineInfo, error) { return nil, m.err }
+
+// Node is the node last published on the node topic; nil before the first.
+func (t *Telemetry) Node() *v1.Node { return t.node.Node() }
 
 // MetricsEnabled reports whether a collector was created.
 func (t *Telemetry) MetricsEnabled() bool { return t.metrics != nil }

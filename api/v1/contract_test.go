@@ -24,7 +24,7 @@ var contract = map[string]struct {
 	VerbApply:   {decodeManifest, []func() any{func() any { return &[]ChangeResult{} }}},
 	VerbSync:    {decodeManifest, []func() any{func() any { return &[]ChangeResult{} }}},
 	VerbDelete:  {into(func() any { return &DeleteRequest{} }), nil},
-	VerbGet:     {into(func() any { return &GetRequest{} }), []func() any{func() any { return &GetResult{} }}},
+	VerbGet:     {into(func() any { return &GetRequest{} }), []func() any{func() any { return &GetResult{} }, func() any { return &NodeList{} }}},
 	VerbRestart: {into(func() any { return &RestartRequest{} }), []func() any{func() any { return &RestartResult{} }}},
 	VerbLogs:    {into(func() any { return &LogsRequest{} }), []func() any{func() any { return &LogsChunk{} }, func() any { return &LogsResult{} }}},
 	VerbExec:    {into(func() any { return &ExecRequest{} }), []func() any{func() any { return &ExecResult{} }}},

@@ -12,7 +12,17 @@ const (
 	KindPod       = "Pod"
 	KindConfigMap = "ConfigMap"
 	KindSecret    = "Secret"
+	// KindNode reads the node itself: the v1.Node last published on the
+	// node topic (NodeList).
+	KindNode = "Node"
 )
+
+// NodeList is the result of get {"kind":"Node"}: this node, as last
+// published on its node topic (one item; a name other than the node's is
+// not found).
+type NodeList struct {
+	Nodes []*v1.Node `json:"nodes"`
+}
 
 // GetRequest selects what a get returns; empty fields match everything.
 type GetRequest struct {

@@ -52,16 +52,18 @@ func run(args []string, stdout, stderr io.Writer) int {
 	// Secret values are scrubbed from every log line; the store that knows
 	// them is bound once it is open (runAgent).
 	var secrets redact.Live
-	log, err := logging.New(stderr, cfg.LogLevel, cfg.LogFormat, secrets.Current)
+	// The level may change over MQTT (logLevel); the agent sets it.
+	level, err := logging.NewLevel(cfg.LogLevel)
 	if err != nil {
 		fmt.Fprintln(stderr, "mqlet:", err)
 		return 2
 	}
+	log := logging.NewLive(stderr, level, cfg.LogFormat, secrets.Current)
 	logging.RouteKlog(log)
 
 	ctx, stop := signal.NotifyContext(context.Background(), syscall.SIGTERM, syscall.SIGINT)
 	defer stop()
-	if err := runAgent(ctx, cfg, config.Sources(flags, os.Getenv), log, &secrets); err != nil {
+	if err := runAgent(ctx, cfg, config.Sources(flags, os.Getenv), log, level, &secrets); err != nil {
 		log.Error().Err(err).Msg("mqlet stopped with an error")
 		return 1
 	}

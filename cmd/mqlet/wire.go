@@ -11,7 +11,6 @@ import (
 	"path/filepath"
 	"runtime"
 	"strings"
-	"time"
 
 	"github.com/rs/zerolog"
 	v1 "k8s.io/api/core/v1"
@@ -32,6 +31,7 @@ import (
 	"github.com/mqlet/mqlet/cri"
 	"github.com/mqlet/mqlet/internal/redact"
 	"github.com/mqlet/mqlet/internal/version"
+	"github.com/mqlet/mqlet/logging"
 	"github.com/mqlet/mqlet/mqtt/broker"
 	"github.com/mqlet/mqlet/mqtt/outbox"
 	"github.com/mqlet/mqlet/mqtt/session"
@@ -40,7 +40,7 @@ import (
 // runAgent opens the node's state, builds the agent and runs it until ctx
 // ends (see agent.Run for the shutdown order). Deferred closes run after
 // Run has returned, when no part writes any more: stores and broker last.
-func runAgent(ctx context.Context, cfg *config.Config, sources map[string]string, log zerolog.Logger, secrets *redact.Live) error {
+func runAgent(ctx context.Context, cfg *config.Config, sources map[string]string, log zerolog.Logger, level *logging.Level, secrets *redact.Live) error {
 	log = log.With().Str("node", cfg.Node).Logger()
 	log.Info().Str("version", version.Version).Str("stateDir", cfg.StateDir).Msg("mqlet starting")
 	if err := os.MkdirAll(cfg.StateDir, 0o700); err != nil {
@@ -56,6 +56,9 @@ func runAgent(ctx context.Context, cfg *config.Config, sources map[string]string
 	}
 	effective := live.Effective()
 	cfg = &effective
+	if err := level.Set(cfg.LogLevel); err != nil {
+		return err
+	}
 	state, err := openState(cfg, log)
 	if err != nil {
 		return err
@@ -81,6 +84,7 @@ func runAgent(ctx context.Context, cfg *config.Config, sources map[string]string
 	}
 	log.Info().Str("commands", string(cfg.Security.Commands)).Strs("signedVerbs", cfg.Security.SignedVerbs).Int("trustedKeys", len(cfg.Security.TrustedKeys)).Msg("signed commands")
 	rt := cri.NewManager(criConfig(cfg, secrets), log)
+	opts.LogLevel = level
 	a, err := agent.New(ctx, opts, agent.Deps{Store: state.store, Outbox: state.box, Runtime: rt, Scrub: secrets.Current}, log)
 	if err != nil {
 		return err
@@ -342,7 +346,8 @@ func agentOptions(cfg *config.Config, state *nodeState) (agent.Options, error) {
 	}
 	if live := state.live; live != nil {
 		opts.Live = live
-		opts.Telemetry.LiveMetrics = telemetry.LiveInterval{Period: func() time.Duration { return live.Duration("metricsInterval") }, Changes: live.Changes}
+		opts.Telemetry.LiveMetrics = live.Period("metricsInterval")
+		opts.Telemetry.LiveNodeStatus = live.Period("nodeStatusInterval")
 	}
 	if cfg.Images.PreloadDir != "" {
 		opts.Preload = &cri.PreloadConfig{Dir: cfg.Images.PreloadDir, Interval: cfg.Images.PreloadInterval.Duration,

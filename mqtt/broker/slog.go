@@ -32,7 +32,14 @@ func level(l slog.Level) zerolog.Level {
 }
 
 func (h *zerologHandler) Enabled(_ context.Context, l slog.Level) bool {
-	return h.log.GetLevel() <= level(l)
+	// Asked of an event, not GetLevel: mqlet's level may be a sampler
+	// (logLevel changed live, see logging.Level).
+	e := h.log.WithLevel(level(l))
+	if e == nil {
+		return false
+	}
+	e.Discard()
+	return true
 }
 
 func (h *zerologHandler) Handle(_ context.Context, r slog.Record) error {

@@ -112,3 +112,20 @@ func BenchmarkPutBatch(b *testing.B) {
 		}
 	}
 }
+
+// BenchmarkPutLogChunk is the logs verb's path into the outbox: one
+// persisted Put (one fsync) per chunk of logs.maxChunkBytes.
+func BenchmarkPutLogChunk(b *testing.B) {
+	o, err := Open(filepath.Join(b.TempDir(), "ob.db"), 1<<30, zerolog.Nop())
+	if err != nil {
+		b.Fatal(err)
+	}
+	defer o.Close()
+	payload := make([]byte, 256<<10)
+	b.SetBytes(int64(len(payload)))
+	for i := 0; b.Loop(); i++ {
+		if err := o.Put(Message{Topic: fmt.Sprintf("n/reply/r%d", i), Payload: payload, QoS: 1}); err != nil {
+			b.Fatal(err)
+		}
+	}
+}
