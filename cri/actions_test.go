@@ -476,3 +476,21 @@ func TestCrashLoopGate(t *testing.T) {
 		t.Fatalf("without a backoff: base %v, wait %v", base, be)
 	}
 }
+
+// A sidecar records 1 + its init index; anything else read back is none.
+func TestSidecarOrder(t *testing.T) {
+	pod := sidecarPod(v1.RestartPolicyAlways, false)
+	for i, want := range []int{1, 0, 3} {
+		if got := sidecarOrder(pod, &pod.Spec.InitContainers[i], true); got != want {
+			t.Errorf("sidecarOrder(%s) = %d, want %d", pod.Spec.InitContainers[i].Name, got, want)
+		}
+	}
+	if got := sidecarOrder(pod, &pod.Spec.Containers[0], false); got != 0 {
+		t.Errorf("an app container has order %d", got)
+	}
+	for v, want := range map[string]int{"1": 1, "3": 3, "": 0, "0": 0, "-2": 0, "x": 0, "99999999": 0} {
+		if got := parseSidecar(v); got != want {
+			t.Errorf("parseSidecar(%q) = %d, want %d", v, got, want)
+		}
+	}
+}
