@@ -1,6 +1,8 @@
 package cri
 
 import (
+	"slices"
+
 	v1 "k8s.io/api/core/v1"
 )
 
@@ -133,8 +135,13 @@ type podActions struct {
 	SandboxID string
 	// PodFailed: an init container failed under restartPolicy Never.
 	PodFailed bool
-	// NextInit is the index of the init container to start, or -1.
-	NextInit int
+	// InitToStart are indexes into pod.Spec.InitContainers, in spec
+	// order (the kubelet's InitContainersToStart): at most one regular
+	// init container, last, and the sidecars (restartable init
+	// containers) to start or restart.
+	InitToStart []int
+	// Initialized: every init container ran (the app containers may run).
+	Initialized bool
 	// ContainersToStart are indexes into pod.Spec.Containers.
 	ContainersToStart []int
 	// ContainersToKill maps container IDs to the reason.
@@ -234,7 +241,7 @@ func computePodActions(pod *v1.Pod, status *PodStatus, probes ProbeResults) podA
 	if probes == nil {
 		probes = noProbes{}
 	}
-	act := podActions{NextInit: -1, ContainersToKill: map[string]killReason{}}
+	act := podActions{ContainersToKill: map[string]killReason{}}
 	apps := latestByName(status, false)
 	inits := latestByName(status, true)
 
@@ -269,49 +276,32 @@ func computePodActions(pod *v1.Pod, status *PodStatus, probes ProbeResults) podA
 			act.CreateSandbox = false
 			return act
 		}
-		if len(pod.Spec.InitContainers) > 0 {
-			act.NextInit = 0
-			return act
-		}
+		var toStart []int
 		for i := range pod.Spec.Containers {
 			c := apps[pod.Spec.Containers[i].Name]
 			if pod.Spec.RestartPolicy == v1.RestartPolicyOnFailure && c != nil &&
 				c.State == ContainerExited && c.ExitCode == 0 {
 				continue
 			}
-			act.ContainersToStart = append(act.ContainersToStart, i)
+			toStart = append(toStart, i)
 		}
-		if len(act.ContainersToStart) == 0 {
+		// Initialized (a regular container exists) with nothing to start:
+		// the pod is done, and its sidecars do not bring it back.
+		if len(toStart) == 0 && (len(pod.Spec.InitContainers) == 0 || len(apps) > 0) {
 			act.CreateSandbox = false
+			return act
 		}
+		if len(pod.Spec.InitContainers) > 0 {
+			act.InitToStart = []int{0}
+			return act
+		}
+		act.ContainersToStart, act.Initialized = toStart, true
 		return act
 	}
 
-	// Init containers run one at a time, in order, to success.
-	for i := range pod.Spec.InitContainers {
-		ic := &pod.Spec.InitContainers[i]
-		s := inits[ic.Name]
-		switch {
-		case s == nil:
-			act.NextInit = i
-			return act
-		case s.State == ContainerRunning:
-			return act // wait for it
-		case s.State == ContainerExited && s.ExitCode == 0:
-			continue
-		case s.State == ContainerExited:
-			if pod.Spec.RestartPolicy == v1.RestartPolicyNever {
-				act.PodFailed, act.KillPod = true, true
-				act.Reason, act.FailedInit = ReasonInitFailed, ic.Name
-				return act
-			}
-			act.NextInit = i
-			return act
-		default: // created but never started, or unknown: start over
-			act.ContainersToKill[s.ID] = killReason{Name: ic.Name, Reason: ReasonContainerNotRunning, State: s.State, Init: true}
-			act.NextInit = i
-			return act
-		}
+	act.Initialized = initActions(pod, status, apps, inits, probes, &act)
+	if !act.Initialized || act.KillPod {
+		return act
 	}
 
 	keep := 0
@@ -346,10 +336,115 @@ func computePodActions(pod *v1.Pod, status *PodStatus, probes ProbeResults) podA
 			act.ContainersToStart = append(act.ContainersToStart, i)
 		}
 	}
-	// Nothing left to run: stop the sandbox too.
+	// Nothing left to run: stop the sandbox too. Sidecars do not keep a pod
+	// alive: they are stopped with it and not restarted (as in the kubelet).
 	if keep == 0 && len(act.ContainersToStart) == 0 {
 		act.KillPod = true
 		act.Reason = ReasonAllTerminated
+		act.InitToStart = nil
+		for id, k := range act.ContainersToKill {
+			if k.Init {
+				delete(act.ContainersToKill, id)
+			}
+		}
 	}
 	return act
+}
+
+// IsSidecar reports whether c is a restartable init container: started in
+// order with the init containers, not waited for, restarted whenever it
+// exits, and stopped after the app containers.
+func IsSidecar(c *v1.Container) bool {
+	return c.RestartPolicy != nil && *c.RestartPolicy == v1.ContainerRestartPolicyAlways
+}
+
+// initActions is the kubelet's computeInitContainerActions for a live
+// sandbox: it fills act with the init containers to (re)start and kill, and
+// reports whether the pod is initialized, so its app containers may run.
+// The init containers are walked from the last, since a completed one may
+// have been removed from the runtime; the newest one found tells how far
+// initialization went.
+func initActions(pod *v1.Pod, status *PodStatus, apps, inits map[string]*ContainerStatus, probes ProbeResults, act *podActions) bool {
+	specs := pod.Spec.InitContainers
+	if len(specs) == 0 {
+		return true
+	}
+	// A regular container created or running, or one made in the current
+	// sandbox (the kubelet counts only the former, and so restarts the
+	// exited sidecars of a completed job once), means every init container
+	// ran at some point, even if its record is gone.
+	initialized := false
+	for i := range pod.Spec.Containers {
+		s := apps[pod.Spec.Containers[i].Name]
+		if s != nil && (s.State == ContainerRunning || s.State == ContainerCreated ||
+			(len(status.Sandboxes) > 0 && !s.CreatedAt.Before(status.Sandboxes[0].CreatedAt))) {
+			initialized = true
+			break
+		}
+	}
+	previously := initialized // the init containers before the current one ran
+	var start []int
+	for i := len(specs) - 1; i >= 0; i-- {
+		ic := &specs[i]
+		sidecar := IsSidecar(ic)
+		s := inits[ic.Name]
+		if s == nil {
+			if previously && sidecar {
+				start = append(start, i) // its record is gone: start it again
+			}
+			continue
+		}
+		if previously && !sidecar {
+			continue // after initialization only sidecars are kept running
+		}
+		switch {
+		case s.State == ContainerRunning && !sidecar:
+			// wait for it to complete
+		case s.State == ContainerRunning:
+			if s.SpecHash != "" && s.SpecHash != HashContainer(ic) {
+				act.ContainersToKill[s.ID] = killReason{Name: ic.Name, Reason: ReasonContainerSpecChanged, Restart: true, Init: true}
+				start = append(start, i)
+				break
+			}
+			if why := probeFailure(ic, s, probes); why != ReasonNone {
+				act.ContainersToKill[s.ID] = killReason{Name: ic.Name, Reason: why, Restart: true, Init: true}
+				start = append(start, i)
+				break
+			}
+			if !Started(ic, s, probes) {
+				break // its startup probe has not passed yet: the rest wait
+			}
+			if i == len(specs)-1 {
+				initialized = true
+			} else if !previously {
+				start = append(start, i+1) // started for the first time: the next one goes
+			}
+		case s.State == ContainerExited && sidecar:
+			start = append(start, i)
+		case s.State == ContainerExited && s.ExitCode != 0:
+			if pod.Spec.RestartPolicy == v1.RestartPolicyNever {
+				act.PodFailed, act.KillPod = true, true
+				act.Reason, act.FailedInit = ReasonInitFailed, ic.Name
+				act.InitToStart = nil
+				return false
+			}
+			start = append(start, i)
+		case s.State == ContainerExited:
+			if i == len(specs)-1 {
+				initialized = true
+			} else {
+				start = append(start, i+1)
+			}
+		default: // created but never started, or unknown: start over
+			act.ContainersToKill[s.ID] = killReason{Name: ic.Name, Reason: ReasonContainerNotRunning, State: s.State, Init: true, Restart: sidecar}
+			start = append(start, i)
+		}
+		previously = true
+	}
+	if !previously {
+		start = append(start, 0) // nothing ran yet: the first one
+	}
+	slices.Reverse(start)
+	act.InitToStart = slices.Compact(start)
+	return initialized
 }

@@ -3,6 +3,7 @@ package cri
 import (
 	"slices"
 	"testing"
+	"time"
 
 	v1 "k8s.io/api/core/v1"
 )
@@ -51,6 +52,22 @@ func withProbes(pod *v1.Pod, liveness, startup bool) *v1.Pod {
 	return p
 }
 
+// sidecarPod has a sidecar s1 (with a startup probe), a regular init
+// container i1, a sidecar s2 (with a liveness probe when live) and an app
+// container a.
+func sidecarPod(policy v1.RestartPolicy, live bool) *v1.Pod {
+	pod := testPod(policy, []string{"s1", "i1", "s2"}, "a")
+	always := v1.ContainerRestartPolicyAlways
+	probe := &v1.Probe{ProbeHandler: v1.ProbeHandler{Exec: &v1.ExecAction{Command: []string{"true"}}}}
+	pod.Spec.InitContainers[0].RestartPolicy = &always
+	pod.Spec.InitContainers[0].StartupProbe = probe
+	pod.Spec.InitContainers[2].RestartPolicy = &always
+	if live {
+		pod.Spec.InitContainers[2].LivenessProbe = probe
+	}
+	return pod
+}
+
 func TestComputePodActions(t *testing.T) {
 	always := testPod(v1.RestartPolicyAlways, nil, "a", "b")
 	never := testPod(v1.RestartPolicyNever, nil, "a")
@@ -66,6 +83,24 @@ func TestComputePodActions(t *testing.T) {
 	liveOnFailure := withProbes(onFailure, true, false)
 	liveStartup := withProbes(always, true, true)
 	startupOnly := withProbes(always, false, true)
+
+	// Sidecars: s1 (with a startup probe) and s2 around a regular init i1.
+	side := sidecarPod(v1.RestartPolicyAlways, false)
+	sideJob := sidecarPod(v1.RestartPolicyNever, false)
+	sideOnFailure := sidecarPod(v1.RestartPolicyOnFailure, false)
+	sideLive := sidecarPod(v1.RestartPolicyNever, true)
+	sideRunning := func(pod *v1.Pod, name string) ContainerStatus {
+		for _, c := range pod.Spec.InitContainers {
+			if c.Name == name {
+				return ContainerStatus{ID: "id-" + name, Name: name, Init: true, State: ContainerRunning, SpecHash: HashContainer(&c)}
+			}
+		}
+		panic(name)
+	}
+	withSandbox := func(pod *v1.Pod, cs ...ContainerStatus) PodStatus {
+		return PodStatus{Sandboxes: []SandboxStatus{readySandbox(pod)}, Containers: cs}
+	}
+	s1ok := ProbeResultMap{{"id-s1", ProbeStartup}: ProbeSuccess}
 
 	type pr = ProbeResultMap
 	type pk = ProbeKey
@@ -92,86 +127,140 @@ func TestComputePodActions(t *testing.T) {
 		want   podActions
 	}{
 		{"new pod creates sandbox and starts all", always, PodStatus{}, nil,
-			podActions{CreateSandbox: true, NextInit: -1, ContainersToStart: []int{0, 1}, Reason: ReasonNoSandbox}},
+			podActions{CreateSandbox: true, ContainersToStart: []int{0, 1}, Reason: ReasonNoSandbox}},
 		{"running pod: nothing to do", always, runningSet(always, "a", "b"), nil,
-			podActions{SandboxID: "sb1", NextInit: -1}},
+			podActions{SandboxID: "sb1"}},
 		{"exited under Always restarts", always,
 			PodStatus{Sandboxes: []SandboxStatus{readySandbox(always)}, Containers: []ContainerStatus{running(always, "a"), exited("b", 0, false)}}, nil,
-			podActions{SandboxID: "sb1", NextInit: -1, ContainersToStart: []int{1}}},
+			podActions{SandboxID: "sb1", ContainersToStart: []int{1}}},
 		{"exited 1 under Never stops the pod", never,
 			PodStatus{Sandboxes: []SandboxStatus{readySandbox(never)}, Containers: []ContainerStatus{exited("a", 1, false)}}, nil,
-			podActions{SandboxID: "sb1", NextInit: -1, KillPod: true, Reason: ReasonAllTerminated}},
+			podActions{SandboxID: "sb1", KillPod: true, Reason: ReasonAllTerminated}},
 		{"exited 1 under OnFailure restarts", onFailure,
 			PodStatus{Sandboxes: []SandboxStatus{readySandbox(onFailure)}, Containers: []ContainerStatus{exited("a", 1, false)}}, nil,
-			podActions{SandboxID: "sb1", NextInit: -1, ContainersToStart: []int{0}}},
+			podActions{SandboxID: "sb1", ContainersToStart: []int{0}}},
 		{"exited 0 under OnFailure is done", onFailure,
 			PodStatus{Sandboxes: []SandboxStatus{readySandbox(onFailure)}, Containers: []ContainerStatus{exited("a", 0, false)}}, nil,
-			podActions{SandboxID: "sb1", NextInit: -1, KillPod: true, Reason: ReasonAllTerminated}},
+			podActions{SandboxID: "sb1", KillPod: true, Reason: ReasonAllTerminated}},
 		{"spec change replaces only that container", changed,
 			PodStatus{Sandboxes: []SandboxStatus{readySandbox(changed)}, Containers: []ContainerStatus{running(changed, "a"), running(always, "b")}}, nil,
-			podActions{SandboxID: "sb1", NextInit: -1, ContainersToStart: []int{1}, ContainersToKill: kills(ReasonContainerSpecChanged, true, "id-b")}},
+			podActions{SandboxID: "sb1", ContainersToStart: []int{1}, ContainersToKill: kills(ReasonContainerSpecChanged, true, "id-b")}},
 		{"sandbox spec change recreates the pod", hostNet,
 			PodStatus{Sandboxes: []SandboxStatus{{ID: "sb1", Ready: true, Attempt: 2, SpecHash: HashSandbox(always)}}, Containers: []ContainerStatus{running(hostNet, "a")}}, nil,
-			podActions{KillPod: true, CreateSandbox: true, SandboxAttempt: 3, NextInit: -1, ContainersToStart: []int{0}, Reason: ReasonSandboxSpecChanged}},
+			podActions{KillPod: true, CreateSandbox: true, SandboxAttempt: 3, ContainersToStart: []int{0}, Reason: ReasonSandboxSpecChanged}},
 		{"two ready sandboxes recreate the pod", always,
 			PodStatus{Sandboxes: []SandboxStatus{{ID: "sb2", Ready: true, Attempt: 1, SpecHash: HashSandbox(always)}, readySandbox(always)}}, nil,
-			podActions{KillPod: true, CreateSandbox: true, SandboxAttempt: 2, NextInit: -1, ContainersToStart: []int{0, 1}, Reason: ReasonMoreThanOneSandbox}},
+			podActions{KillPod: true, CreateSandbox: true, SandboxAttempt: 2, ContainersToStart: []int{0, 1}, Reason: ReasonMoreThanOneSandbox}},
 		{"dead sandbox is recreated with attempt+1", always,
 			PodStatus{Sandboxes: []SandboxStatus{{ID: "sb1", Ready: false, Attempt: 0, SpecHash: HashSandbox(always)}}}, nil,
-			podActions{KillPod: true, CreateSandbox: true, SandboxAttempt: 1, NextInit: -1, ContainersToStart: []int{0, 1}, Reason: ReasonSandboxNotReady}},
+			podActions{KillPod: true, CreateSandbox: true, SandboxAttempt: 1, ContainersToStart: []int{0, 1}, Reason: ReasonSandboxNotReady}},
 		{"dead sandbox of a finished Never pod stays dead", never,
 			PodStatus{Sandboxes: []SandboxStatus{{ID: "sb1", Ready: false, SpecHash: HashSandbox(never)}}, Containers: []ContainerStatus{exited("a", 0, false)}}, nil,
-			podActions{KillPod: true, SandboxAttempt: 1, NextInit: -1, Reason: ReasonSandboxNotReady}},
+			podActions{KillPod: true, SandboxAttempt: 1, Reason: ReasonSandboxNotReady}},
 		{"first init container starts first", withInit,
 			PodStatus{Sandboxes: []SandboxStatus{readySandbox(withInit)}}, nil,
-			podActions{SandboxID: "sb1", NextInit: 0}},
+			podActions{SandboxID: "sb1", InitToStart: []int{0}}},
 		{"running init container blocks", withInit,
 			PodStatus{Sandboxes: []SandboxStatus{readySandbox(withInit)}, Containers: []ContainerStatus{{ID: "x", Name: "i1", Init: true, State: ContainerRunning}}}, nil,
-			podActions{SandboxID: "sb1", NextInit: -1}},
+			podActions{SandboxID: "sb1"}},
 		{"created init container is killed and started over", withInit,
 			PodStatus{Sandboxes: []SandboxStatus{readySandbox(withInit)}, Containers: []ContainerStatus{{ID: "x", Name: "i1", Init: true, State: ContainerCreated}}}, nil,
-			podActions{SandboxID: "sb1", NextInit: 0, ContainersToKill: kills(ReasonContainerNotRunning, false, "x")}},
+			podActions{SandboxID: "sb1", InitToStart: []int{0}, ContainersToKill: kills(ReasonContainerNotRunning, false, "x")}},
 		{"second init after first succeeded", withInit,
 			PodStatus{Sandboxes: []SandboxStatus{readySandbox(withInit)}, Containers: []ContainerStatus{exited("i1", 0, true)}}, nil,
-			podActions{SandboxID: "sb1", NextInit: 1}},
+			podActions{SandboxID: "sb1", InitToStart: []int{1}}},
 		{"failed init restarts and blocks apps", withInit,
 			PodStatus{Sandboxes: []SandboxStatus{readySandbox(withInit)}, Containers: []ContainerStatus{exited("i2", 1, true), exited("i1", 0, true)}}, nil,
-			podActions{SandboxID: "sb1", NextInit: 1}},
+			podActions{SandboxID: "sb1", InitToStart: []int{1}}},
 		{"failed init under Never fails the pod", neverInit,
 			PodStatus{Sandboxes: []SandboxStatus{readySandbox(neverInit)}, Containers: []ContainerStatus{exited("i1", 1, true)}}, nil,
-			podActions{SandboxID: "sb1", NextInit: -1, PodFailed: true, KillPod: true, Reason: ReasonInitFailed, FailedInit: "i1"}},
+			podActions{SandboxID: "sb1", PodFailed: true, KillPod: true, Reason: ReasonInitFailed, FailedInit: "i1"}},
 		{"apps start after all inits succeeded", withInit,
 			PodStatus{Sandboxes: []SandboxStatus{readySandbox(withInit)}, Containers: []ContainerStatus{exited("i2", 0, true), exited("i1", 0, true)}}, nil,
-			podActions{SandboxID: "sb1", NextInit: -1, ContainersToStart: []int{0}}},
+			podActions{SandboxID: "sb1", ContainersToStart: []int{0}}},
+
+		// Sidecars.
+		{"sidecar pod starts the first init container in a new sandbox", side, PodStatus{}, nil,
+			podActions{CreateSandbox: true, InitToStart: []int{0}, Reason: ReasonNoSandbox}},
+		{"a running sidecar is not waited for to complete, but for its startup probe", side,
+			withSandbox(side, sideRunning(side, "s1")), nil,
+			podActions{SandboxID: "sb1"}},
+		{"a started sidecar lets the next init container go", side,
+			withSandbox(side, sideRunning(side, "s1")), s1ok,
+			podActions{SandboxID: "sb1", InitToStart: []int{1}}},
+		{"a regular init container after a sidecar is waited for", side,
+			withSandbox(side, ContainerStatus{ID: "id-i1", Name: "i1", Init: true, State: ContainerRunning}, sideRunning(side, "s1")), s1ok,
+			podActions{SandboxID: "sb1"}},
+		{"the last sidecar starts once the regular init container completed", side,
+			withSandbox(side, exited("i1", 0, true), sideRunning(side, "s1")), s1ok,
+			podActions{SandboxID: "sb1", InitToStart: []int{2}}},
+		{"the app containers start once the last sidecar started", side,
+			withSandbox(side, sideRunning(side, "s2"), exited("i1", 0, true), sideRunning(side, "s1")), s1ok,
+			podActions{SandboxID: "sb1", ContainersToStart: []int{0}, Initialized: true}},
+		{"a sidecar that exits is restarted beside the running app", side,
+			withSandbox(side, running(side, "a"), sideRunning(side, "s2"), exited("s1", 0, true)), nil,
+			podActions{SandboxID: "sb1", InitToStart: []int{0}, Initialized: true}},
+		{"a sidecar that exits under restartPolicy Never is restarted too", sideJob,
+			withSandbox(sideJob, running(sideJob, "a"), sideRunning(sideJob, "s2"), exited("s1", 1, true)), nil,
+			podActions{SandboxID: "sb1", InitToStart: []int{0}, Initialized: true}},
+		{"a sidecar exited before it started is restarted, the rest wait", side,
+			withSandbox(side, exited("s1", 1, true)), nil,
+			podActions{SandboxID: "sb1", InitToStart: []int{0}}},
+		{"a sidecar whose record is gone is started again after initialization", side,
+			withSandbox(side, running(side, "a"), sideRunning(side, "s2")), nil,
+			podActions{SandboxID: "sb1", InitToStart: []int{0}, Initialized: true}},
+		{"a completed regular init container is not run again after initialization", side,
+			withSandbox(side, running(side, "a"), sideRunning(side, "s2"), sideRunning(side, "s1")), s1ok,
+			podActions{SandboxID: "sb1", Initialized: true}},
+		{"a failed startup probe of a sidecar kills and restarts it", side,
+			withSandbox(side, sideRunning(side, "s1")), ProbeResultMap{{"id-s1", ProbeStartup}: ProbeFailure},
+			podActions{SandboxID: "sb1", InitToStart: []int{0}, ContainersToKill: kills(ReasonStartupFailed, true, "id-s1")}},
+		{"a failed liveness probe of a sidecar restarts it whatever the pod's policy", sideLive,
+			withSandbox(sideLive, running(sideLive, "a"), sideRunning(sideLive, "s2"), exited("i1", 0, true), sideRunning(sideLive, "s1")),
+			ProbeResultMap{{"id-s1", ProbeStartup}: ProbeSuccess, {"id-s2", ProbeLiveness}: ProbeFailure},
+			podActions{SandboxID: "sb1", InitToStart: []int{2}, Initialized: true, ContainersToKill: kills(ReasonLivenessFailed, true, "id-s2")}},
+		{"a changed sidecar is replaced", side,
+			withSandbox(side, running(side, "a"), ContainerStatus{ID: "id-s2", Name: "s2", Init: true, State: ContainerRunning, SpecHash: "old"}, sideRunning(side, "s1")), s1ok,
+			podActions{SandboxID: "sb1", InitToStart: []int{2}, Initialized: true, ContainersToKill: kills(ReasonContainerSpecChanged, true, "id-s2")}},
+		{"a job's sidecars do not keep it alive: the pod is stopped when the app completed", sideJob,
+			withSandbox(sideJob, exited("a", 0, false), sideRunning(sideJob, "s2"), exited("i1", 0, true), sideRunning(sideJob, "s1")), s1ok,
+			podActions{SandboxID: "sb1", KillPod: true, Reason: ReasonAllTerminated, Initialized: true}},
+		{"a job's exited sidecar is not restarted once the app completed", sideJob,
+			withSandbox(sideJob, exited("a", 1, false), exited("s2", 1, true), exited("i1", 0, true), sideRunning(sideJob, "s1")), s1ok,
+			podActions{SandboxID: "sb1", KillPod: true, Reason: ReasonAllTerminated, Initialized: true}},
+		{"a completed OnFailure pod with sidecars gets no new sandbox", sideOnFailure,
+			PodStatus{Sandboxes: []SandboxStatus{{ID: "sb1", SpecHash: HashSandbox(sideOnFailure)}},
+				Containers: []ContainerStatus{exited("a", 0, false), exited("s2", 137, true), exited("i1", 0, true), exited("s1", 137, true)}}, nil,
+			podActions{KillPod: true, SandboxAttempt: 1, Reason: ReasonSandboxNotReady}},
 
 		// Probes.
 		{"liveness failure under Always kills and restarts that container", live, runningSet(live, "a", "b"),
 			pr{pk{"id-b", ProbeLiveness}: ProbeFailure, pk{"id-a", ProbeLiveness}: ProbeSuccess},
-			podActions{SandboxID: "sb1", NextInit: -1, ContainersToStart: []int{1}, ContainersToKill: kills(ReasonLivenessFailed, true, "id-b")}},
+			podActions{SandboxID: "sb1", ContainersToStart: []int{1}, ContainersToKill: kills(ReasonLivenessFailed, true, "id-b")}},
 		{"liveness failure under OnFailure restarts", liveOnFailure, runningSet(liveOnFailure, "a"),
 			pr{pk{"id-a", ProbeLiveness}: ProbeFailure},
-			podActions{SandboxID: "sb1", NextInit: -1, ContainersToStart: []int{0}, ContainersToKill: kills(ReasonLivenessFailed, true, "id-a")}},
+			podActions{SandboxID: "sb1", ContainersToStart: []int{0}, ContainersToKill: kills(ReasonLivenessFailed, true, "id-a")}},
 		{"liveness failure under Never kills without restart and stops the pod", liveNever, runningSet(liveNever, "a"),
 			pr{pk{"id-a", ProbeLiveness}: ProbeFailure},
-			podActions{SandboxID: "sb1", NextInit: -1, KillPod: true, Reason: ReasonAllTerminated, ContainersToKill: kills(ReasonLivenessFailed, false, "id-a")}},
+			podActions{SandboxID: "sb1", KillPod: true, Reason: ReasonAllTerminated, ContainersToKill: kills(ReasonLivenessFailed, false, "id-a")}},
 		{"liveness unknown or success keeps the container", live, runningSet(live, "a", "b"),
 			pr{pk{"id-a", ProbeLiveness}: ProbeSuccess},
-			podActions{SandboxID: "sb1", NextInit: -1}},
+			podActions{SandboxID: "sb1"}},
 		{"readiness failure does not kill", live, runningSet(live, "a", "b"),
 			pr{pk{"id-a", ProbeReadiness}: ProbeFailure},
-			podActions{SandboxID: "sb1", NextInit: -1}},
+			podActions{SandboxID: "sb1"}},
 		{"liveness result of a container without a liveness probe is ignored", always, runningSet(always, "a", "b"),
 			pr{pk{"id-a", ProbeLiveness}: ProbeFailure},
-			podActions{SandboxID: "sb1", NextInit: -1}},
+			podActions{SandboxID: "sb1"}},
 		{"startup failure kills and restarts", startupOnly, runningSet(startupOnly, "a", "b"),
 			pr{pk{"id-a", ProbeStartup}: ProbeFailure, pk{"id-b", ProbeStartup}: ProbeSuccess},
-			podActions{SandboxID: "sb1", NextInit: -1, ContainersToStart: []int{0}, ContainersToKill: kills(ReasonStartupFailed, true, "id-a")}},
+			podActions{SandboxID: "sb1", ContainersToStart: []int{0}, ContainersToKill: kills(ReasonStartupFailed, true, "id-a")}},
 		{"liveness is not acted on before startup succeeded", liveStartup, runningSet(liveStartup, "a", "b"),
 			pr{pk{"id-a", ProbeLiveness}: ProbeFailure, pk{"id-b", ProbeLiveness}: ProbeFailure, pk{"id-b", ProbeStartup}: ProbeSuccess},
-			podActions{SandboxID: "sb1", NextInit: -1, ContainersToStart: []int{1}, ContainersToKill: kills(ReasonLivenessFailed, true, "id-b")}},
+			podActions{SandboxID: "sb1", ContainersToStart: []int{1}, ContainersToKill: kills(ReasonLivenessFailed, true, "id-b")}},
 		{"results of an older attempt do not touch the new one", live, runningSet(live, "a", "b"),
 			pr{pk{"id-old", ProbeLiveness}: ProbeFailure},
-			podActions{SandboxID: "sb1", NextInit: -1}},
+			podActions{SandboxID: "sb1"}},
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
@@ -179,8 +268,9 @@ func TestComputePodActions(t *testing.T) {
 			got := computePodActions(tt.pod, &st, tt.probes)
 			if got.KillPod != tt.want.KillPod || got.CreateSandbox != tt.want.CreateSandbox ||
 				got.SandboxAttempt != tt.want.SandboxAttempt || got.SandboxID != tt.want.SandboxID ||
-				got.PodFailed != tt.want.PodFailed || got.NextInit != tt.want.NextInit ||
+				got.PodFailed != tt.want.PodFailed || !slices.Equal(got.InitToStart, tt.want.InitToStart) ||
 				got.Reason != tt.want.Reason || got.FailedInit != tt.want.FailedInit ||
+				(hasSidecar(tt.pod) && got.Initialized != tt.want.Initialized) ||
 				!slices.Equal(got.ContainersToStart, tt.want.ContainersToStart) {
 				t.Fatalf("got %+v\nwant %+v", got, tt.want)
 			}
@@ -303,6 +393,104 @@ func TestKillGraceOfAFailedProbe(t *testing.T) {
 	} {
 		if got := killGrace(pod, tc.why); got != tc.want {
 			t.Errorf("killGrace(%+v) = %d, want %d", tc.why, got, tc.want)
+		}
+	}
+}
+
+func hasSidecar(pod *v1.Pod) bool {
+	for i := range pod.Spec.InitContainers {
+		if IsSidecar(&pod.Spec.InitContainers[i]) {
+			return true
+		}
+	}
+	return false
+}
+
+// fakeBackoff is a crash-loop backoff that holds back the keys it names
+// while the exit it is asked about is at or after since.
+type fakeBackoff struct {
+	since map[string]time.Time
+	asked []time.Time
+}
+
+func (f *fakeBackoff) InBackoff(key string, finishedAt time.Time) (bool, time.Duration) {
+	f.asked = append(f.asked, finishedAt)
+	if t, ok := f.since[key]; ok && !finishedAt.Before(t) {
+		return true, 10 * time.Second
+	}
+	return false, 0
+}
+
+func (f *fakeBackoff) Next(string, time.Time) {}
+
+// The crash-loop backoff counts from the newest exited attempt, as the
+// kubelet's doBackOff: a container killed in the same sync (a failed
+// liveness probe) still runs in the status, so the attempt before it
+// counts and repeated probe kills back off as crashes do.
+func TestCrashLoopGate(t *testing.T) {
+	pod := testPod(v1.RestartPolicyAlways, []string{"s"}, "a")
+	t0 := time.Date(2026, 1, 1, 0, 0, 0, 0, time.UTC)
+	at := func(c ContainerStatus, id string, finished time.Time) ContainerStatus {
+		c.ID, c.FinishedAt = id, finished
+		return c
+	}
+	live := running(pod, "a")
+	tests := []struct {
+		name     string
+		status   PodStatus
+		init     bool
+		since    time.Time // backoff holds exits from this time on
+		wantBase string    // "" none
+		wantWait bool
+	}{
+		{"a first attempt has no base and starts at once", PodStatus{}, false, t0, "", false},
+		{"a first liveness kill has no exited attempt: it starts at once", PodStatus{Containers: []ContainerStatus{live}}, false, t0, "", false},
+		{"a crash counts from its own exit", PodStatus{Containers: []ContainerStatus{at(exited("a", 1, false), "a1", t0.Add(time.Minute))}}, false, t0, "a1", true},
+		{"a liveness kill counts from the attempt before it", PodStatus{Containers: []ContainerStatus{live, at(exited("a", 137, false), "a0", t0.Add(time.Minute))}}, false, t0, "a0", true},
+		{"a liveness kill long after the backoff ran out starts at once", PodStatus{Containers: []ContainerStatus{live, at(exited("a", 137, false), "a0", t0.Add(-time.Minute))}}, false, t0, "a0", false},
+		{"the newest exited attempt counts", PodStatus{Containers: []ContainerStatus{
+			at(exited("a", 1, false), "a2", t0.Add(2*time.Minute)), at(exited("a", 1, false), "a1", t0.Add(-time.Minute))}}, false, t0, "a2", true},
+		{"a sidecar's attempts are not the app container's", PodStatus{Containers: []ContainerStatus{
+			at(exited("a", 1, true), "s1", t0.Add(time.Minute))}}, false, t0, "", false},
+		{"a sidecar backs off from its own exit", PodStatus{Containers: []ContainerStatus{
+			at(exited("a", 1, true), "s1", t0.Add(time.Minute))}}, true, t0, "s1", true},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			b := &fakeBackoff{since: map[string]time.Time{BackoffKey(pod, "a"): tt.since}}
+			st := tt.status
+			base, be := crashLoopGate(pod, "a", tt.init, &st, b)
+			gotBase := ""
+			if base != nil {
+				gotBase = base.ID
+			}
+			if gotBase != tt.wantBase || (be != nil) != tt.wantWait {
+				t.Fatalf("base %q, backoff %v; want base %q, wait %v", gotBase, be, tt.wantBase, tt.wantWait)
+			}
+			if be != nil && be.Container != "a" {
+				t.Fatalf("backoff names %q", be.Container)
+			}
+		})
+	}
+	if base, be := crashLoopGate(pod, "a", false, &PodStatus{Containers: []ContainerStatus{exited("a", 1, false)}}, nil); base == nil || be != nil {
+		t.Fatalf("without a backoff: base %v, wait %v", base, be)
+	}
+}
+
+// A sidecar records 1 + its init index; anything else read back is none.
+func TestSidecarOrder(t *testing.T) {
+	pod := sidecarPod(v1.RestartPolicyAlways, false)
+	for i, want := range []int{1, 0, 3} {
+		if got := sidecarOrder(pod, &pod.Spec.InitContainers[i], true); got != want {
+			t.Errorf("sidecarOrder(%s) = %d, want %d", pod.Spec.InitContainers[i].Name, got, want)
+		}
+	}
+	if got := sidecarOrder(pod, &pod.Spec.Containers[0], false); got != 0 {
+		t.Errorf("an app container has order %d", got)
+	}
+	for v, want := range map[string]int{"1": 1, "3": 3, "": 0, "0": 0, "-2": 0, "x": 0, "99999999": 0} {
+		if got := parseSidecar(v); got != want {
+			t.Errorf("parseSidecar(%q) = %d, want %d", v, got, want)
 		}
 	}
 }

@@ -61,6 +61,9 @@ type ContainerStatus struct {
 	// PreStop is the container's preStop handler as recorded when it was
 	// created (named port resolved), or nil.
 	PreStop *v1.LifecycleHandler
+	// Sidecar is 1 + the container's index among the pod's init containers
+	// when it is a sidecar (recorded when it was created), else 0.
+	Sidecar int
 }
 
 // SandboxStatus is one pod sandbox attempt.

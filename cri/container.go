@@ -130,6 +130,9 @@ func (m *Manager) buildContainerConfig(pod *v1.Pod, c *v1.Container, p container
 			SecurityContext: sc,
 		},
 	}
+	if i := sidecarOrder(pod, c, p.init); i > 0 {
+		cfg.Annotations[AnnotationSidecar] = strconv.Itoa(i)
+	}
 	if c.TerminationMessagePath != "" {
 		cfg.Annotations[AnnotationTerminationMsg] = c.TerminationMessagePath
 	}

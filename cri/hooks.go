@@ -149,6 +149,13 @@ func hookHTTPGet(ctx context.Context, g *v1.HTTPGetAction, podIP string, c *v1.C
 // it (at least minStopGrace seconds) after SIGTERM. A failed hook is a
 // FailedPreStopHook event, and the stop goes on.
 func (m *Manager) stopWithPreStop(ctx context.Context, svc *services, pod *v1.Pod, c ContainerStatus, podIP string, grace int64, spec *v1.Container, events EventRecorder) error {
+	grace = m.preStop(ctx, svc, pod, c, podIP, grace, spec, events)
+	return m.stopContainer(ctx, svc, c.ID, grace)
+}
+
+// preStop runs the container's preStop hook, if it has one and runs, and
+// returns what is left of grace for the stop (at least minStopGrace).
+func (m *Manager) preStop(ctx context.Context, svc *services, pod *v1.Pod, c ContainerStatus, podIP string, grace int64, spec *v1.Container, events EventRecorder) int64 {
 	if h := c.PreStop; h != nil && c.State == ContainerRunning {
 		begin := time.Now()
 		hctx, cancel := context.WithTimeout(ctx, time.Duration(grace)*time.Second)
@@ -161,5 +168,5 @@ func (m *Manager) stopWithPreStop(ctx context.Context, svc *services, pod *v1.Po
 		}
 		grace = max(grace-int64(time.Since(begin).Seconds()), minStopGrace)
 	}
-	return m.stopContainer(ctx, svc, c.ID, grace)
+	return grace
 }

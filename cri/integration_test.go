@@ -695,3 +695,55 @@ func TestLivenessFailureRestartsContainer(t *testing.T) {
 		t.Fatalf("a stale result restarted the new attempt: %+v", again)
 	}
 }
+
+// Sidecars start in order before the app and are stopped after it, the
+// later sidecar first; a pod known only by its runtime labels (a delete)
+// keeps that order.
+func TestSidecarsStartInOrderAndStopAfterApps(t *testing.T) {
+	e := newEnv(t)
+	for _, byRef := range []bool{false, true} {
+		t.Run(fmt.Sprintf("byRef=%v", byRef), func(t *testing.T) {
+			e.t = t
+			// The app takes 2 s to stop; each sidecar stops at once.
+			pod := e.newPod(v1.RestartPolicyAlways, v1.Container{Name: "app", Command: []string{"sh", "-c", "trap 'sleep 2; exit 0' TERM; while true; do sleep 0.2; done"}})
+			grace := int64(10)
+			pod.Spec.TerminationGracePeriodSeconds = &grace
+			always := v1.ContainerRestartPolicyAlways
+			for _, n := range []string{"s1", "s2"} {
+				pod.Spec.InitContainers = append(pod.Spec.InitContainers, v1.Container{Name: n, Image: containerd.BusyboxImage,
+					ImagePullPolicy: v1.PullNever, RestartPolicy: &always, Command: []string{"sh", "-c", "trap 'exit 0' TERM; while true; do sleep 0.2; done"}})
+			}
+			st := e.syncUntil(pod, 30*time.Second, "app running", isRunning("app"))
+			s1, s2, app := latest(st, "s1"), latest(st, "s2"), latest(st, "app")
+			if s1 == nil || s2 == nil || s1.State != ContainerRunning || s2.State != ContainerRunning || s1.Sidecar != 1 || s2.Sidecar != 2 {
+				t.Fatalf("sidecars %+v %+v, want both running, recorded as sidecars 1 and 2", s1, s2)
+			}
+			if s2.StartedAt.Before(s1.StartedAt) || app.StartedAt.Before(s2.StartedAt) {
+				t.Fatalf("started s1 %v, s2 %v, app %v: want in that order", s1.StartedAt, s2.StartedAt, app.StartedAt)
+			}
+			svc, err := e.m.conn.get()
+			if err != nil {
+				t.Fatal(err)
+			}
+			stopFor := pod
+			if byRef {
+				stopFor = &v1.Pod{}
+				stopFor.Name, stopFor.Namespace, stopFor.UID = pod.Name, pod.Namespace, pod.UID
+			}
+			if err := e.m.stopPod(context.Background(), svc, stopFor, st, nil, noEvents{}); err != nil {
+				t.Fatal(err)
+			}
+			st = e.status(pod)
+			s1, s2, app = latest(st, "s1"), latest(st, "s2"), latest(st, "app")
+			for _, c := range []*ContainerStatus{s1, s2, app} {
+				if c.State != ContainerExited || c.ExitCode != 0 {
+					t.Fatalf("%s: %s exit %d, want stopped by its own TERM handler", c.Name, c.State, c.ExitCode)
+				}
+			}
+			if s2.FinishedAt.Before(app.FinishedAt) || s1.FinishedAt.Before(s2.FinishedAt) {
+				t.Fatalf("finished app %v, s2 %v, s1 %v: want in that order", app.FinishedAt, s2.FinishedAt, s1.FinishedAt)
+			}
+			t.Logf("app stopped %v before s2, s2 %v before s1", s2.FinishedAt.Sub(app.FinishedAt), s1.FinishedAt.Sub(s2.FinishedAt))
+		})
+	}
+}

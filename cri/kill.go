@@ -2,7 +2,6 @@ package cri
 
 import (
 	"context"
-	"errors"
 	"fmt"
 	"os"
 	"path/filepath"
@@ -29,17 +28,14 @@ func (m *Manager) createPodDirs(pod *v1.Pod) error {
 	return nil
 }
 
-// stopPod stops every running container of the pod (in parallel, each with
-// the grace period) and then its ready sandboxes. Nothing is removed.
+// stopPod stops every running container of the pod (each with the grace
+// period; the app containers in parallel, then the sidecars in reverse
+// order, see stopOrdered) and then its ready sandboxes. Nothing is removed.
 func (m *Manager) stopPod(ctx context.Context, svc *services, pod *v1.Pod, status *PodStatus, override *int64, events EventRecorder) error {
 	if status == nil {
 		return nil
 	}
-	var (
-		wg   sync.WaitGroup
-		mu   sync.Mutex
-		errs []error
-	)
+	var stops []ContainerStatus
 	for _, c := range status.Containers {
 		if c.State != ContainerRunning && c.State != ContainerCreated && c.State != ContainerUnknown {
 			continue
@@ -47,19 +43,9 @@ func (m *Manager) stopPod(ctx context.Context, svc *services, pod *v1.Pod, statu
 		if pod != nil && c.State == ContainerRunning {
 			events.Event(pod, v1.EventTypeNormal, "Killing", "Stopping container "+c.Name)
 		}
-		grace := containerGrace(pod, c, override)
-		wg.Add(1)
-		go func(c ContainerStatus) {
-			defer wg.Done()
-			if err := m.stopWithPreStop(ctx, svc, pod, c, podIPOf(status), grace, specOf(pod, c), events); err != nil {
-				mu.Lock()
-				errs = append(errs, fmt.Errorf("stop container %s: %w", c.Name, err))
-				mu.Unlock()
-			}
-		}(c)
+		stops = append(stops, c)
 	}
-	wg.Wait()
-	if err := errors.Join(errs...); err != nil {
+	if err := m.stopOrdered(ctx, svc, pod, stops, podIPOf(status), override, events); err != nil {
 		return err
 	}
 	for _, sb := range status.Sandboxes {

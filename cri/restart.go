@@ -36,11 +36,17 @@ func (f forced) apply(pod *v1.Pod, status *PodStatus, act *podActions, backoff R
 			act.SandboxAttempt = status.Sandboxes[0].Attempt + 1
 		}
 		act.Reason = ReasonRestartRequested
+		if len(pod.Spec.InitContainers) > 0 {
+			// A new sandbox runs its init containers first.
+			act.InitToStart = []int{0}
+			return skipBackoff{next: backoff, pod: pod, only: f.container}
+		}
+		act.Initialized = true
 	}
 	if act.SandboxID != "" && act.KillPod && act.Reason == ReasonAllTerminated {
 		act.KillPod = false // the restarted container keeps the sandbox
 	}
-	if act.NextInit >= 0 {
+	if !act.Initialized {
 		return skipBackoff{next: backoff, pod: pod, only: f.container} // init containers run first
 	}
 	for i := range pod.Spec.Containers {

@@ -124,6 +124,9 @@ func (m *Manager) containerStatus(ctx context.Context, svc *services, c *runtime
 		PreStop:      parsePreStop(c.Annotations[AnnotationPreStop]),
 		Init:         c.Labels[LabelInitContainer] == "true",
 	}
+	if cs.Init {
+		cs.Sidecar = parseSidecar(c.Annotations[AnnotationSidecar])
+	}
 	if img := s.GetImage().GetImage(); img != "" {
 		cs.Image = img
 	}

@@ -37,7 +37,27 @@ func (m *Manager) SyncPod(ctx context.Context, in SyncInput) error {
 }
 
 // syncPod is SyncPod that also starts what a restart request forces.
-func (m *Manager) syncPod(ctx context.Context, in SyncInput, force forced) (err error) {
+// A sidecar without a startup probe counts as started once it runs, so
+// the containers after it are started at once, in a step of their own on
+// a fresh runtime status, instead of on the next sync.
+func (m *Manager) syncPod(ctx context.Context, in SyncInput, force forced) error {
+	for step := 0; ; step++ {
+		more := false
+		err := m.syncStep(ctx, in, force, &more)
+		if err != nil || !more || step >= len(in.Pod.Spec.InitContainers) || ctx.Err() != nil {
+			return err
+		}
+		status, err := m.GetPodStatus(ctx, string(in.Pod.UID), in.Pod.Name, in.Pod.Namespace)
+		if err != nil {
+			return nil // the next sync goes on from what the runtime says then
+		}
+		in.Status, force = status, forced{}
+	}
+}
+
+// syncStep carries out one plan; more says a sidecar started that lets
+// initialization go on.
+func (m *Manager) syncStep(ctx context.Context, in SyncInput, force forced, more *bool) (err error) {
 	pod, status, objects, backoff, events := in.Pod, in.Status, in.Objects, in.Backoff, in.Events
 	if events == nil {
 		events = noEvents{}
@@ -82,7 +102,7 @@ func (m *Manager) syncPod(ctx context.Context, in SyncInput, force forced) (err 
 	if !act.CreateSandbox && act.SandboxID == "" {
 		return nil
 	}
-	if act.NextInit < 0 && len(act.ContainersToStart) == 0 {
+	if len(act.InitToStart) == 0 && len(act.ContainersToStart) == 0 {
 		m.refreshVolumes(pod, objects, events)
 		return nil
 	}
@@ -147,14 +167,30 @@ func (m *Manager) syncPod(ctx context.Context, in SyncInput, force forced) (err 
 			objects: objects, backoff: backoff, events: events,
 		})
 	}
-	if act.NextInit >= 0 {
-		return start(&pod.Spec.InitContainers[act.NextInit], true)
-	}
+	// Init containers in order: a regular one is waited for (it is the
+	// last of the list); a sidecar that fails to start holds back only
+	// what comes after it in the next syncs (as in the kubelet).
 	var errs []error
+	for _, i := range act.InitToStart {
+		c := &pod.Spec.InitContainers[i]
+		if err := start(c, true); err != nil {
+			errs = append(errs, err)
+			if !IsSidecar(c) {
+				return joinSyncErrors(errs)
+			}
+			continue
+		}
+		if IsSidecar(c) && c.StartupProbe == nil && !act.Initialized {
+			*more = true
+		}
+	}
 	for _, i := range act.ContainersToStart {
 		if err := start(&pod.Spec.Containers[i], false); err != nil {
 			errs = append(errs, err)
 		}
+	}
+	if len(errs) > 0 {
+		*more = false
 	}
 	return joinSyncErrors(errs)
 }
@@ -170,7 +206,11 @@ func joinSyncErrors(errs []error) error {
 // killGrace is the grace period of one container kill: a failed probe's
 // own terminationGracePeriodSeconds when it sets one, else the pod's.
 func killGrace(pod *v1.Pod, why killReason) int64 {
-	for _, c := range pod.Spec.Containers {
+	list := pod.Spec.Containers
+	if why.Init {
+		list = pod.Spec.InitContainers
+	}
+	for _, c := range list {
 		if c.Name != why.Name {
 			continue
 		}
@@ -228,17 +268,14 @@ func (m *Manager) startContainer(ctx context.Context, svc *services, r startRequ
 	restartCount := 0
 	if prev := latestByName(r.status, r.init)[c.Name]; prev != nil {
 		restartCount = prev.RestartCount + 1
-		if prev.State == ContainerExited && r.backoff != nil {
-			key := BackoffKey(pod, c.Name)
-			if wait, d := r.backoff.InBackoff(key, prev.FinishedAt); wait {
-				be := &BackoffError{Container: c.Name, Wait: d}
-				// The wait stays out of the event message (as in kubelet), so each
-				// crash counts into the same event instead of a new one per delay.
-				r.events.Event(pod, v1.EventTypeWarning, "BackOff",
-					fmt.Sprintf("Back-off restarting failed container %s in pod %s/%s", c.Name, pod.Namespace, pod.Name))
-				return be
-			}
-		}
+	}
+	base, be := crashLoopGate(pod, c.Name, r.init, r.status, r.backoff)
+	if be != nil {
+		// The wait stays out of the event message (as in kubelet), so each
+		// crash counts into the same event instead of a new one per delay.
+		r.events.Event(pod, v1.EventTypeWarning, "BackOff",
+			fmt.Sprintf("Back-off restarting failed container %s in pod %s/%s", c.Name, pod.Namespace, pod.Name))
+		return be
 	}
 	what := fmt.Sprintf("container %s of pod %s/%s", c.Name, pod.Namespace, pod.Name)
 	fail := func(reason string, err error) error {
@@ -263,8 +300,8 @@ func (m *Manager) startContainer(ctx context.Context, svc *services, r startRequ
 	m.imageUse.record(imageRef, time.Now())
 	// The restart counts once the image is there: a pull in flight or in
 	// backoff does not use up a crash-loop step.
-	if prev := latestByName(r.status, r.init)[c.Name]; prev != nil && prev.State == ContainerExited && r.backoff != nil {
-		r.backoff.Next(BackoffKey(pod, c.Name), prev.FinishedAt)
+	if base != nil && r.backoff != nil {
+		r.backoff.Next(BackoffKey(pod, c.Name), base.FinishedAt)
 	}
 	configError := func(err error) error {
 		r.events.Event(pod, v1.EventTypeWarning, "Failed", fmt.Sprintf("Error: %v", err))
@@ -326,6 +363,38 @@ func (m *Manager) startContainer(ctx context.Context, svc *services, r startRequ
 	}
 	m.log.Debug().Str("pod", pod.Namespace+"/"+pod.Name).Str("container", c.Name).Int("restartCount", restartCount).Msg("container started")
 	return nil
+}
+
+// crashLoopBase is the attempt of a container whose exit its crash-loop
+// backoff counts from, as the kubelet's doBackOff: the newest exited one
+// (statuses are newest first). A container killed in this same sync (a
+// failed liveness or startup probe, a spec change) still runs in status,
+// so the attempt before it counts, and repeated probe kills back off as
+// crashes do; a first attempt has none and starts at once.
+func crashLoopBase(status *PodStatus, name string, init bool) *ContainerStatus {
+	if status == nil {
+		return nil
+	}
+	for i := range status.Containers {
+		if c := &status.Containers[i]; c.Name == name && c.Init == init && c.State == ContainerExited {
+			return c
+		}
+	}
+	return nil
+}
+
+// crashLoopGate asks backoff whether the container may start now: it
+// returns the attempt its restart counts from (nil: none), or a
+// *BackoffError when it must wait.
+func crashLoopGate(pod *v1.Pod, name string, init bool, status *PodStatus, backoff RestartBackoff) (*ContainerStatus, *BackoffError) {
+	base := crashLoopBase(status, name, init)
+	if base == nil || backoff == nil {
+		return base, nil
+	}
+	if wait, d := backoff.InBackoff(BackoffKey(pod, name), base.FinishedAt); wait {
+		return base, &BackoffError{Container: name, Wait: d}
+	}
+	return base, nil
 }
 
 // imageUser is the user the image runs as: a uid, or a name the image

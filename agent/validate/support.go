@@ -33,6 +33,8 @@ type rule struct {
 	// nonetheless (the API default, say); unless describes them.
 	allowed func(v reflect.Value) bool
 	unless  string
+	// allowedAt is allowed for values honoured only at some paths.
+	allowedAt func(path string, v reflect.Value) bool
 }
 
 func honoured(note string) rule { return rule{support: Honoured, why: note} }
@@ -43,6 +45,18 @@ func ignored(why string) rule   { return rule{support: Ignored, why: why} }
 func (r rule) except(unless string, allowed func(v reflect.Value) bool) rule {
 	r.unless, r.allowed = unless, allowed
 	return r
+}
+
+// exceptAt is except for values honoured only at some paths.
+func (r rule) exceptAt(unless string, allowed func(path string, v reflect.Value) bool) rule {
+	r.unless, r.allowedAt = unless, allowed
+	return r
+}
+
+// sidecarPolicy accepts restartPolicy Always on an init container: a
+// sidecar.
+func sidecarPolicy(path string, v reflect.Value) bool {
+	return strings.HasPrefix(path, "spec.initContainers[") && v.String() == string(v1.ContainerRestartPolicyAlways)
 }
 
 func stringIn(values ...string) func(reflect.Value) bool {
@@ -204,17 +218,18 @@ var supportTable = supportRules{
 	"KeyToPath.user": rejected("mqlet does not support a file's user (files are owned by root)"),
 
 	// Containers
-	"Container.name":               honoured(""),
-	"Container.image":              honoured(""),
-	"Container.command":            honoured(""),
-	"Container.args":               honoured(""),
-	"Container.workingDir":         honoured(""),
-	"Container.ports":              honoured(""),
-	"Container.envFrom":            honoured(""),
-	"Container.env":                honoured(""),
-	"Container.resources":          honoured(""),
-	"Container.resizePolicy":       rejected("mqlet does not support resizePolicy (a change of resources restarts the container)"),
-	"Container.restartPolicy":      rejected("mqlet does not support a container's restartPolicy (sidecar init containers or restart rules)"),
+	"Container.name":         honoured(""),
+	"Container.image":        honoured(""),
+	"Container.command":      honoured(""),
+	"Container.args":         honoured(""),
+	"Container.workingDir":   honoured(""),
+	"Container.ports":        honoured(""),
+	"Container.envFrom":      honoured(""),
+	"Container.env":          honoured(""),
+	"Container.resources":    honoured(""),
+	"Container.resizePolicy": rejected("mqlet does not support resizePolicy (a change of resources restarts the container)"),
+	"Container.restartPolicy": rejected("mqlet supports a container's restartPolicy only as Always on an init container (a sidecar), not restart rules").
+		exceptAt("Always on an init container: a sidecar, started in order with the init containers and not waited for (the next waits for its startupProbe), restarted whenever it exits, with the crash-loop backoff, stopped after the app containers in reverse order, not keeping a restartPolicy Never/OnFailure pod from completing", sidecarPolicy),
 	"Container.restartPolicyRules": rejected("mqlet does not support restartPolicyRules"),
 	"Container.volumeMounts":       honoured(""),
 	"Container.volumeDevices":      rejected("mqlet does not support volumeDevices (raw block volumes)"),
@@ -469,9 +484,10 @@ func (rules supportRules) walkFields(p *field.Path, v reflect.Value, errs *field
 		switch {
 		case !ok:
 			*errs = append(*errs, field.Forbidden(fp, "mqlet does not support this field (it has no entry in mqlet's support table)"))
-		case r.support == Rejected && r.allowed == nil:
+		case r.support == Rejected && r.allowed == nil && r.allowedAt == nil:
 			*errs = append(*errs, field.Forbidden(fp, r.why))
-		case r.support == Rejected && !r.allowed(reflect.Indirect(fv)):
+		case r.support == Rejected && r.allowedAt != nil && !r.allowedAt(fp.String(), reflect.Indirect(fv)),
+			r.support == Rejected && r.allowed != nil && !r.allowed(reflect.Indirect(fv)):
 			detail := r.why
 			if v := reflect.Indirect(fv); v.Kind() == reflect.String {
 				detail += fmt.Sprintf(": %q", v.String()) // a value of the API's own choices or a path, never a secret

@@ -113,7 +113,7 @@ func TestSupportTableCovers(t *testing.T) {
 		if r.support == Rejected && !strings.HasPrefix(r.why, "mqlet ") {
 			t.Errorf("support table row %s: a rejection says what mqlet does not do, got %q", key, r.why)
 		}
-		if (r.allowed == nil) != (r.unless == "") {
+		if (r.allowed == nil && r.allowedAt == nil) != (r.unless == "") {
 			t.Errorf("support table row %s: an exception needs both its test and its description", key)
 		}
 	}
@@ -180,9 +180,13 @@ func TestCheckSupportRejects(t *testing.T) {
 			p.Spec.OS = &v1.PodOS{Name: v1.Linux}
 			p.Spec.Containers[0].Lifecycle = &v1.Lifecycle{StopSignal: &sig}
 		}, "spec.containers[0].lifecycle.stopSignal: Forbidden: mqlet does not support stopSignal"},
-		{"sidecar", func(p *v1.Pod) {
-			p.Spec.InitContainers = []v1.Container{{Name: "side", Image: "busybox", RestartPolicy: &always}}
-		}, "spec.initContainers[0].restartPolicy: Forbidden"},
+		{"restartPolicy of an app container", func(p *v1.Pod) {
+			p.Spec.Containers[0].RestartPolicy = &always
+		}, "spec.containers[0].restartPolicy: Forbidden"},
+		{"init container restartPolicy other than Always", func(p *v1.Pod) {
+			never := v1.ContainerRestartPolicyNever
+			p.Spec.InitContainers = []v1.Container{{Name: "side", Image: "busybox", RestartPolicy: &never}}
+		}, `spec.initContainers[0].restartPolicy: Forbidden: mqlet supports a container's restartPolicy only as Always on an init container (a sidecar), not restart rules: "Never"`},
 		{"termination message from logs", func(p *v1.Pod) {
 			p.Spec.Containers[0].TerminationMessagePolicy = v1.TerminationMessageFallbackToLogsOnError
 		}, "spec.containers[0].terminationMessagePolicy: Forbidden"},
@@ -276,7 +280,10 @@ func TestCheckSupportAccepts(t *testing.T) {
 	}
 	pod.Spec.Tolerations = []v1.Toleration{{Key: "k", Operator: v1.TolerationOpExists}}
 	pod.Spec.PriorityClassName = "high"
-	pod.Spec.InitContainers = []v1.Container{{Name: "init", Image: "busybox", Command: []string{"true"}}}
+	always := v1.ContainerRestartPolicyAlways
+	pod.Spec.InitContainers = []v1.Container{{Name: "init", Image: "busybox", Command: []string{"true"}},
+		{Name: "sidecar", Image: "busybox", RestartPolicy: &always,
+			StartupProbe: &v1.Probe{ProbeHandler: v1.ProbeHandler{Exec: &v1.ExecAction{Command: []string{"true"}}}}}}
 	c.Ports = []v1.ContainerPort{{Name: "web", ContainerPort: 8080}}
 	grace, h2 := int64(3), v1.HTTPProtocolHTTP2
 	c.LivenessProbe = &v1.Probe{ProbeHandler: v1.ProbeHandler{HTTPGet: &v1.HTTPGetAction{Path: "/healthz", Port: intstr.FromString("web"),
