@@ -208,7 +208,7 @@ func TestDeleteCancelsASyncWaitingForASlot(t *testing.T) {
 	r.pool.Enqueue("ns/stuck")
 	waitStarted(t, rt, "stuck")
 	r.pool.Enqueue("ns/next") // waits for the slot
-	waitUntil(t, "next waiting", func() bool { r.pool.mu.Lock(); defer r.pool.mu.Unlock(); return r.pool.runners["ns/next"] != nil })
+	waitUntil(t, "next waiting", func() bool { return r.pool.runners.find("ns/next") != nil })
 	r.undesire("ns/next")
 	r.pool.EnqueueDelete("ns/next", nil)
 	waitUntil(t, "next gone", func() bool { o, ok := r.out.last("ns/next"); return ok && o.Gone })
@@ -254,9 +254,7 @@ func TestNoGoroutineLeftAfterThePoolStops(t *testing.T) {
 	pool.EnqueueDelete("ns/stubborn", nil) // its kill blocks
 	pool.queue.AddAfter("ns/later", time.Hour)
 	waitUntil(t, "the kill started", func() bool {
-		pool.mu.Lock()
-		defer pool.mu.Unlock()
-		r := pool.runners["ns/stubborn"]
+		r := pool.runners.find("ns/stubborn")
 		return r != nil && !r.idle()
 	})
 	cancel()

@@ -110,7 +110,7 @@ func (p *Pool) syncPod(ctx context.Context, pod *v1.Pod, backoff cri.RestartBack
 		// Image pulls in flight or in backoff come back on their own time.
 		return wait, nil
 	case errors.As(syncErr, &be):
-		p.backoffs.Add(1)
+		p.counters.backoffs.Add(1)
 		return be.Wait + 10*time.Millisecond, nil
 	default:
 		return 0, fmt.Errorf("syncing pod %s: %w", key, syncErr)

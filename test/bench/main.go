@@ -204,10 +204,14 @@ func measure(ctx context.Context, opts options, log zerolog.Logger) (rep *report
 		rep.fail("idle", err)
 	}
 	if running != nil {
-		log.Info().Int("pods", len(running)).Msg("deleting the burst pods")
-		if err := e.deletePods(ctx, running); err != nil {
-			rep.fail("deleting the burst pods", err)
+		log.Info().Int("pods", len(running)).Msg("step delete: deleting the burst pods")
+		var rawStop time.Duration
+		if rep.PodStart != nil {
+			rawStop = rep.PodStart.rawStop
 		}
+		del, err := e.deleteRunning(ctx, running, rawStop)
+		rep.Delete = del
+		rep.fail("deleting the burst pods", err)
 	}
 	if want("exit") {
 		log.Info().Int("pods", opts.exitPods).Msg("step exit")
