@@ -39,6 +39,7 @@ type options struct {
 	exitPods      int
 	burstCommands int
 	maxBacklog    int
+	workers       int
 	keep          bool
 	brokerNoDelay bool
 	intakeNoDelay bool
@@ -70,6 +71,7 @@ func parseFlags(args []string, stderr io.Writer) (options, error) {
 	fs.IntVar(&o.burst, "burst", 20, "pods in the burst List")
 	fs.IntVar(&o.burstCommands, "burst-commands", 2000, "applies in each burst (ConfigMaps, then pods), published without waiting")
 	fs.IntVar(&o.maxBacklog, "mqlet-max-backlog", 0, "requests.maxBacklog for mqlet (0: its default)")
+	fs.IntVar(&o.workers, "mqlet-workers", 0, "pods.workers (sync slots) for mqlet (0: its default)")
 	fs.IntVar(&o.exitPods, "exit-pods", 10, "pods whose container exits, for the exit → status delay")
 	fs.BoolVar(&o.keep, "keep", false, "keep the scratch dir (logs, state) even when every step passed")
 	fs.BoolVar(&o.brokerNoDelay, "broker-tcp-nodelay", false, "set mosquitto's set_tcp_nodelay (off by default in mosquitto 2.0)")
