@@ -317,3 +317,50 @@ func TestTerminalStatusIsPublishedBeforeTheCleanUp(t *testing.T) {
 		t.Fatalf("phase while the sandbox is being stopped: %q, want Succeeded", phase)
 	}
 }
+
+// listBlockedRuntime is an exitedRuntime whose ListPods (the listing of
+// old runtime pods a sync makes) blocks until released.
+type listBlockedRuntime struct {
+	*exitedRuntime
+	inList, releaseList chan struct{}
+	once                sync.Once
+}
+
+func (l *listBlockedRuntime) ListPods(ctx context.Context) ([]cri.PodRef, error) {
+	l.once.Do(func() { close(l.inList) })
+	select {
+	case <-l.releaseList:
+	case <-ctx.Done():
+	}
+	return l.exitedRuntime.ListPods(ctx)
+}
+
+// The terminal status is published before the sync asks the runtime for
+// anything but the pod's own status: no listing delays it.
+func TestTerminalStatusIsPublishedBeforeTheListing(t *testing.T) {
+	ex := &exitedRuntime{scriptedRuntime: newScriptedRuntime(), inSync: make(chan struct{}), release: make(chan struct{})}
+	close(ex.release)
+	rt := &listBlockedRuntime{exitedRuntime: ex, inList: make(chan struct{}), releaseList: make(chan struct{})}
+	pod := testPod("job")
+	pod.Spec.RestartPolicy = v1.RestartPolicyNever
+	d := &mapDesired{pods: map[string]*v1.Pod{"ns/job": pod}}
+	st, out := &fakeStatus{set: map[string]v1.PodStatus{}}, &outcomes{got: map[string][]pending.Outcome{}}
+	pool := New(Options{Workers: 1}, rt, d, st, out, noEvents{}, zerolog.Nop())
+	ctx, cancel := context.WithCancel(context.Background())
+	done := make(chan struct{})
+	go func() { pool.Run(ctx); close(done) }()
+	t.Cleanup(func() { cancel(); <-done })
+	pool.Enqueue("ns/job")
+	select {
+	case <-rt.inList:
+	case <-time.After(5 * time.Second):
+		t.Fatal("never listed the runtime pods")
+	}
+	st.mu.Lock()
+	phase := st.set["ns/job"].Phase
+	st.mu.Unlock()
+	close(rt.releaseList)
+	if phase != v1.PodSucceeded {
+		t.Fatalf("phase while the runtime pods are listed: %q, want Succeeded", phase)
+	}
+}
