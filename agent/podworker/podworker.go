@@ -316,8 +316,9 @@ func (p *Pool) guarded(life, ctx context.Context, r *runner) (retryAfter time.Du
 }
 
 // withSlot runs fn holding a sync slot, with the slot's in-flight mark set
-// (a sync that kills the process quarantines the pod at the next start).
+// (a sync that kills the process quarantines the pod at the next start);
+// running says the pod was synced before (it goes before first starts).
 // It gives up with ctx's error when ctx ends first.
-func (p *Pool) withSlot(ctx context.Context, key string, fn func() error) error {
-	return p.slots.with(ctx, key, fn)
+func (p *Pool) withSlot(ctx context.Context, key string, running bool, fn func() error) error {
+	return p.slots.with(ctx, key, running, fn)
 }

@@ -49,7 +49,8 @@ func (p *Pool) work(life, ctx context.Context, r *runner) (time.Duration, error)
 	// The slot's mark covers every runtime call made for a desired pod (the
 	// listing included), since any of them may be what stops the agent.
 	var after time.Duration
-	err = p.withSlot(ctx, key, func() error {
+	// A pod this runner synced before goes before pods yet to start.
+	err = p.withSlot(ctx, key, r.hasUID(string(pod.UID)), func() error {
 		// The pod's own status is read first: a pod whose containers are
 		// all done is reported before anything else is asked of the
 		// runtime (the listing of old runtime pods below, the sandbox stop).
