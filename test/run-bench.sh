@@ -2,7 +2,8 @@
 # The benchmark (`make bench`). On a Debian 12 machine as root it installs
 # what test/run-tests.sh installs (nothing more), starts a private containerd
 # on its own socket and bridge, builds mqlet, runs `go run ./test/bench`
-# (footprint, command intake, pod start vs raw CRI, idle telemetry, exit →
+# (footprint, command intake, pod start vs raw CRI made one after another
+# and in parallel, idle telemetry, delete of the running pods, exit →
 # status delay), prints the report (JSON in test/.work/bench.json) and stops
 # everything it started, also when interrupted.
 # Extra arguments go to the bench command, e.g. `test/run-bench.sh --duration 20s`.
@@ -16,9 +17,10 @@ test/env/install-deps.sh
 
 # A containerd of its own, so the bench neither disturbs nor is disturbed by
 # the tests' instance.
-export MQLET_TEST_DIR=/run/mqlet-bench
-export MQLET_TEST_BRIDGE=mqbench0
-export MQLET_TEST_SUBNET=10.88.92.0/24
+# (MQLET_TEST_DIR, MQLET_TEST_BRIDGE and MQLET_TEST_SUBNET override where.)
+export MQLET_TEST_DIR=${MQLET_TEST_DIR:-/run/mqlet-bench}
+export MQLET_TEST_BRIDGE=${MQLET_TEST_BRIDGE:-mqbench0}
+export MQLET_TEST_SUBNET=${MQLET_TEST_SUBNET:-10.88.92.0/24}
 cleanup() { test/env/containerd-down.sh >/dev/null 2>&1 || true; }
 trap cleanup EXIT INT TERM
 

@@ -125,13 +125,16 @@ type Pool struct {
 	events  cri.EventRecorder
 	log     zerolog.Logger
 	queue   workqueue.TypedRateLimitingInterface[string]
-	slots   chan int       // free sync slot numbers
 	tasks   sync.WaitGroup // one goroutine per key being worked on, and the kills
 
-	mu       sync.Mutex
-	runners  map[string]*runner // key → the pod's runner
-	restarts restarts           // restart requests waiting for their pod's worker (restart.go)
+	runners  runnerSet // key → the pod's runner (runner.go)
+	slots    *slotSet  // the sync slots and their in-flight marks (slots.go)
+	restarts restarts  // restart requests waiting for their pod's worker (restart.go)
+	counters counters
+}
 
+// counters are the pool's counts since it was made.
+type counters struct {
 	syncs, failures, backoffs atomic.Uint64
 }
 
@@ -144,16 +147,12 @@ func New(opts Options, rt Runtime, desired Desired, status StatusSink, observe O
 		opts.Restart = restart.DefaultPolicy
 	}
 	limiter := workqueue.NewTypedItemExponentialFailureRateLimiter[string](opts.BackoffBase, opts.BackoffMax)
-	p := &Pool{
+	return &Pool{
 		opts: opts, rt: rt, desired: desired, status: status, observe: observe, events: events, log: log,
 		queue:   workqueue.NewTypedRateLimitingQueueWithConfig(limiter, workqueue.TypedRateLimitingQueueConfig[string]{Name: "pods"}),
-		slots:   make(chan int, opts.Workers),
-		runners: map[string]*runner{},
+		slots:   newSlotSet(opts.Workers, opts.Marks, log),
+		runners: runnerSet{policy: opts.Restart, byKey: map[string]*runner{}},
 	}
-	for i := range opts.Workers {
-		p.slots <- i
-	}
-	return p
 }
 
 // Recover quarantines the pods whose keys were marked in flight when the
@@ -187,26 +186,11 @@ func (p *Pool) Recover(keys []string) error {
 }
 
 // runnerFor returns key's runner, made when missing.
-func (p *Pool) runnerFor(key string) *runner {
-	p.mu.Lock()
-	defer p.mu.Unlock()
-	r, ok := p.runners[key]
-	if !ok {
-		r = newRunner(key, p.opts.Restart)
-		p.runners[key] = r
-	}
-	return r
-}
+func (p *Pool) runnerFor(key string) *runner { return p.runners.get(key) }
 
 // dropRunner forgets r (its pod is gone from the runtime and the desired
 // state), with its restart tracker.
-func (p *Pool) dropRunner(r *runner) {
-	p.mu.Lock()
-	defer p.mu.Unlock()
-	if p.runners[r.key] == r {
-		delete(p.runners, r.key)
-	}
-}
+func (p *Pool) dropRunner(r *runner) { p.runners.drop(r) }
 
 // Enqueue asks for the pod with key to be synced soon.
 func (p *Pool) Enqueue(key string) { p.queue.Add(key) }
@@ -221,15 +205,7 @@ func (p *Pool) EnqueueDelete(key string, grace *int64) {
 
 // EnqueueUID asks for the pod with this runtime UID to be synced (PLEG).
 func (p *Pool) EnqueueUID(uid string) bool {
-	p.mu.Lock()
-	var key string
-	for k, r := range p.runners {
-		if r.hasUID(uid) {
-			key = k
-			break
-		}
-	}
-	p.mu.Unlock()
+	key := p.runners.keyOf(uid)
 	if key == "" {
 		return false
 	}
@@ -247,7 +223,8 @@ type Stats struct {
 
 // Stats returns the pool's counters.
 func (p *Pool) Stats() Stats {
-	return Stats{QueueDepth: p.queue.Len(), Syncs: p.syncs.Load(), Failures: p.failures.Load(), Backoffs: p.backoffs.Load()}
+	c := &p.counters
+	return Stats{QueueDepth: p.queue.Len(), Syncs: c.syncs.Load(), Failures: c.failures.Load(), Backoffs: c.backoffs.Load()}
 }
 
 // Run works the queue and blocks until ctx ends and every goroutine it
@@ -288,13 +265,7 @@ func (p *Pool) Run(ctx context.Context) {
 // resync queues every pod with a runner, to catch drift the lifecycle
 // events missed (a container changed behind the agent's back).
 func (p *Pool) resync(context.Context) {
-	p.mu.Lock()
-	keys := make([]string, 0, len(p.runners))
-	for k := range p.runners {
-		keys = append(keys, k)
-	}
-	p.mu.Unlock()
-	for _, k := range keys {
+	for _, k := range p.runners.keys() {
 		p.queue.Add(k)
 	}
 }
@@ -307,7 +278,7 @@ func (p *Pool) process(ctx context.Context, key string) {
 	r.begin(cancel)
 	defer r.end()
 	retryAfter, err := p.guarded(ctx, syncCtx, r)
-	p.syncs.Add(1)
+	p.counters.syncs.Add(1)
 	switch {
 	case ctx.Err() != nil:
 	case syncCtx.Err() != nil:
@@ -319,7 +290,7 @@ func (p *Pool) process(ctx context.Context, key string) {
 	case err == nil:
 		p.queue.Forget(key)
 	default:
-		p.failures.Add(1)
+		p.counters.failures.Add(1)
 		p.log.Warn().Err(err).Str("pod", key).Int("retries", p.queue.NumRequeues(key)).Msg("pod sync failed; retrying with backoff")
 		p.queue.AddRateLimited(key)
 	}
@@ -345,25 +316,9 @@ func (p *Pool) guarded(life, ctx context.Context, r *runner) (retryAfter time.Du
 }
 
 // withSlot runs fn holding a sync slot, with the slot's in-flight mark set
-// (a sync that kills the process quarantines the pod at the next start).
+// (a sync that kills the process quarantines the pod at the next start);
+// running says the pod was synced before (it goes before first starts).
 // It gives up with ctx's error when ctx ends first.
-func (p *Pool) withSlot(ctx context.Context, key string, fn func() error) error {
-	var slot int
-	select {
-	case slot = <-p.slots:
-	case <-ctx.Done():
-		return ctx.Err()
-	}
-	defer func() { p.slots <- slot }()
-	if m := p.opts.Marks; m != nil {
-		if err := m.Set(slot, key); err != nil {
-			p.log.Error().Err(err).Str("pod", key).Msg("marking pod sync in flight; a crash in it would not be caught at restart")
-		}
-		defer func() {
-			if err := m.Clear(slot); err != nil {
-				p.log.Error().Err(err).Str("pod", key).Msg("clearing the in-flight mark of a pod sync")
-			}
-		}()
-	}
-	return fn()
+func (p *Pool) withSlot(ctx context.Context, key string, running bool, fn func() error) error {
+	return p.slots.with(ctx, key, running, fn)
 }

@@ -208,7 +208,7 @@ func TestDeleteCancelsASyncWaitingForASlot(t *testing.T) {
 	r.pool.Enqueue("ns/stuck")
 	waitStarted(t, rt, "stuck")
 	r.pool.Enqueue("ns/next") // waits for the slot
-	waitUntil(t, "next waiting", func() bool { r.pool.mu.Lock(); defer r.pool.mu.Unlock(); return r.pool.runners["ns/next"] != nil })
+	waitUntil(t, "next waiting", func() bool { return r.pool.runners.find("ns/next") != nil })
 	r.undesire("ns/next")
 	r.pool.EnqueueDelete("ns/next", nil)
 	waitUntil(t, "next gone", func() bool { o, ok := r.out.last("ns/next"); return ok && o.Gone })
@@ -254,9 +254,7 @@ func TestNoGoroutineLeftAfterThePoolStops(t *testing.T) {
 	pool.EnqueueDelete("ns/stubborn", nil) // its kill blocks
 	pool.queue.AddAfter("ns/later", time.Hour)
 	waitUntil(t, "the kill started", func() bool {
-		pool.mu.Lock()
-		defer pool.mu.Unlock()
-		r := pool.runners["ns/stubborn"]
+		r := pool.runners.find("ns/stubborn")
 		return r != nil && !r.idle()
 	})
 	cancel()
@@ -317,5 +315,52 @@ func TestTerminalStatusIsPublishedBeforeTheCleanUp(t *testing.T) {
 	close(rt.release)
 	if phase != v1.PodSucceeded {
 		t.Fatalf("phase while the sandbox is being stopped: %q, want Succeeded", phase)
+	}
+}
+
+// listBlockedRuntime is an exitedRuntime whose ListPods (the listing of
+// old runtime pods a sync makes) blocks until released.
+type listBlockedRuntime struct {
+	*exitedRuntime
+	inList, releaseList chan struct{}
+	once                sync.Once
+}
+
+func (l *listBlockedRuntime) ListPods(ctx context.Context) ([]cri.PodRef, error) {
+	l.once.Do(func() { close(l.inList) })
+	select {
+	case <-l.releaseList:
+	case <-ctx.Done():
+	}
+	return l.exitedRuntime.ListPods(ctx)
+}
+
+// The terminal status is published before the sync asks the runtime for
+// anything but the pod's own status: no listing delays it.
+func TestTerminalStatusIsPublishedBeforeTheListing(t *testing.T) {
+	ex := &exitedRuntime{scriptedRuntime: newScriptedRuntime(), inSync: make(chan struct{}), release: make(chan struct{})}
+	close(ex.release)
+	rt := &listBlockedRuntime{exitedRuntime: ex, inList: make(chan struct{}), releaseList: make(chan struct{})}
+	pod := testPod("job")
+	pod.Spec.RestartPolicy = v1.RestartPolicyNever
+	d := &mapDesired{pods: map[string]*v1.Pod{"ns/job": pod}}
+	st, out := &fakeStatus{set: map[string]v1.PodStatus{}}, &outcomes{got: map[string][]pending.Outcome{}}
+	pool := New(Options{Workers: 1}, rt, d, st, out, noEvents{}, zerolog.Nop())
+	ctx, cancel := context.WithCancel(context.Background())
+	done := make(chan struct{})
+	go func() { pool.Run(ctx); close(done) }()
+	t.Cleanup(func() { cancel(); <-done })
+	pool.Enqueue("ns/job")
+	select {
+	case <-rt.inList:
+	case <-time.After(5 * time.Second):
+		t.Fatal("never listed the runtime pods")
+	}
+	st.mu.Lock()
+	phase := st.set["ns/job"].Phase
+	st.mu.Unlock()
+	close(rt.releaseList)
+	if phase != v1.PodSucceeded {
+		t.Fatalf("phase while the runtime pods are listed: %q, want Succeeded", phase)
 	}
 }

@@ -49,7 +49,15 @@ func (p *Pool) work(life, ctx context.Context, r *runner) (time.Duration, error)
 	// The slot's mark covers every runtime call made for a desired pod (the
 	// listing included), since any of them may be what stops the agent.
 	var after time.Duration
-	err = p.withSlot(ctx, key, func() error {
+	// A pod this runner synced before goes before pods yet to start.
+	err = p.withSlot(ctx, key, r.hasUID(string(pod.UID)), func() error {
+		// The pod's own status is read first: a pod whose containers are
+		// all done is reported before anything else is asked of the
+		// runtime (the listing of old runtime pods below, the sandbox stop).
+		rs, rsErr := p.rt.GetPodStatus(ctx, string(pod.UID), pod.Name, pod.Namespace)
+		if rsErr == nil {
+			p.publishIfDone(pod, rs)
+		}
 		// A pod re-created under the same name has a new UID: the old one goes first.
 		if err := p.removePod(life, ctx, r, namespace, name, string(pod.UID)); errors.Is(err, errTerminating) {
 			return nil
@@ -58,28 +66,31 @@ func (p *Pool) work(life, ctx context.Context, r *runner) (time.Duration, error)
 		}
 		// Kept because the spec is gone from the store by the time a deleted pod is killed.
 		backoff := r.syncing(string(pod.UID), pod.Spec.TerminationGracePeriodSeconds)
-		after, err = p.syncPod(ctx, pod, backoff)
+		after, err = p.syncPod(ctx, pod, backoff, rs, rsErr)
 		return err
 	})
 	return after, err
 }
 
-// syncPod is one sync of a desired pod, holding a slot.
-func (p *Pool) syncPod(ctx context.Context, pod *v1.Pod, backoff cri.RestartBackoff) (time.Duration, error) {
+// publishIfDone publishes the status of a pod whose containers are all
+// done before its sandbox is stopped (as kubelet does): the stop takes a
+// few hundred milliseconds that the one waiting for the exit need not wait.
+func (p *Pool) publishIfDone(pod *v1.Pod, rs *cri.PodStatus) {
+	if st := p.build(pod, rs, podstatus.Hints{}); st.Phase == v1.PodSucceeded || st.Phase == v1.PodFailed {
+		p.set(pod, st, "")
+	}
+}
+
+// syncPod is one sync of a desired pod, holding a slot, given the pod's
+// runtime status read in the same slot (rs, or the error reading it).
+func (p *Pool) syncPod(ctx context.Context, pod *v1.Pod, backoff cri.RestartBackoff, rs *cri.PodStatus, err error) (time.Duration, error) {
 	key := pod.Namespace + "/" + pod.Name
-	rs, err := p.rt.GetPodStatus(ctx, string(pod.UID), pod.Name, pod.Namespace)
 	if err != nil {
 		if ctx.Err() != nil {
 			return 0, ctx.Err()
 		}
 		p.publish(pod, nil, podstatus.Hints{RuntimeUnreachable: true}, "")
 		return 0, fmt.Errorf("getting runtime status of pod %s: %w", key, err)
-	}
-	// A pod whose containers are all done is reported before its sandbox is
-	// stopped (as kubelet does): the stop takes a few hundred milliseconds
-	// that the one waiting for the exit need not wait.
-	if st := p.build(pod, rs, podstatus.Hints{}); st.Phase == v1.PodSucceeded || st.Phase == v1.PodFailed {
-		p.set(pod, st, "")
 	}
 	in := cri.SyncInput{Pod: pod, Status: rs, Objects: p.desired, Backoff: backoff, Events: p.events}
 	if pr := p.opts.Probes; pr != nil {
@@ -110,7 +121,7 @@ func (p *Pool) syncPod(ctx context.Context, pod *v1.Pod, backoff cri.RestartBack
 		// Image pulls in flight or in backoff come back on their own time.
 		return wait, nil
 	case errors.As(syncErr, &be):
-		p.backoffs.Add(1)
+		p.counters.backoffs.Add(1)
 		return be.Wait + 10*time.Millisecond, nil
 	default:
 		return 0, fmt.Errorf("syncing pod %s: %w", key, syncErr)

@@ -10,9 +10,11 @@ import (
 	"os"
 	"path/filepath"
 	"strconv"
+	"sync"
 	"time"
 
 	"github.com/go-logr/logr"
+	internalapi "k8s.io/cri-api/pkg/apis"
 	runtimeapi "k8s.io/cri-api/pkg/apis/runtime/v1"
 	criclient "k8s.io/cri-client/pkg"
 	"k8s.io/klog/v2"
@@ -48,34 +50,115 @@ func Run(ctx context.Context, endpoint string, n int) (latencies []time.Duration
 		}
 	}()
 	for i := range n {
-		name := fmt.Sprintf("rawcri-%s-%d", run, i)
-		sandbox := &runtimeapi.PodSandboxConfig{
-			Metadata:     &runtimeapi.PodSandboxMetadata{Name: name, Uid: name, Namespace: "rawcri"},
-			Hostname:     name,
-			LogDirectory: filepath.Join(logDir, name),
-			Labels:       map[string]string{"io.mqlet.rawcri": run},
-			Linux:        &runtimeapi.LinuxPodSandboxConfig{CgroupParent: "/mqlet-rawcri/pod" + name},
-		}
-		container := &runtimeapi.ContainerConfig{
-			Metadata: &runtimeapi.ContainerMetadata{Name: "sleep"},
-			Image:    &runtimeapi.ImageSpec{Image: Image},
-			Command:  []string{"sleep", "3600"},
-			LogPath:  "sleep/0.log",
-		}
 		start := time.Now()
-		id, err := rt.RunPodSandbox(ctx, sandbox, "")
-		if err != nil {
-			return latencies, fmt.Errorf("run sandbox %s: %w", name, err)
+		id, err := startPod(ctx, rt, logDir, fmt.Sprintf("rawcri-%s-%d", run, i), run)
+		if id != "" {
+			sandboxes = append(sandboxes, id)
 		}
-		sandboxes = append(sandboxes, id)
-		cid, err := rt.CreateContainer(ctx, id, container, sandbox)
 		if err != nil {
-			return latencies, fmt.Errorf("create container in %s: %w", name, err)
-		}
-		if err := rt.StartContainer(ctx, cid); err != nil {
-			return latencies, fmt.Errorf("start container in %s: %w", name, err)
+			return latencies, err
 		}
 		latencies = append(latencies, time.Since(start))
 	}
 	return latencies, nil
+}
+
+// Parallel is what RunParallel measured.
+type Parallel struct {
+	Start []time.Duration // per pod: its three calls, all pods started at once
+	// StartWall is from the first call until the last pod's container started.
+	StartWall time.Duration
+	// StopWall is from the first StopPodSandbox until the last returned,
+	// all made at once.
+	StopWall time.Duration
+}
+
+// RunParallel starts n pods at once (each pod's three calls in order, the
+// pods side by side), then stops their sandboxes at once, and returns the
+// timings. Everything it created is removed before it returns.
+func RunParallel(ctx context.Context, endpoint string, n int) (res Parallel, err error) {
+	ctx = klog.NewContext(ctx, logr.Discard())
+	rt, err := criclient.NewRemoteRuntimeServiceBuilder().
+		WithEndpoint(endpoint).WithConnectionTimeout(time.Minute).WithTracerProvider(nil).Build(ctx)
+	if err != nil {
+		return res, fmt.Errorf("connect %s: %w", endpoint, err)
+	}
+	defer rt.Close(ctx)
+	logDir, err := os.MkdirTemp("", "rawcri-logs-")
+	if err != nil {
+		return res, err
+	}
+	defer os.RemoveAll(logDir)
+
+	run := strconv.FormatInt(time.Now().UnixNano(), 36)
+	sandboxes := make([]string, n)
+	defer func() {
+		cleanup := context.WithoutCancel(ctx)
+		for _, id := range sandboxes {
+			if id != "" {
+				err = errors.Join(err, rt.StopPodSandbox(cleanup, id), rt.RemovePodSandbox(cleanup, id))
+			}
+		}
+	}()
+	res.Start = make([]time.Duration, n)
+	errs := make([]error, n)
+	var wg sync.WaitGroup
+	begin := time.Now()
+	for i := range n {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			start := time.Now()
+			sandboxes[i], errs[i] = startPod(ctx, rt, logDir, fmt.Sprintf("rawcri-%s-%d", run, i), run)
+			res.Start[i] = time.Since(start)
+		}()
+	}
+	wg.Wait()
+	res.StartWall = time.Since(begin)
+	if err := errors.Join(errs...); err != nil {
+		return res, err
+	}
+	begin = time.Now()
+	for i, id := range sandboxes {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			if err := rt.StopPodSandbox(ctx, id); err != nil {
+				errs[i] = fmt.Errorf("stop sandbox %s: %w", id, err)
+			}
+		}()
+	}
+	wg.Wait()
+	res.StopWall = time.Since(begin)
+	return res, errors.Join(errs...)
+}
+
+// startPod makes one sandbox named name with a `sleep` container and starts
+// it; it returns the sandbox id as soon as there is one, also with an error.
+func startPod(ctx context.Context, rt internalapi.RuntimeService, logDir, name, run string) (string, error) {
+	sandbox := &runtimeapi.PodSandboxConfig{
+		Metadata:     &runtimeapi.PodSandboxMetadata{Name: name, Uid: name, Namespace: "rawcri"},
+		Hostname:     name,
+		LogDirectory: filepath.Join(logDir, name),
+		Labels:       map[string]string{"io.mqlet.rawcri": run},
+		Linux:        &runtimeapi.LinuxPodSandboxConfig{CgroupParent: "/mqlet-rawcri/pod" + name},
+	}
+	container := &runtimeapi.ContainerConfig{
+		Metadata: &runtimeapi.ContainerMetadata{Name: "sleep"},
+		Image:    &runtimeapi.ImageSpec{Image: Image},
+		Command:  []string{"sleep", "3600"},
+		LogPath:  "sleep/0.log",
+	}
+	id, err := rt.RunPodSandbox(ctx, sandbox, "")
+	if err != nil {
+		return "", fmt.Errorf("run sandbox %s: %w", name, err)
+	}
+	cid, err := rt.CreateContainer(ctx, id, container, sandbox)
+	if err != nil {
+		return id, fmt.Errorf("create container in %s: %w", name, err)
+	}
+	if err := rt.StartContainer(ctx, cid); err != nil {
+		return id, fmt.Errorf("start container in %s: %w", name, err)
+	}
+	return id, nil
 }

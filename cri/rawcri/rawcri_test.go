@@ -27,6 +27,25 @@ func TestRun(t *testing.T) {
 	}
 }
 
+func TestRunParallel(t *testing.T) {
+	endpoint := containerd.Endpoint(t)
+	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
+	defer cancel()
+	res, err := RunParallel(ctx, endpoint, 3)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if len(res.Start) != 3 || res.StartWall <= 0 || res.StopWall <= 0 {
+		t.Fatalf("got %+v, want 3 start latencies and positive walls", res)
+	}
+	for i, l := range res.Start {
+		if l <= 0 || l > res.StartWall {
+			t.Fatalf("start %d is %v (wall %v)", i, l, res.StartWall)
+		}
+	}
+	t.Logf("start wall %v, stop wall %v", res.StartWall, res.StopWall)
+}
+
 func BenchmarkRawPodStart(b *testing.B) {
 	endpoint := containerd.Endpoint(b)
 	latencies, err := Run(context.Background(), endpoint, b.N)

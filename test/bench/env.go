@@ -95,6 +95,9 @@ func (e *env) mqletConfig(dir string) (string, error) {
 	if e.opts.maxBacklog > 0 {
 		conf += fmt.Sprintf("requests:\n  maxBacklog: %d\n", e.opts.maxBacklog)
 	}
+	if e.opts.workers > 0 {
+		conf += fmt.Sprintf("pods:\n  workers: %d\n", e.opts.workers)
+	}
 	if err := os.WriteFile(file, []byte(conf), 0o600); err != nil {
 		return "", fmt.Errorf("write mqlet config: %w", err)
 	}

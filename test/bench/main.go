@@ -39,6 +39,7 @@ type options struct {
 	exitPods      int
 	burstCommands int
 	maxBacklog    int
+	workers       int
 	keep          bool
 	brokerNoDelay bool
 	intakeNoDelay bool
@@ -70,6 +71,7 @@ func parseFlags(args []string, stderr io.Writer) (options, error) {
 	fs.IntVar(&o.burst, "burst", 20, "pods in the burst List")
 	fs.IntVar(&o.burstCommands, "burst-commands", 2000, "applies in each burst (ConfigMaps, then pods), published without waiting")
 	fs.IntVar(&o.maxBacklog, "mqlet-max-backlog", 0, "requests.maxBacklog for mqlet (0: its default)")
+	fs.IntVar(&o.workers, "mqlet-workers", 0, "pods.workers (sync slots) for mqlet (0: its default)")
 	fs.IntVar(&o.exitPods, "exit-pods", 10, "pods whose container exits, for the exit → status delay")
 	fs.BoolVar(&o.keep, "keep", false, "keep the scratch dir (logs, state) even when every step passed")
 	fs.BoolVar(&o.brokerNoDelay, "broker-tcp-nodelay", false, "set mosquitto's set_tcp_nodelay (off by default in mosquitto 2.0)")
@@ -204,10 +206,14 @@ func measure(ctx context.Context, opts options, log zerolog.Logger) (rep *report
 		rep.fail("idle", err)
 	}
 	if running != nil {
-		log.Info().Int("pods", len(running)).Msg("deleting the burst pods")
-		if err := e.deletePods(ctx, running); err != nil {
-			rep.fail("deleting the burst pods", err)
+		log.Info().Int("pods", len(running)).Msg("step delete: deleting the burst pods")
+		var rawStop time.Duration
+		if rep.PodStart != nil {
+			rawStop = rep.PodStart.rawStop
 		}
+		del, err := e.deleteRunning(ctx, running, rawStop)
+		rep.Delete = del
+		rep.fail("deleting the burst pods", err)
 	}
 	if want("exit") {
 		log.Info().Int("pods", opts.exitPods).Msg("step exit")

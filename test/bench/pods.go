@@ -8,6 +8,7 @@ import (
 	"time"
 
 	v1 "k8s.io/api/core/v1"
+	runtimeapi "k8s.io/cri-api/pkg/apis/runtime/v1"
 
 	"github.com/mqlet/mqlet/cri/rawcri"
 )
@@ -93,8 +94,16 @@ func (e *env) applyPods(ctx context.Context, payload []byte, names []string, pha
 // for the succeeded replies, the cleared retained statuses and containerd
 // holding none of their sandboxes.
 func (e *env) deletePods(ctx context.Context, names []string) error {
+	_, err := e.deletePodsTimed(ctx, names, false)
+	return err
+}
+
+// deletePodsTimed is deletePods; with timed it also returns how long after
+// the first delete command was published CRI first listed none of this
+// run's sandboxes as ready (polled every 10 ms).
+func (e *env) deletePodsTimed(ctx context.Context, names []string, timed bool) (time.Duration, error) {
 	if err := e.checkAgent(); err != nil {
-		return err
+		return 0, err
 	}
 	ctx, cancel := context.WithTimeout(ctx, podTimeout)
 	defer cancel()
@@ -104,10 +113,64 @@ func (e *env) deletePods(ctx context.Context, names []string) error {
 	for i, n := range names {
 		ids[i] = e.nextID("delete")
 		cleared[e.t.pod(e.ns, n)] = false
+	}
+	var notReady chan notReadyResult
+	start := time.Now()
+	if timed {
+		notReady = make(chan notReadyResult, 1)
+		go func() { notReady <- e.waitNoneReady(ctx, start) }()
+	}
+	for i, n := range names {
 		if err := e.mq.publish(ctx, e.t.cmd("delete", ids[i]), fmt.Appendf(nil, `{"kind":"Pod","namespace":%q,"name":%q}`, e.ns, n)); err != nil {
-			return err
+			cancel()
+			if notReady != nil {
+				<-notReady
+			}
+			return 0, err
 		}
 	}
+	var took time.Duration
+	if notReady != nil {
+		r := <-notReady
+		if r.err != nil {
+			return 0, fmt.Errorf("waiting for no ready sandbox: %w", r.err)
+		}
+		took = r.took
+	}
+	return took, e.waitDeleted(ctx, from, ids, cleared)
+}
+
+type notReadyResult struct {
+	took time.Duration
+	err  error
+}
+
+// waitNoneReady polls CRI until none of this run's sandboxes is ready.
+func (e *env) waitNoneReady(ctx context.Context, start time.Time) notReadyResult {
+	for {
+		lctx, cancel := context.WithTimeout(quietCtx(ctx), 10*time.Second)
+		list, err := e.cri.ListPodSandbox(lctx, &runtimeapi.PodSandboxFilter{
+			State:         &runtimeapi.PodSandboxStateValue{State: runtimeapi.PodSandboxState_SANDBOX_READY},
+			LabelSelector: map[string]string{"io.kubernetes.pod.namespace": e.ns}})
+		cancel()
+		at := time.Now()
+		if err != nil {
+			return notReadyResult{err: fmt.Errorf("list ready sandboxes: %w", err)}
+		}
+		if len(list) == 0 {
+			return notReadyResult{took: at.Sub(start)}
+		}
+		select {
+		case <-time.After(10 * time.Millisecond):
+		case <-ctx.Done():
+			return notReadyResult{err: fmt.Errorf("%d sandboxes still ready: %w", len(list), context.Cause(ctx))}
+		}
+	}
+}
+
+// waitDeleted waits for the deletes' succeeded replies, the cleared
+// retained statuses and containerd holding none of this run's sandboxes.
+func (e *env) waitDeleted(ctx context.Context, from int, ids []string, cleared map[string]bool) error {
 	if _, err := e.mq.finalReplies(ctx, e.t, from, ids); err != nil {
 		return fmt.Errorf("delete pods: %w", err)
 	}
@@ -160,11 +223,21 @@ type podStartCase struct {
 	// Burst only: time until the last pod ran under mqlet (in parallel) over
 	// raw CRI's time for all pods one after another.
 	RatioAllPods float64 `json:"ratioAllRunningToRawWall,omitempty"`
+	// Burst only: raw CRI with every pod's calls made at once, from the
+	// first call until the last container started (the floor of one apply
+	// of the List), per pod and all pods.
+	RawParallel       latencies `json:"rawCriParallel"`
+	RawParallelWallMs float64   `json:"rawCriParallelWallMs,omitempty"`
+	// Burst only: time until the last pod ran under mqlet over RawParallelWallMs.
+	RatioAllPodsParallel float64 `json:"ratioAllRunningToRawParallelWall,omitempty"`
 }
 
 type podStartResult struct {
 	Single podStartCase `json:"single"`
 	Burst  podStartCase `json:"burst"`
+	// rawStop is the raw CRI floor of the delete step: StopPodSandbox of the
+	// parallel raw pods, all at once.
+	rawStop time.Duration
 }
 
 const sleeper = "trap 'exit 0' TERM; sleep 3600 & wait"
@@ -201,6 +274,11 @@ func (e *env) podStart(ctx context.Context) (*podStartResult, []string, error) {
 		return nil, nil, fmt.Errorf("raw CRI %d pods: %w", e.opts.burst, err)
 	}
 	rawWall := time.Since(rawStart)
+	rawPar, err := rawcri.RunParallel(quietCtx(ctx), e.opts.criEndpoint, e.opts.burst)
+	if err != nil {
+		return nil, nil, fmt.Errorf("raw CRI %d pods in parallel: %w", e.opts.burst, err)
+	}
+	e.log.Info().Dur("sequential", rawWall).Dur("parallel", rawPar.StartWall).Dur("stopParallel", rawPar.StopWall).Msg("pods: raw CRI burst")
 	names, items := e.burstPods()
 	got, err := e.applyPods(ctx, listOf(items), names, v1.PodRunning, true)
 	if err != nil {
@@ -212,6 +290,9 @@ func (e *env) podStart(ctx context.Context) (*podStartResult, []string, error) {
 	}
 	res.Burst = podCase(e.opts.burst, running, []time.Duration{got.reply}, rawBurst, rawWall)
 	res.Burst.RatioAllPods = ratio(res.Burst.Running.MaxMs, res.Burst.RawWallMs)
+	res.Burst.RawParallel, res.Burst.RawParallelWallMs = summarise(rawPar.Start), ms(rawPar.StartWall)
+	res.Burst.RatioAllPodsParallel = ratio(res.Burst.Running.MaxMs, res.Burst.RawParallelWallMs)
+	res.rawStop = rawPar.StopWall
 	e.log.Info().Float64("p50ms", res.Burst.Running.P50Ms).Dur("reply", got.reply).Msg("pods: burst running")
 	return res, names, nil
 }
@@ -230,4 +311,34 @@ func podCase(pods int, running, reply, raw []time.Duration, rawWall time.Duratio
 	c.RatioP50 = ratio(c.Running.P50Ms, c.Raw.P50Ms)
 	c.RatioP99 = ratio(c.Running.P99Ms, c.Raw.P99Ms)
 	return c
+}
+
+type deleteResult struct {
+	Pods int `json:"pods"`
+	// Publish of the first of the deletes (one command per pod, pipelined)
+	// → CRI lists none of the pods' sandboxes as ready.
+	NoneReadyMs float64 `json:"deleteToNoSandboxReadyMs"`
+	// Raw CRI: StopPodSandbox of as many running pods, all at once.
+	RawStopMs float64 `json:"rawCriParallelStopMs"`
+	Ratio     float64 `json:"ratio"`
+}
+
+// deleteRunning deletes the running pods and times it against rawStop
+// (measured when 0).
+func (e *env) deleteRunning(ctx context.Context, names []string, rawStop time.Duration) (*deleteResult, error) {
+	if rawStop == 0 {
+		raw, err := rawcri.RunParallel(quietCtx(ctx), e.opts.criEndpoint, len(names))
+		if err != nil {
+			return nil, fmt.Errorf("raw CRI %d pods in parallel: %w", len(names), err)
+		}
+		rawStop = raw.StopWall
+	}
+	took, err := e.deletePodsTimed(ctx, names, true)
+	if err != nil {
+		return nil, err
+	}
+	res := &deleteResult{Pods: len(names), NoneReadyMs: ms(took), RawStopMs: ms(rawStop)}
+	res.Ratio = ratio(res.NoneReadyMs, res.RawStopMs)
+	e.log.Info().Dur("noneReady", took).Dur("raw", rawStop).Msg("delete: no sandbox ready")
+	return res, nil
 }
