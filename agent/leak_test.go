@@ -49,6 +49,7 @@ func (r *loopRuntime) syncs() int {
 }
 
 func (r *loopRuntime) KillPodByRef(context.Context, cri.PodRef, *int64) error { return nil }
+func (r *loopRuntime) StopPod(context.Context, *v1.Pod, cri.EventRecorder) error { return nil }
 func (r *loopRuntime) ListPods(context.Context) ([]cri.PodRef, error)         { return nil, nil }
 func (r *loopRuntime) RuntimeInfo() (string, string)                          { return "fake", "1" }
 func (r *loopRuntime) Run(ctx context.Context)                                { <-ctx.Done() }

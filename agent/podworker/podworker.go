@@ -36,6 +36,8 @@ type Runtime interface {
 	GetPodStatus(ctx context.Context, uid, name, namespace string) (*cri.PodStatus, error)
 	SyncPod(ctx context.Context, in cri.SyncInput) error
 	KillPodByRef(ctx context.Context, ref cri.PodRef, gracePeriodOverride *int64) error
+	// StopPod stops the pod's containers and sandbox, removing nothing.
+	StopPod(ctx context.Context, pod *v1.Pod, events cri.EventRecorder) error
 	ListPods(ctx context.Context) ([]cri.PodRef, error)
 	RuntimeInfo() (name, version string)
 }
@@ -206,6 +208,7 @@ func (p *Pool) dropRunner(r *runner) {
 	if p.runners[r.key] == r {
 		delete(p.runners, r.key)
 	}
+	r.stopDeadline()
 }
 
 // Enqueue asks for the pod with key to be synced soon.
@@ -283,6 +286,11 @@ func (p *Pool) Run(ctx context.Context) {
 	}
 	wg.Wait()
 	p.tasks.Wait() // their runtime calls end with ctx
+	p.mu.Lock()
+	for _, r := range p.runners {
+		r.stopDeadline()
+	}
+	p.mu.Unlock()
 }
 
 // resync queues every pod with a runner, to catch drift the lifecycle
