@@ -144,8 +144,11 @@ func (m *Manager) terminationMessage(ctx context.Context, svc *services, uid, na
 	logPath := filepath.Join(dir, cs.Name, strconv.Itoa(cs.RestartCount)+".log")
 	tail := newTailBuffer(MaxTerminationMessageLogBytes)
 	lines := int64(MaxTerminationMessageLogLines)
-	// Not followed, so the reader asks the runtime nothing.
-	if err := crilogs.ReadLogs(ctx, logPath, cs.ID, &crilogs.LogOptions{TailLines: &lines}, statusOnly{c: svc.runtime}, tail, tail); err != nil {
+	var rt statusOnly // not followed, so the reader asks the runtime nothing
+	if svc != nil {
+		rt.c = svc.runtime
+	}
+	if err := crilogs.ReadLogs(ctx, logPath, cs.ID, &crilogs.LogOptions{TailLines: &lines}, rt, tail, tail); err != nil {
 		return fmt.Sprintf("Error on reading termination message from logs: %v", err)
 	}
 	return tail.String()

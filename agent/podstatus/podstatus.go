@@ -135,6 +135,7 @@ func Build(pod *v1.Pod, rs *cri.PodStatus, hints Hints, now time.Time) v1.PodSta
 	s.Conditions = conditions(pod, old, &s, sandboxReady(rs), now)
 	s.StartTime = startTime(old, rs, now)
 	s.ObservedGeneration = pod.Generation
+	capTerminationMessages(pod, &s)
 	normalizeTimes(&s)
 	return s
 }
