@@ -127,3 +127,34 @@ func TestPodActiveDeadline(t *testing.T) {
 		<-time.After(200 * time.Millisecond)
 	}
 }
+
+// The deadline counts from the pod's start, not from mqlet's: killed and
+// started again midway, mqlet fails the pod at its original deadline.
+func TestPodActiveDeadlineSurvivesARestart(t *testing.T) {
+	e := newPodEnv(t, "")
+	e.cleanupPods("deadline2")
+	pod := strings.Replace(string(e.probePod("deadline2", "Always", "sleep 3600", "")),
+		"  restartPolicy: Always\n", "  restartPolicy: Always\n  activeDeadlineSeconds: 10\n", 1)
+	e.apply([]byte(pod), apiv1.Succeeded, podReadyTimeout)
+	p := e.waitStatus("deadline2", 30*time.Second, "a startTime", func(p *v1.Pod) bool { return p.Status.StartTime != nil })
+	start := p.Status.StartTime.Time
+	e.agent.Kill9()
+	// Down past half the deadline (the scenario, not a wait for a sync).
+	<-time.After(time.Until(start.Add(5 * time.Second)))
+	restarted := time.Now()
+	e.agent.Restart()
+	e.waitStatus("deadline2", 30*time.Second, "Failed with DeadlineExceeded after the restart", func(p *v1.Pod) bool {
+		return p.Status.Phase == v1.PodFailed && p.Status.Reason == "DeadlineExceeded"
+	})
+	failed := time.Now()
+	t.Logf("failed %v after the start (deadline 10 s), %v after the restart", failed.Sub(start).Round(time.Millisecond), failed.Sub(restarted).Round(time.Millisecond))
+	if failed.Sub(restarted) >= 9*time.Second {
+		t.Errorf("failed %v after the restart: the deadline was counted from the restart", failed.Sub(restarted))
+	}
+	if late := failed.Sub(start) - 10*time.Second; late > 5*time.Second {
+		t.Errorf("failed %v after the deadline", late)
+	}
+	if ids := e.runningIDs("deadline2"); len(ids) != 0 {
+		e.waitStatus("deadline2", 30*time.Second, "its container terminated", func(p *v1.Pod) bool { return terminated(p, "main") != nil })
+	}
+}
