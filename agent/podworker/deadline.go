@@ -52,6 +52,14 @@ func (p *Pool) enforceDeadline(ctx context.Context, r *runner, pod *v1.Pod) (han
 	}
 	// Reported before the stop, which may take the whole grace period.
 	p.publish(pod, rs, failed, "")
+	// A failed pod is not restarted: a restart request waiting is answered.
+	for {
+		req, ok := p.takeRestart(r.key, string(pod.UID))
+		if !ok {
+			break
+		}
+		req.done(fmt.Errorf("pod %s is Failed (%s: %s) and is not restarted", r.key, ReasonDeadlineExceeded, MsgDeadlineExceeded))
+	}
 	if err := p.rt.StopPod(ctx, pod, p.events); err != nil {
 		return true, fmt.Errorf("stopping pod %s past its active deadline: %w", r.key, err)
 	}

@@ -129,6 +129,22 @@ func TestActiveDeadlineFailsThePodAtItsDeadline(t *testing.T) {
 	if n := ev.count(ReasonDeadlineExceeded); n != 1 {
 		t.Errorf("%d DeadlineExceeded events, want 1", n)
 	}
+	// A restart request is answered at once, not at its own deadline.
+	answered := make(chan error, 1)
+	if err := pool.RequestRestart("ns/deadline", string(pod.UID), "", "test", time.Now().Add(time.Minute), func(err error) { answered <- err }); err != nil {
+		t.Fatal(err)
+	}
+	select {
+	case err := <-answered:
+		if err == nil || !strings.Contains(err.Error(), ReasonDeadlineExceeded) {
+			t.Errorf("restart answered %v, want a refusal naming %s", err, ReasonDeadlineExceeded)
+		}
+	case <-time.After(5 * time.Second):
+		t.Error("the restart request was not answered")
+	}
+	if got := rt.syncCount("ns/deadline"); got != syncs {
+		t.Errorf("synced after the restart request")
+	}
 }
 
 // After a restart (no status kept) the deadline counts from the pod's
