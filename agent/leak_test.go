@@ -49,12 +49,13 @@ func (r *loopRuntime) syncs() int {
 	return r.synced
 }
 
-func (r *loopRuntime) KillPodByRef(context.Context, cri.PodRef, *int64) error { return nil }
-func (r *loopRuntime) ListPods(context.Context) ([]cri.PodRef, error)         { return nil, nil }
-func (r *loopRuntime) RuntimeInfo() (string, string)                          { return "fake", "1" }
-func (r *loopRuntime) Run(ctx context.Context)                                { <-ctx.Done() }
-func (r *loopRuntime) Ready() bool                                            { return true }
-func (r *loopRuntime) Changes() <-chan struct{}                               { return r.changes }
+func (r *loopRuntime) KillPodByRef(context.Context, cri.PodRef, *int64) error    { return nil }
+func (r *loopRuntime) StopPod(context.Context, *v1.Pod, cri.EventRecorder) error { return nil }
+func (r *loopRuntime) ListPods(context.Context) ([]cri.PodRef, error)            { return nil, nil }
+func (r *loopRuntime) RuntimeInfo() (string, string)                             { return "fake", "1" }
+func (r *loopRuntime) Run(ctx context.Context)                                   { <-ctx.Done() }
+func (r *loopRuntime) Ready() bool                                               { return true }
+func (r *loopRuntime) Changes() <-chan struct{}                                  { return r.changes }
 func (r *loopRuntime) GarbageCollect(context.Context, cri.GCPolicy, func(string) bool) error {
 	return nil
 }

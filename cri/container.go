@@ -136,6 +136,9 @@ func (m *Manager) buildContainerConfig(pod *v1.Pod, c *v1.Container, p container
 	if c.TerminationMessagePath != "" {
 		cfg.Annotations[AnnotationTerminationMsg] = c.TerminationMessagePath
 	}
+	if c.TerminationMessagePolicy != "" {
+		cfg.Annotations[AnnotationTerminationPolicy] = string(c.TerminationMessagePolicy)
+	}
 	preStop, err := preStopAnnotation(c)
 	if err != nil {
 		return nil, err

@@ -67,6 +67,14 @@ func (m *Manager) GetPodStatus(ctx context.Context, uid, name, namespace string)
 	var scrub *redact.Scrubber
 	for _, c := range containers {
 		cs, err := m.containerStatus(qctx, svc, c)
+		if err == nil && cs != nil && cs.State == ContainerExited {
+			if msg := m.terminationMessage(qctx, svc, uid, namespace, name, c, cs); msg != "" {
+				if cs.Message != "" {
+					cs.Message += ": "
+				}
+				cs.Message += msg
+			}
+		}
 		if err != nil {
 			return nil, fmt.Errorf("status of container %s of pod %s/%s: %w", c.GetMetadata().GetName(), namespace, name, err)
 		}

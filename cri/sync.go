@@ -324,12 +324,22 @@ func (m *Manager) startContainer(ctx context.Context, svc *services, r startRequ
 	if err != nil {
 		return configError(err)
 	}
+	messageMount, messageFile, err := m.terminationMessageMount(pod, c)
+	if err != nil {
+		return configError(err)
+	}
+	if messageMount != nil {
+		mounts = append(mounts, messageMount)
+	}
 	cfg, err := m.buildContainerConfig(pod, c, containerParams{
 		restartCount: restartCount, init: r.init, podIP: r.podIP, imageRef: imageRef, mounts: mounts, env: env,
 	}, r.objects)
 	if err != nil {
 		r.events.Event(pod, v1.EventTypeWarning, "Failed", fmt.Sprintf("Error: %v", err))
 		return fail("CreateContainerConfigError", fmt.Errorf("build config of %s: %w", what, err))
+	}
+	if messageFile != "" {
+		cfg.Annotations[AnnotationTerminationFile] = messageFile
 	}
 	id, err := svc.runtime.CreateContainer(ctx, r.sandboxID, cfg, r.sandbox)
 	if err != nil {

@@ -135,6 +135,7 @@ func Build(pod *v1.Pod, rs *cri.PodStatus, hints Hints, now time.Time) v1.PodSta
 	s.Conditions = conditions(pod, old, &s, sandboxReady(rs), now)
 	s.StartTime = startTime(old, rs, now)
 	s.ObservedGeneration = pod.Generation
+	capTerminationMessages(pod, &s)
 	normalizeTimes(&s)
 	return s
 }
@@ -171,14 +172,17 @@ func unreachableStatus(pod *v1.Pod, old v1.PodStatus, hints Hints, now time.Time
 	return s
 }
 
-// startTime keeps the previous start time; without one (e.g. after mqlet
-// restarted) the oldest sandbox still known to the runtime tells when the
-// pod started, so adopting a running pod does not make it look new.
+// startTime keeps the previous start time unless a sandbox still known to
+// the runtime is older: after mqlet restarted, the oldest sandbox tells
+// when the pod started, so adopting a running pod does not make it look
+// new (nor restart its activeDeadlineSeconds).
 func startTime(old v1.PodStatus, rs *cri.PodStatus, now time.Time) *metav1.Time {
-	if old.StartTime != nil && !old.StartTime.IsZero() {
-		return old.StartTime.DeepCopy()
-	}
 	t := metav1.NewTime(now)
+	if old.StartTime != nil && !old.StartTime.IsZero() {
+		// An older sandbox was made before mqlet restarted (its first
+		// status, built before the runtime answered, said "now").
+		t = *old.StartTime.DeepCopy()
+	}
 	if rs != nil {
 		for _, sb := range rs.Sandboxes {
 			if !sb.CreatedAt.IsZero() && sb.CreatedAt.Before(t.Time) {

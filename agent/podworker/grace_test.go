@@ -41,6 +41,8 @@ func (f *fakeRuntime) KillPodByRef(_ context.Context, _ cri.PodRef, grace *int64
 	return nil
 }
 
+func (f *fakeRuntime) StopPod(context.Context, *v1.Pod, cri.EventRecorder) error { return nil }
+
 func (f *fakeRuntime) ListPods(context.Context) ([]cri.PodRef, error) {
 	f.mu.Lock()
 	defer f.mu.Unlock()

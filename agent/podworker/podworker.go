@@ -36,6 +36,8 @@ type Runtime interface {
 	GetPodStatus(ctx context.Context, uid, name, namespace string) (*cri.PodStatus, error)
 	SyncPod(ctx context.Context, in cri.SyncInput) error
 	KillPodByRef(ctx context.Context, ref cri.PodRef, gracePeriodOverride *int64) error
+	// StopPod stops the pod's containers and sandbox, removing nothing.
+	StopPod(ctx context.Context, pod *v1.Pod, events cri.EventRecorder) error
 	ListPods(ctx context.Context) ([]cri.PodRef, error)
 	RuntimeInfo() (name, version string)
 }
@@ -190,7 +192,10 @@ func (p *Pool) runnerFor(key string) *runner { return p.runners.get(key) }
 
 // dropRunner forgets r (its pod is gone from the runtime and the desired
 // state), with its restart tracker.
-func (p *Pool) dropRunner(r *runner) { p.runners.drop(r) }
+func (p *Pool) dropRunner(r *runner) {
+	p.runners.drop(r)
+	r.stopDeadline()
+}
 
 // Enqueue asks for the pod with key to be synced soon.
 func (p *Pool) Enqueue(key string) { p.queue.Add(key) }
@@ -260,6 +265,7 @@ func (p *Pool) Run(ctx context.Context) {
 	}
 	wg.Wait()
 	p.tasks.Wait() // their runtime calls end with ctx
+	p.runners.each((*runner).stopDeadline)
 }
 
 // resync queues every pod with a runner, to catch drift the lifecycle

@@ -27,6 +27,7 @@ type scriptedRuntime struct {
 	maxActive int
 	pods      []cri.PodRef
 	killed    []string
+	stopped   []string
 }
 
 func newScriptedRuntime() *scriptedRuntime {
@@ -65,6 +66,13 @@ func (f *scriptedRuntime) KillPodByRef(_ context.Context, ref cri.PodRef, _ *int
 	f.mu.Lock()
 	defer f.mu.Unlock()
 	f.killed = append(f.killed, ref.UID)
+	return nil
+}
+
+func (f *scriptedRuntime) StopPod(_ context.Context, pod *v1.Pod, _ cri.EventRecorder) error {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	f.stopped = append(f.stopped, string(pod.UID))
 	return nil
 }
 

@@ -3,6 +3,7 @@ package podworker
 import (
 	"context"
 	"sync"
+	"time"
 
 	"github.com/mqlet/mqlet/agent/restart"
 	"github.com/mqlet/mqlet/cri"
@@ -26,6 +27,10 @@ type runner struct {
 	told        int64            // generation whose quarantine this process announced
 	cancel      context.CancelFunc
 	kills       map[string]*kill // runtime pod uid → its termination, running or finished
+	deadline    time.Time        // when deadlineTimer fires
+	// deadlineTimer queues the pod at its activeDeadlineSeconds; stopped
+	// when the runner is dropped or the pool stops.
+	deadlineTimer *time.Timer
 }
 
 // kill is one runtime pod being terminated outside the sync slots: a pod
@@ -162,4 +167,28 @@ func (r *runner) idle() bool {
 	r.mu.Lock()
 	defer r.mu.Unlock()
 	return len(r.kills) == 0
+}
+
+// armDeadline makes the runner's timer call fire at at (once; a timer
+// already set for at is kept).
+func (r *runner) armDeadline(at time.Time, fire func()) {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	if r.deadlineTimer != nil {
+		if r.deadline.Equal(at) {
+			return
+		}
+		r.deadlineTimer.Stop()
+	}
+	r.deadline, r.deadlineTimer = at, time.AfterFunc(time.Until(at), fire)
+}
+
+// stopDeadline stops the runner's deadline timer.
+func (r *runner) stopDeadline() {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	if r.deadlineTimer != nil {
+		r.deadlineTimer.Stop()
+	}
+	r.deadline, r.deadlineTimer = time.Time{}, nil
 }

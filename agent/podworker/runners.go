@@ -64,3 +64,12 @@ func (s *runnerSet) keys() []string {
 	}
 	return keys
 }
+
+// each calls f on every runner, under the set's lock.
+func (s *runnerSet) each(f func(*runner)) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	for _, r := range s.byKey {
+		f(r)
+	}
+}

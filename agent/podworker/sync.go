@@ -66,6 +66,9 @@ func (p *Pool) work(life, ctx context.Context, r *runner) (time.Duration, error)
 		}
 		// Kept because the spec is gone from the store by the time a deleted pod is killed.
 		backoff := r.syncing(string(pod.UID), pod.Spec.TerminationGracePeriodSeconds)
+		if failed, err := p.enforceDeadline(ctx, r, pod); failed || err != nil {
+			return err
+		}
 		after, err = p.syncPod(ctx, pod, backoff, rs, rsErr)
 		return err
 	})

@@ -152,7 +152,6 @@ func TestSupportFlipsAreOneRow(t *testing.T) {
 
 // Fields the issue names as not honoured today must each be refused.
 func TestCheckSupportRejects(t *testing.T) {
-	seven := int64(7)
 	always := v1.ContainerRestartPolicyAlways
 	tests := []struct {
 		name   string
@@ -187,12 +186,6 @@ func TestCheckSupportRejects(t *testing.T) {
 			never := v1.ContainerRestartPolicyNever
 			p.Spec.InitContainers = []v1.Container{{Name: "side", Image: "busybox", RestartPolicy: &never}}
 		}, `spec.initContainers[0].restartPolicy: Forbidden: mqlet supports a container's restartPolicy only as Always on an init container (a sidecar), not restart rules: "Never"`},
-		{"termination message from logs", func(p *v1.Pod) {
-			p.Spec.Containers[0].TerminationMessagePolicy = v1.TerminationMessageFallbackToLogsOnError
-		}, "spec.containers[0].terminationMessagePolicy: Forbidden"},
-		{"termination message path", func(p *v1.Pod) { p.Spec.Containers[0].TerminationMessagePath = "/tmp/msg" },
-			"spec.containers[0].terminationMessagePath: Forbidden"},
-		{"activeDeadlineSeconds", func(p *v1.Pod) { p.Spec.ActiveDeadlineSeconds = &seven }, "spec.activeDeadlineSeconds: Forbidden"},
 		{"readinessGates", func(p *v1.Pod) { p.Spec.ReadinessGates = []v1.PodReadinessGate{{ConditionType: "x"}} }, "spec.readinessGates: Forbidden"},
 		{"schedulingGates", func(p *v1.Pod) { p.Spec.SchedulingGates = []v1.PodSchedulingGate{{Name: "x"}} }, "spec.schedulingGates: Forbidden"},
 		{"resourceClaims", func(p *v1.Pod) { p.Spec.ResourceClaims = []v1.PodResourceClaim{{Name: "x"}} }, "spec.resourceClaims: Forbidden"},
@@ -232,19 +225,18 @@ func TestCheckSupportRejects(t *testing.T) {
 // Every rejected field of one pod is named at once, not the first only.
 func TestCheckSupportReportsAll(t *testing.T) {
 	pod := basePod()
-	seven := int64(7)
-	pod.Spec.ActiveDeadlineSeconds = &seven
+	pod.Spec.RuntimeClassName = ptr("kata")
 	pod.Spec.ReadinessGates = []v1.PodReadinessGate{{ConditionType: "x"}}
 	pod.Spec.Containers = append(pod.Spec.Containers, v1.Container{Name: "b", Image: "busybox",
-		ReadinessProbe:           &v1.Probe{ProbeHandler: v1.ProbeHandler{Exec: &v1.ExecAction{Command: []string{"true"}}}},
-		Lifecycle:                &v1.Lifecycle{PostStart: &v1.LifecycleHandler{Exec: &v1.ExecAction{Command: []string{"true"}}}},
-		TerminationMessagePolicy: v1.TerminationMessageFallbackToLogsOnError})
+		ReadinessProbe: &v1.Probe{ProbeHandler: v1.ProbeHandler{Exec: &v1.ExecAction{Command: []string{"true"}}}},
+		Lifecycle:      &v1.Lifecycle{PostStart: &v1.LifecycleHandler{Exec: &v1.ExecAction{Command: []string{"true"}}}},
+		VolumeDevices:  []v1.VolumeDevice{{Name: "d", DevicePath: "/dev/d"}}})
 	DefaultPod(pod)
 	var got []string
 	for _, e := range CheckSupport(pod) {
 		got = append(got, e.Field)
 	}
-	want := []string{"spec.containers[1].terminationMessagePolicy", "spec.activeDeadlineSeconds", "spec.readinessGates"}
+	want := []string{"spec.containers[1].volumeDevices", "spec.readinessGates", "spec.runtimeClassName"}
 	if fmt.Sprint(got) != fmt.Sprint(want) {
 		t.Errorf("CheckSupport fields = %v, want %v", got, want)
 	}

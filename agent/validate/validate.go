@@ -93,6 +93,7 @@ func ValidatePod(pod *v1.Pod, nodeName string, policy Policy) field.ErrorList {
 	}
 	errs = append(errs, policy.Check(&p.ObjectMeta, &p.Spec)...)
 	errs = append(errs, CheckSupport(p)...)
+	errs = append(errs, checkTerminationMessages(&p.Spec)...)
 	return errs
 }
 

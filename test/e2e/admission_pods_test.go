@@ -97,9 +97,10 @@ func TestAdmissionUnsupportedFieldAnsweredAtOnce(t *testing.T) {
 			p.Spec.Volumes = []v1.Volume{{Name: "share", VolumeSource: v1.VolumeSource{NFS: &v1.NFSVolumeSource{Server: "nas.example", Path: "/export"}}}}
 			p.Spec.Containers[0].VolumeMounts = []v1.VolumeMount{{Name: "share", MountPath: "/share"}}
 		}, "spec.volumes[0].nfs: Forbidden: mqlet does not support nfs volumes"},
-		{"deadline", func(p *v1.Pod) {
-			p.Spec.ActiveDeadlineSeconds = ptrTo(int64(60))
-		}, "spec.activeDeadlineSeconds: Forbidden"},
+		{"csi", func(p *v1.Pod) {
+			p.Spec.Volumes = []v1.Volume{{Name: "csi", VolumeSource: v1.VolumeSource{CSI: &v1.CSIVolumeSource{Driver: "csi.example"}}}}
+			p.Spec.Containers[0].VolumeMounts = []v1.VolumeMount{{Name: "csi", MountPath: "/csi"}}
+		}, "spec.volumes[0].csi: Forbidden: mqlet does not support csi volumes"},
 	}
 	for _, tt := range tests {
 		p := e.admitTestPod(tt.name)
