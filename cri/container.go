@@ -380,6 +380,8 @@ func containerSecurityContext(pod *v1.Pod, c *v1.Container) (*runtimeapi.LinuxCo
 		return nil, err
 	}
 	sc.Seccomp = seccomp
+	sc.Apparmor, sc.ApparmorProfile = appArmorProfile(pod, c)
+	sc.SelinuxOptions = seLinuxOptions(pod, c)
 	var procMount *v1.ProcMountType
 	if c.SecurityContext != nil {
 		procMount = c.SecurityContext.ProcMount

@@ -76,6 +76,7 @@ func (m *Manager) buildSandboxConfig(pod *v1.Pod, attempt uint32) (*runtimeapi.P
 		return nil, err
 	}
 	cfg.Linux.SecurityContext.Seccomp = seccomp
+	cfg.Linux.SecurityContext.SelinuxOptions = seLinuxOptions(pod, &v1.Container{})
 	// runc cannot set a hostname without a private UTS namespace.
 	if !pod.Spec.HostNetwork {
 		cfg.Hostname = podHostname(pod)

@@ -90,11 +90,17 @@ func (m *Manager) runHandler(ctx context.Context, w *worker) (probe.Result, stri
 		if h.HTTPGet.Host == "" && w.podIP == "" {
 			return probe.Unknown, "", errors.New("the pod has no IP address yet")
 		}
-		req, err := httpprobe.NewRequestForHTTPGetAction(h.HTTPGet, w.container, w.podIP, "probe")
-		if err != nil {
-			return probe.Unknown, "", fmt.Errorf("building the HTTP request: %w", err)
+		// The request (URL, headers, user agent) depends only on the
+		// worker's container and pod IP: it is built once, each check
+		// sends it with its own context.
+		if w.httpReq == nil {
+			req, err := httpprobe.NewRequestForHTTPGetAction(h.HTTPGet, w.container, w.podIP, "probe")
+			if err != nil {
+				return probe.Unknown, "", fmt.Errorf("building the HTTP request: %w", err)
+			}
+			w.httpReq = req
 		}
-		req = req.WithContext(ctx)
+		req := w.httpReq.WithContext(ctx)
 		if pr := h.HTTPGet.Protocol; pr != nil && *pr == v1.HTTPProtocolHTTP2 {
 			return httpProber.ProbeH2C(req, timeout) // cleartext HTTP/2 with prior knowledge
 		}
@@ -134,17 +140,10 @@ func (m *Manager) execCheck(ctx context.Context, w *worker, e *v1.ExecAction, ti
 	if m.opts.Exec == nil {
 		return probe.Unknown, "", errors.New("exec probes are not available")
 	}
-	env := map[string]string{}
-	for _, v := range w.container.Env {
-		if v.ValueFrom == nil {
-			env[v.Name] = v.Value
-		}
+	if w.execCmd == nil {
+		w.execCmd = expandCommand(e.Command, w.container.Env)
 	}
-	mapping := expansion.MappingFuncFor(env)
-	cmd := make([]string, len(e.Command))
-	for i, arg := range e.Command {
-		cmd[i] = expansion.Expand(arg, mapping)
-	}
+	cmd := w.execCmd
 	begin := m.clock.Now()
 	stdout, stderr, code, err := m.opts.Exec.ExecSync(ctx, w.containerID, cmd, timeout)
 	if err != nil {
@@ -163,4 +162,22 @@ func (m *Manager) execCheck(ctx context.Context, w *worker, e *v1.ExecAction, ti
 		return probe.Failure, out, nil
 	}
 	return probe.Success, out, nil
+}
+
+// expandCommand expands $(VAR) in each argument with the container's
+// literal env, as the kubelet does for exec probes (once per worker: the
+// spec and env of a worker's container do not change).
+func expandCommand(command []string, envVars []v1.EnvVar) []string {
+	env := map[string]string{}
+	for _, v := range envVars {
+		if v.ValueFrom == nil {
+			env[v.Name] = v.Value
+		}
+	}
+	mapping := expansion.MappingFuncFor(env)
+	cmd := make([]string, len(command))
+	for i, arg := range command {
+		cmd[i] = expansion.Expand(arg, mapping)
+	}
+	return cmd
 }

@@ -99,17 +99,23 @@ func TestHTTPGetHandler(t *testing.T) {
 	if gotHeader != "yes" || gotPath != "/healthz" {
 		t.Fatalf("server saw path %q header %q", gotPath, gotHeader)
 	}
-	p.HTTPGet.Path = "/bad"
-	if r, out, err := m.runHandler(context.Background(), w); err != nil || r != probe.Failure || !strings.Contains(out, "500") {
+	// The request is built once per worker and sent again at each check.
+	gotPath = ""
+	if r, _, err := m.runHandler(context.Background(), w); err != nil || r != probe.Success || gotPath != "/healthz" {
+		t.Fatalf("second check: %v %v (path %q), want success on /healthz", r, err, gotPath)
+	}
+	// A worker's spec never changes: each case below is a new worker.
+	bad := p.DeepCopy()
+	bad.HTTPGet.Path = "/bad"
+	if r, out, err := m.runHandler(context.Background(), handlerWorker(m, c, bad, host)); err != nil || r != probe.Failure || !strings.Contains(out, "500") {
 		t.Fatalf("500: %v %q %v, want failure naming the code", r, out, err)
 	}
-	p.HTTPGet.Port = intstr.FromString("nope")
-	if _, _, err := m.runHandler(context.Background(), w); err == nil {
+	nope := p.DeepCopy()
+	nope.HTTPGet.Port = intstr.FromString("nope")
+	if _, _, err := m.runHandler(context.Background(), handlerWorker(m, c, nope, host)); err == nil {
 		t.Fatal("an unknown named port gave no error")
 	}
-	w.podIP = ""
-	p.HTTPGet.Port = intstr.FromInt32(int32(port))
-	if _, _, err := m.runHandler(context.Background(), w); err == nil {
+	if _, _, err := m.runHandler(context.Background(), handlerWorker(m, c, p, "")); err == nil {
 		t.Fatal("a pod without IP gave no error")
 	}
 }

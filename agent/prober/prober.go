@@ -140,9 +140,6 @@ func (m *Manager) Track(pod *v1.Pod, rs *cri.PodStatus) {
 		started time.Time
 	}
 	var starts []start
-	// The workers keep the pod as it was when they started (a new spec
-	// means new containers, so new workers).
-	pod = pod.DeepCopy()
 	for _, c := range probedContainers(pod) {
 		st := newestOf(rs, c.c.Name, c.init)
 		if st == nil || st.State != cri.ContainerRunning {
@@ -162,6 +159,10 @@ func (m *Manager) Track(pod *v1.Pod, rs *cri.PodStatus) {
 			m.removeLocked(uid, id)
 		}
 	}
+	// Most syncs start no worker: the pod is copied only when one starts.
+	// The workers keep the pod as it was then (a new spec means new
+	// containers, so new workers), each pointing into the one copy.
+	var copied *v1.Pod
 	for _, s := range starts {
 		for _, p := range []struct {
 			kind Kind
@@ -174,7 +175,11 @@ func (m *Manager) Track(pod *v1.Pod, rs *cri.PodStatus) {
 			if _, ok := m.workers[k]; ok {
 				continue
 			}
-			w := newWorker(m, pod, s.c, s.id, podIP, s.started, p.kind, p.spec)
+			if copied == nil {
+				copied = pod.DeepCopy()
+			}
+			c := containerIn(copied, s.c.Name, s.init)
+			w := newWorker(m, copied, c, s.id, podIP, s.started, p.kind, probeOf(c, p.kind))
 			w.init = s.init
 			m.workers[k] = w
 			m.results[k] = w.initial()
@@ -343,4 +348,29 @@ func podAddress(pod *v1.Pod, rs *cri.PodStatus) string {
 		}
 	}
 	return ""
+}
+
+// containerIn is the (init) container of pod with this name.
+func containerIn(pod *v1.Pod, name string, init bool) *v1.Container {
+	list := pod.Spec.Containers
+	if init {
+		list = pod.Spec.InitContainers
+	}
+	for i := range list {
+		if list[i].Name == name {
+			return &list[i]
+		}
+	}
+	return nil
+}
+
+func probeOf(c *v1.Container, kind Kind) *v1.Probe {
+	switch kind {
+	case Liveness:
+		return c.LivenessProbe
+	case Readiness:
+		return c.ReadinessProbe
+	default:
+		return c.StartupProbe
+	}
 }

@@ -3,6 +3,7 @@ package prober
 import (
 	"context"
 	"fmt"
+	"net/http"
 	"time"
 
 	v1 "k8s.io/api/core/v1"
@@ -40,6 +41,9 @@ type worker struct {
 	last   Result // last check's verdict
 	streak int    // how many checks in a row gave last
 	onHold bool   // a liveness/startup failure was reported: the container is being killed
+	// Built at the first check, reused by the next ones.
+	httpReq *http.Request // an httpGet probe's request, without a context
+	execCmd []string      // an exec probe's command, $(VAR) expanded
 }
 
 func newWorker(m *Manager, pod *v1.Pod, c *v1.Container, id, podIP string, startedAt time.Time, kind Kind, spec *v1.Probe) *worker {

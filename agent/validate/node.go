@@ -18,8 +18,8 @@ import (
 // namespaces (hostUsers: false), sysctls that are not namespaced
 // (or whose namespace the pod shares with the host), and Localhost seccomp
 // profiles (mqlet installs none).
-func checkNode(meta *metav1.ObjectMeta, spec *v1.PodSpec) field.ErrorList {
-	var errs field.ErrorList
+func checkNode(meta *metav1.ObjectMeta, spec *v1.PodSpec, host HostSecurity) field.ErrorList {
+	errs := checkSecurityModules(meta, spec, host)
 	specPath := field.NewPath("spec")
 	// emptyDir on the node's disk: a size limit would be silently not
 	// honoured (mqlet evicts nothing); medium Memory is a tmpfs of that size.
@@ -70,8 +70,7 @@ func checkNode(meta *metav1.ObjectMeta, spec *v1.PodSpec) field.ErrorList {
 	})
 	for _, k := range sortedKeys(meta.Annotations) {
 		v := meta.Annotations[k]
-		profileAnnotation := k == v1.SeccompPodAnnotationKey || strings.HasPrefix(k, v1.SeccompContainerAnnotationKeyPrefix) ||
-			strings.HasPrefix(k, v1.DeprecatedAppArmorBetaContainerAnnotationKeyPrefix)
+		profileAnnotation := k == v1.SeccompPodAnnotationKey || strings.HasPrefix(k, v1.SeccompContainerAnnotationKeyPrefix)
 		if profileAnnotation && strings.HasPrefix(v, "localhost/") {
 			errs = append(errs, field.Forbidden(field.NewPath("metadata", "annotations").Key(k), "mqlet does not support localhost profiles"))
 		}
@@ -79,8 +78,8 @@ func checkNode(meta *metav1.ObjectMeta, spec *v1.PodSpec) field.ErrorList {
 	return errs
 }
 
-// localhostProfiles refuses a Localhost seccomp profile (appArmorProfile is
-// refused whole by the support table).
+// localhostProfiles refuses a Localhost seccomp profile (AppArmor profiles
+// are checkSecurityModules').
 func localhostProfiles(scPath *field.Path, seccomp *v1.SeccompProfile) field.ErrorList {
 	var errs field.ErrorList
 	if seccomp != nil && seccomp.Type == v1.SeccompProfileTypeLocalhost {

@@ -472,10 +472,15 @@ func TestNodeRejectsAtEveryProfile(t *testing.T) {
 		}, "spec.securityContext.seccompProfile.type", "Localhost seccomp"},
 		{"appArmor Localhost", func(p *v1.Pod) {
 			sc(p).AppArmorProfile = &v1.AppArmorProfile{Type: v1.AppArmorProfileTypeLocalhost, LocalhostProfile: ptr("x")}
-		}, "spec.containers[0].securityContext.appArmorProfile", "mqlet does not support AppArmor profiles"},
+		}, "spec.containers[0].securityContext.appArmorProfile.type", noAppArmor},
+		{"pod appArmor RuntimeDefault", func(p *v1.Pod) {
+			podSC(p).AppArmorProfile = &v1.AppArmorProfile{Type: v1.AppArmorProfileTypeRuntimeDefault}
+		}, "spec.securityContext.appArmorProfile.type", noAppArmor},
 		{"appArmor localhost annotation", func(p *v1.Pod) {
 			p.Annotations = map[string]string{v1.DeprecatedAppArmorBetaContainerAnnotationKeyPrefix + "nginx": "localhost/x"}
-		}, "metadata.annotations[container.apparmor.security.beta.kubernetes.io/nginx]", "localhost profiles"},
+		}, "metadata.annotations[container.apparmor.security.beta.kubernetes.io/nginx]", noAppArmor},
+		{"seLinux level", func(p *v1.Pod) { podSC(p).SELinuxOptions = &v1.SELinuxOptions{Level: "s0:c1,c2"} },
+			"spec.securityContext.seLinuxOptions", noSELinux},
 	}
 	for _, tt := range tests {
 		for _, prof := range []Profile{ProfilePrivileged, ProfileBaseline, ProfileRestricted} {

@@ -135,6 +135,10 @@ type Policy struct {
 	// AllowedHostPorts are the host ports containers may bind; every other
 	// hostPort is denied, as PSS baseline does.
 	AllowedHostPorts []PortRange `json:"allowedHostPorts,omitempty" yaml:"allowedHostPorts,omitempty"`
+
+	// Host is what the node's kernel enforces (not configured: detected at
+	// start); the zero value enforces neither AppArmor nor SELinux.
+	Host HostSecurity `json:"-" yaml:"-"`
 }
 
 // ProfileFor is the profile pods of namespace are checked against. A
@@ -170,7 +174,7 @@ func (p Policy) WithProfile(profile Profile) Policy {
 // meta is the pod's (defaulted) metadata; its namespace selects the profile.
 func (p Policy) Check(meta *metav1.ObjectMeta, spec *v1.PodSpec) field.ErrorList {
 	errs := p.checkPodSecurity(meta, spec)
-	return append(errs, checkNode(meta, spec)...)
+	return append(errs, checkNode(meta, spec, p.Host)...)
 }
 
 func (p Policy) checkPodSecurity(meta *metav1.ObjectMeta, spec *v1.PodSpec) field.ErrorList {

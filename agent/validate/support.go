@@ -295,7 +295,7 @@ var supportTable = supportRules{
 
 	"SecurityContext.capabilities":             honoured("additions only if admission allows them"),
 	"SecurityContext.privileged":               honoured("if admission allows it"),
-	"SecurityContext.seLinuxOptions":           rejected("mqlet does not support SELinux options (it passes no SELinux label to the runtime)"),
+	"SecurityContext.seLinuxOptions":           honoured("passed to the runtime; refused when the host has no SELinux (no label would apply)"),
 	"SecurityContext.windowsOptions":           ignored(windowsOnly),
 	"SecurityContext.runAsUser":                honoured(""),
 	"SecurityContext.runAsGroup":               honoured(""),
@@ -304,16 +304,24 @@ var supportTable = supportRules{
 	"SecurityContext.allowPrivilegeEscalation": honoured(""),
 	"SecurityContext.procMount":                honoured("Unmasked only if admission allows it"),
 	"SecurityContext.seccompProfile":           honoured("RuntimeDefault (also when unset) or Unconfined; Localhost is refused"),
-	"SecurityContext.appArmorProfile":          rejected("mqlet does not support AppArmor profiles (it passes none to the runtime)"),
+	"SecurityContext.appArmorProfile":          honoured("passed to the runtime; a profile other than Unconfined is refused when the host has no AppArmor, as the kubelet does"),
 
 	"Capabilities.add":  honoured(""),
 	"Capabilities.drop": honoured(""),
 
-	"SeccompProfile.type":             honoured(""),
+	"SeccompProfile.type": honoured(""),
+
+	"AppArmorProfile.type":             honoured(""),
+	"AppArmorProfile.localhostProfile": honoured("the runtime loads it; the host must have AppArmor"),
+
+	"SELinuxOptions.user":             honoured(""),
+	"SELinuxOptions.role":             honoured(""),
+	"SELinuxOptions.type":             honoured(""),
+	"SELinuxOptions.level":            honoured(""),
 	"SeccompProfile.localhostProfile": rejected("mqlet does not support Localhost seccomp profiles"),
 
 	// Pod security context
-	"PodSecurityContext.seLinuxOptions":           rejected("mqlet does not support SELinux options (it passes no SELinux label to the runtime)"),
+	"PodSecurityContext.seLinuxOptions":           honoured("passed to the runtime; refused when the host has no SELinux (no label would apply)"),
 	"PodSecurityContext.windowsOptions":           ignored(windowsOnly),
 	"PodSecurityContext.runAsUser":                honoured(""),
 	"PodSecurityContext.runAsGroup":               honoured(""),
@@ -324,7 +332,7 @@ var supportTable = supportRules{
 	"PodSecurityContext.fsGroupChangePolicy":      honoured(""),
 	"PodSecurityContext.sysctls":                  honoured("namespaced sysctls of namespaces the pod does not share with the host"),
 	"PodSecurityContext.seccompProfile":           honoured(""),
-	"PodSecurityContext.appArmorProfile":          rejected("mqlet does not support AppArmor profiles (it passes none to the runtime)"),
+	"PodSecurityContext.appArmorProfile":          honoured("passed to the runtime; a profile other than Unconfined is refused when the host has no AppArmor, as the kubelet does"),
 	"PodSecurityContext.seLinuxChangePolicy":      rejected("mqlet does not support seLinuxChangePolicy"),
 
 	"Sysctl.name":  honoured(""),

@@ -199,9 +199,6 @@ func TestCheckSupportRejects(t *testing.T) {
 			p.Spec.Volumes = []v1.Volume{{Name: "e", VolumeSource: v1.VolumeSource{EmptyDir: &v1.EmptyDirVolumeSource{}}}}
 			p.Spec.Containers[0].VolumeMounts = []v1.VolumeMount{{Name: "e", MountPath: "/e", MountPropagation: &prop}}
 		}, "spec.containers[0].volumeMounts[0].mountPropagation: Forbidden"},
-		{"appArmor RuntimeDefault", func(p *v1.Pod) {
-			p.Spec.SecurityContext = &v1.PodSecurityContext{AppArmorProfile: &v1.AppArmorProfile{Type: v1.AppArmorProfileTypeRuntimeDefault}}
-		}, "spec.securityContext.appArmorProfile: Forbidden"},
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {

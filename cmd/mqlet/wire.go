@@ -29,6 +29,7 @@ import (
 	apiv1 "github.com/mqlet/mqlet/api/v1"
 	"github.com/mqlet/mqlet/config"
 	"github.com/mqlet/mqlet/cri"
+	"github.com/mqlet/mqlet/internal/lsm"
 	"github.com/mqlet/mqlet/internal/redact"
 	"github.com/mqlet/mqlet/internal/version"
 	"github.com/mqlet/mqlet/logging"
@@ -238,7 +239,14 @@ func policyFrom(a config.Admission) validate.Policy {
 		AllowHostIPC:        a.AllowHostIPC,
 		AllowedHostPaths:    a.AllowedHostPaths,
 		AllowedCapabilities: a.AllowedCapabilities,
+		Host:                hostSecurity(lsm.Host{Sysfs: "/sys"}),
 	}
+}
+
+// hostSecurity is which security modules the kernel enforces, for the
+// kubelet's admission rules on AppArmor profiles and SELinux options.
+func hostSecurity(h lsm.Host) validate.HostSecurity {
+	return validate.HostSecurity{AppArmor: h.AppArmorEnabled(), SELinux: h.SELinuxEnabled()}
 }
 
 // hostIPs lists the node's non-loopback addresses, skipping container bridges.

@@ -128,7 +128,7 @@ start() {
 
 import_images() {
 	"$REPO/test/images/build.sh" "$DIR/images" >&2
-	for image in pause busybox; do
+	for image in pause busybox grpchealth; do
 		ctr -n k8s.io -a "$SOCK" images import "$DIR/images/$image.tar" >&2
 	done
 }

@@ -1,7 +1,8 @@
 #!/usr/bin/env bash
-# Builds two OCI image archives without any registry:
-#   OUTDIR/busybox.tar  -> docker.io/mqlet/busybox:test
-#   OUTDIR/pause.tar    -> docker.io/mqlet/pause:test
+# Builds OCI image archives without any registry:
+#   OUTDIR/busybox.tar     -> docker.io/mqlet/busybox:test
+#   OUTDIR/pause.tar       -> docker.io/mqlet/pause:test
+#   OUTDIR/grpchealth.tar  -> docker.io/mqlet/grpchealth:test (a gRPC health server, for probe tests)
 # Import them with: ctr -n k8s.io -a SOCKET images import OUTDIR/<name>.tar
 set -euo pipefail
 
@@ -10,6 +11,7 @@ HERE=$(cd "$(dirname "$0")" && pwd)
 REPO=$(cd "$HERE/../.." && pwd)
 BUSYBOX_IMAGE=${MQLET_BUSYBOX_IMAGE:-docker.io/mqlet/busybox:test}
 PAUSE_IMAGE=${MQLET_PAUSE_IMAGE:-docker.io/mqlet/pause:test}
+GRPCHEALTH_IMAGE=${MQLET_GRPCHEALTH_IMAGE:-docker.io/mqlet/grpchealth:test}
 
 for tool in tar gzip sha256sum jq; do
 	command -v "$tool" >/dev/null || { echo "build.sh: $tool is required" >&2; exit 1; }
@@ -95,6 +97,12 @@ printf 'root:x:0:0:root:/root:/bin/sh\nnobody:x:65534:65534:nobody:/nonexistent:
 printf 'root:x:0:\nnogroup:x:65534:\n' >"$BB/etc/group"
 oci_image "$BUSYBOX_IMAGE" "$BB" \
 	'{"Env":["PATH=/bin"],"Cmd":["sh"],"WorkingDir":"/"}' "$OUTDIR/busybox.tar"
+
+# grpchealth: a static Go gRPC health server (test/images/grpchealth).
+GR="$WORK/grpchealth-root"
+mkdir -p "$GR"
+(cd "$REPO" && CGO_ENABLED=0 "$GO" build -trimpath -ldflags='-s -w' -o "$GR/grpchealth" ./test/images/grpchealth)
+oci_image "$GRPCHEALTH_IMAGE" "$GR" '{"Entrypoint":["/grpchealth"],"User":"65534:65534"}' "$OUTDIR/grpchealth.tar"
 fi
 
 # pause: a tiny static Go binary.
