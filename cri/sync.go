@@ -120,6 +120,9 @@ func (m *Manager) syncStep(ctx context.Context, in SyncInput, force forced, more
 	if err := m.limitPodPids(string(pod.UID)); err != nil {
 		return fmt.Errorf("limit processes of pod %s/%s: %w", pod.Namespace, pod.Name, err)
 	}
+	if err := m.limitPodResources(pod); err != nil {
+		return fmt.Errorf("limit cpu and memory of pod %s/%s: %w", pod.Namespace, pod.Name, err)
+	}
 	sandboxID := act.SandboxID
 	if act.CreateSandbox {
 		if err := checkHostPorts(pod, hostProcNet); err != nil {

@@ -152,7 +152,7 @@ var supportTable = supportRules{
 	"PodSpec.hostUsers":                     honoured("true only: mqlet makes no user namespace, hostUsers: false is refused"),
 	"PodSpec.schedulingGates":               rejected("mqlet does not support schedulingGates (there is no scheduler to remove them)"),
 	"PodSpec.resourceClaims":                rejected("mqlet does not support resourceClaims (dynamic resource allocation)"),
-	"PodSpec.resources":                     rejected("mqlet does not support pod-level resources (only containers' resources reach the cgroups)"),
+	"PodSpec.resources":                     honoured("cpu and memory only, written into the pod's cgroup (memory limit, CFS quota, shares) before its sandbox; admission counts its requests"),
 	"PodSpec.hostnameOverride":              rejected("mqlet does not support hostnameOverride"),
 	"PodSpec.schedulingGroup":               rejected("mqlet does not support schedulingGroup (gang scheduling)"),
 	"PodSpec.evictionResponders":            rejected("mqlet does not support evictionResponders"),
