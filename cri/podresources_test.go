@@ -104,3 +104,26 @@ func TestPodLevelResourcesLimitThePodCgroup(t *testing.T) {
 		t.Fatal("a uid that is not a UUID was accepted for a cgroup path")
 	}
 }
+
+// A container without a limit reads the pod-level limit through
+// resourceFieldRef (before the node's allocatable), as in the kubelet.
+func TestResourceFieldValueFallsBackToPodLevelLimits(t *testing.T) {
+	pod := downwardPod()
+	pod.Spec.Resources = &v1.ResourceRequirements{Limits: v1.ResourceList{v1.ResourceCPU: resource.MustParse("500m"), v1.ResourceMemory: resource.MustParse("256Mi")}}
+	d := downwardValues{allocatable: v1.ResourceList{v1.ResourceCPU: resource.MustParse("2"), v1.ResourceMemory: resource.MustParse("1Gi")}}
+	main, side := &pod.Spec.Containers[0], &pod.Spec.Containers[1]
+	for _, c := range []struct {
+		c    *v1.Container
+		fs   v1.ResourceFieldSelector
+		want string
+	}{
+		{main, v1.ResourceFieldSelector{Resource: "limits.cpu", Divisor: resource.MustParse("1m")}, "500"},
+		{side, v1.ResourceFieldSelector{Resource: "limits.memory", Divisor: resource.MustParse("1Mi")}, "256"},
+		{main, v1.ResourceFieldSelector{Resource: "limits.memory", Divisor: resource.MustParse("1Mi")}, "64"}, // its own limit
+	} {
+		got, err := resourceFieldValue(pod, c.c, &c.fs, d)
+		if err != nil || got != c.want {
+			t.Errorf("%s %+v = %q, %v; want %q", c.c.Name, c.fs, got, err, c.want)
+		}
+	}
+}

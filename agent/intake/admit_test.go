@@ -173,3 +173,37 @@ func TestAdmissionWithinOneCommand(t *testing.T) {
 		t.Fatalf("stored %v", names)
 	}
 }
+
+// Pod-level requests are what a pod asks of the node when set, not its
+// containers' (the kubelet's PodRequests with pod-level resources); pod
+// limits alone default the pod's requests, as the API server does.
+func TestAdmissionPodLevelResources(t *testing.T) {
+	r := newAdmissionRig(t, noStatus{})
+	apply := func(id, manifest string) apiv1.Reply {
+		t.Helper()
+		r.in.Handle(cmd("apply", id, manifest))
+		return r.sender.last(id)
+	}
+	// Containers ask 100m and 16Mi; the pod asks 1500m and 512Mi.
+	podLevel := `{"apiVersion":"v1","kind":"Pod","metadata":{"name":"p"},"spec":{` +
+		`"resources":{"requests":{"cpu":"1500m","memory":"512Mi"},"limits":{"cpu":"2","memory":"1Gi"}},` +
+		`"containers":[{"name":"c","image":"busybox:1","resources":{"requests":{"cpu":"100m","memory":"16Mi"}}}]}}`
+	if got := apply("p", podLevel); got.Phase == apiv1.Failed {
+		t.Fatalf("pod-level pod: %+v", got)
+	}
+	got := apply("q", podWithRequests("q", "600m", "1Mi"))
+	want := "OutOfcpu: Pod default/q: Node didn't have enough resource: cpu, requested: 600, used: 1500, capacity: 2000"
+	if got.Phase != apiv1.Failed || !strings.HasPrefix(got.Message, want) {
+		t.Fatalf("after a pod-level request: %q, want prefix %q", got.Message, want)
+	}
+	limitsOnly := `{"apiVersion":"v1","kind":"Pod","metadata":{"name":"l"},"spec":{"resources":{"limits":{"memory":"600Mi"}},` +
+		`"containers":[{"name":"c","image":"busybox:1"}]}}`
+	got = apply("l", limitsOnly)
+	want = "OutOfmemory: Pod default/l: Node didn't have enough resource: memory, requested: 629145600, used: 536870912, capacity: 1073741824"
+	if got.Phase != apiv1.Failed || !strings.HasPrefix(got.Message, want) {
+		t.Fatalf("pod-level limits only: %q, want prefix %q", got.Message, want)
+	}
+	if names := storedPods(t, r.st); !slices.Equal(names, []string{"p"}) {
+		t.Fatalf("stored %v", names)
+	}
+}

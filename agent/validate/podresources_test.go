@@ -66,3 +66,20 @@ func TestPodLevelResourcesValidation(t *testing.T) {
 		})
 	}
 }
+
+// Pod limits alone default the pod's requests, as the API server does on
+// create, so admission and the pod cgroup's shares see them.
+func TestDefaultPodFillsPodLevelRequests(t *testing.T) {
+	pod := basePod()
+	pod.Spec.Resources = &v1.ResourceRequirements{Limits: v1.ResourceList{v1.ResourceMemory: resource.MustParse("64Mi"), v1.ResourceCPU: resource.MustParse("500m")}}
+	DefaultPod(pod)
+	req := pod.Spec.Resources.Requests
+	if cpu, mem := req[v1.ResourceCPU], req[v1.ResourceMemory]; cpu.String() != "500m" || mem.String() != "64Mi" {
+		t.Fatalf("defaulted requests %v", req)
+	}
+	plain := basePod()
+	DefaultPod(plain)
+	if plain.Spec.Resources != nil {
+		t.Fatalf("a pod without pod-level resources got %v", plain.Spec.Resources)
+	}
+}

@@ -49,6 +49,28 @@ func DefaultPod(pod *v1.Pod) {
 		pod.Namespace = DefaultNamespace
 	}
 	corev1.SetObjectDefaults_Pod(pod)
+	defaultPodLevelResources(pod)
+}
+
+// defaultPodLevelResources fills pod-level requests (and limits) from the
+// pod's own and its containers' as the API server does on create with
+// PodLevelResources (podutil.DefaultPodLevelResources, which works on the
+// internal type). A pod without pod-level resources is left alone.
+func defaultPodLevelResources(pod *v1.Pod) {
+	if pod.Spec.Resources == nil {
+		return
+	}
+	var spec core.PodSpec
+	if err := corev1.Convert_v1_PodSpec_To_core_PodSpec(&pod.Spec, &spec, nil); err != nil {
+		return // validation converts again and names the problem
+	}
+	internal := core.Pod{Spec: spec}
+	podutil.DefaultPodLevelResources(&internal)
+	var res v1.ResourceRequirements
+	if err := corev1.Convert_core_ResourceRequirements_To_v1_ResourceRequirements(internal.Spec.Resources, &res, nil); err != nil {
+		return
+	}
+	pod.Spec.Resources = &res
 }
 
 // DefaultSecret sets the namespace and the secret type (Opaque) if missing.
