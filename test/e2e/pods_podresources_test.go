@@ -17,7 +17,7 @@ import (
 // memory.limit_in_bytes, 500m a CFS quota of 50000 per 100000 µs, and
 // the requests defaulted from the limits give cpu.shares 512.
 func TestPodLevelResourcesLimitThePodCgroup(t *testing.T) {
-	e := startPodEnv(t, nil)
+	e := startPodEnv(t, func(logDir string) string { return podTestConfig(logDir, "") })
 	e.cleanupPods("podres")
 	manifest := strings.Replace(string(e.pod("podres", "Always", "sleep 3600")), "spec:\n",
 		"spec:\n  resources:\n    limits:\n      memory: 64Mi\n      cpu: 500m\n", 1)
