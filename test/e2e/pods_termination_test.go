@@ -53,11 +53,13 @@ func TestPodTerminationMessageFromFile(t *testing.T) {
 }
 
 // FallbackToLogsOnError: a failed container that wrote no message gets
-// the tail of its log; one that succeeded gets none.
+// the tail of its log; one that succeeded gets none. Every line goes to
+// stdout: the runtime copies stdout and stderr into the log separately, so
+// their lines keep no order between the two streams.
 func TestPodTerminationMessageFromLogsOnError(t *testing.T) {
 	e := newPodEnv(t, "")
 	e.cleanupPods("logmsg")
-	e.applyAccepted(e.probePod("logmsg", "Never", "for i in $(seq 1 200); do echo line-$i; done; echo last-words >&2; exit 3",
+	e.applyAccepted(e.probePod("logmsg", "Never", "for i in $(seq 1 200); do echo line-$i; done; echo last-words; exit 3",
 		`    terminationMessagePolicy: FallbackToLogsOnError
   - name: fine
     image: docker.io/mqlet/busybox:test
