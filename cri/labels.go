@@ -83,6 +83,9 @@ type sandboxSpec struct {
 	Runtime     *string            `json:"runtimeClassName,omitempty"`
 	Overhead    v1.ResourceList    `json:"overhead,omitempty"`
 	Share       *bool              `json:"shareProcessNamespace,omitempty"`
+	// Pod-level resources are written to the pod cgroup before the sandbox
+	// runs, so a change needs a new sandbox. Nil leaves older hashes as they were.
+	Resources *v1.ResourceRequirements `json:"resources,omitempty"`
 }
 
 // HashSandbox hashes the sandbox-relevant part of a pod spec.
@@ -99,6 +102,7 @@ func HashSandbox(pod *v1.Pod) string {
 		HostAliases: pod.Spec.HostAliases,
 		Runtime:     pod.Spec.RuntimeClassName,
 		Share:       pod.Spec.ShareProcessNamespace,
+		Resources:   pod.Spec.Resources,
 	}
 	if sc := pod.Spec.SecurityContext; sc != nil {
 		s.Sysctls = sc.Sysctls
