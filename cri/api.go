@@ -87,6 +87,25 @@ type PodStatus struct {
 	Containers []ContainerStatus
 }
 
+// Live reports whether anything of the pod still runs in the runtime: a
+// ready sandbox, or a container not known to have exited.
+func (s *PodStatus) Live() bool {
+	if s == nil {
+		return false
+	}
+	for _, sb := range s.Sandboxes {
+		if sb.Ready {
+			return true
+		}
+	}
+	for _, c := range s.Containers {
+		if c.State == ContainerRunning || c.State == ContainerCreated || c.State == ContainerUnknown {
+			return true
+		}
+	}
+	return false
+}
+
 // PodRef names a pod that carries mqlet's labels in the runtime.
 type PodRef struct {
 	UID       string

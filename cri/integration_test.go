@@ -593,6 +593,59 @@ func TestPLEG(t *testing.T) {
 	}
 }
 
+// A container's exit is reported at containerd's task exit event, not at
+// the next relist: with a relist period of a minute, ContainerDied comes
+// within seconds of the exit, and an exec in the container (what a probe
+// runs) makes no early relist of its own.
+func TestPLEGExitIsSeenAtTheTaskExitEvent(t *testing.T) {
+	e := newEnv(t)
+	events := make(chan PodLifecycleEvent, 256)
+	ctx, cancel := context.WithCancel(e.ctx)
+	done := make(chan struct{})
+	go func() { defer close(done); e.m.RunPLEG(ctx, liveperiod.Fixed(time.Minute), events) }()
+	t.Cleanup(func() { cancel(); <-done })
+
+	pod := e.newPod(v1.RestartPolicyNever, v1.Container{Name: "job", Command: []string{"sh", "-c", "trap 'exit 0' TERM; touch /tmp/go; while [ -e /tmp/go ]; do sleep 0.1; done; exit 3"}})
+	if err := e.sync(pod); err != nil {
+		t.Fatal(err)
+	}
+	running := e.waitStatus(pod, 20*time.Second, "job running", isRunning("job"))
+	id := latest(running, "job").ID
+	// The first relist (at the start) may come before the container runs;
+	// its start is then seen at the next relist, a minute on. An exec's
+	// exit is no container's: nothing may be reported for it.
+	if _, _, _, err := e.m.ExecSync(e.ctx, id, []string{"true"}, 10*time.Second); err != nil {
+		t.Fatalf("exec in the container: %v", err)
+	}
+	quiet := time.After(500 * time.Millisecond)
+	for waiting := true; waiting; {
+		select {
+		case ev := <-events:
+			if ev.PodUID == string(pod.UID) && ev.Type == ContainerDied {
+				t.Fatalf("ContainerDied reported after an exec: %+v", ev)
+			}
+		case <-quiet:
+			waiting = false
+		}
+	}
+	if _, _, _, err := e.m.ExecSync(e.ctx, id, []string{"rm", "/tmp/go"}, 10*time.Second); err != nil {
+		t.Fatalf("exec in the container: %v", err)
+	}
+	told := time.Now()
+	deadline := time.After(10 * time.Second)
+	for {
+		select {
+		case ev := <-events:
+			if ev.PodUID == string(pod.UID) && ev.Type == ContainerDied && ev.ContainerID == id {
+				t.Logf("ContainerDied %v after the container was told to exit", time.Since(told).Round(time.Millisecond))
+				return
+			}
+		case <-deadline:
+			t.Fatal("no ContainerDied within 10 s of the exit with a relist period of a minute")
+		}
+	}
+}
+
 // TestRecoversAfterRuntimeRestart stops the test containerd (the process in
 // its PID file) and starts it again with test/env/containerd-up.sh.
 func TestRecoversAfterRuntimeRestart(t *testing.T) {

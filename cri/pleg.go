@@ -3,6 +3,7 @@ package cri
 import (
 	"context"
 	"sync"
+	"time"
 
 	"google.golang.org/grpc/codes"
 	"google.golang.org/grpc/status"
@@ -38,14 +39,25 @@ func (m *Manager) RunPLEG(ctx context.Context, period liveperiod.Source, out cha
 			}
 		}
 	}()
+	// The runtime's task exits make a relist at once (see exits.go).
+	exits := make(chan string, 64)
+	wg.Add(1)
+	go func() {
+		defer wg.Done()
+		m.watchExits(ctx, exits)
+	}()
 	relister := &relister{m: m, out: out}
+	told := toldExits{}
+	// The period is re-read at each wait: plegPeriod may change live.
+	timer := period.NewTimer()
+	defer timer.Stop()
 	evented := true
 	for {
 		if evented {
 			if svc, err := m.conn.get(); err == nil {
 				err := m.streamEvents(ctx, svc, out)
 				if status.Code(err) == codes.Unimplemented {
-					m.log.Info().Msg("runtime has no container events; PLEG relists every " + period.Period().String())
+					m.log.Info().Msg("runtime has no container events; PLEG relists every " + period.Period().String() + " and at each task exit it publishes")
 					evented = false
 				} else if ctx.Err() == nil {
 					m.log.Debug().Err(err).Msg("container event stream ended; relisting")
@@ -53,9 +65,42 @@ func (m *Manager) RunPLEG(ctx context.Context, period liveperiod.Source, out cha
 			}
 		}
 		relister.relist(ctx)
-		// The period is re-read at each wait: plegPeriod may change live.
-		if !period.Wait(ctx) {
+		told.settle(relister.running, time.Now())
+		timer.Reset()
+		if !waitRelist(ctx, timer, exits, told) {
 			return
+		}
+	}
+}
+
+// waitRelist waits until the next relist is due: the period has passed,
+// the runtime told of an exit, or an exit told before is to be relisted
+// again. It returns false when ctx ends.
+func waitRelist(ctx context.Context, timer *liveperiod.Timer, exits <-chan string, told toldExits) bool {
+	retry := told.retry()
+	for {
+		select {
+		case <-ctx.Done():
+			return false
+		case <-timer.C():
+			return true
+		case <-timer.Changed():
+			timer.Update()
+		case <-retry:
+			return true
+		case id := <-exits:
+			now := time.Now()
+			told[id] = now
+			// Exits told together make one relist.
+			for {
+				select {
+				case id := <-exits:
+					told[id] = now
+					continue
+				default:
+				}
+				return true
+			}
 		}
 	}
 }
@@ -174,6 +219,12 @@ func (r *relister) relist(ctx context.Context) {
 		}
 	}
 	r.containers, r.sandboxes = containers, sandboxes
+}
+
+// running reports whether the last listing has container or sandbox id
+// running.
+func (r *relister) running(id string) bool {
+	return r.containers[id].state == ContainerRunning || r.sandboxes[id].state == ContainerRunning
 }
 
 // diffContainers turns two listings into lifecycle events, the kubelet way.

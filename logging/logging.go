@@ -41,7 +41,16 @@ func NewLive(out io.Writer, level *Level, format string, scrub func() *redact.Sc
 		w = zerolog.ConsoleWriter{Out: w, TimeFormat: time.TimeOnly}
 	}
 	// The logger's own level is the lowest; the sampler holds the real one.
-	return zerolog.New(w).Level(zerolog.TraceLevel).Sample(level).With().Timestamp().Logger()
+	return zerolog.New(w).Level(zerolog.TraceLevel).Sample(level).Hook(millisecondTime{})
+}
+
+// millisecondTime stamps each line with its time to the millisecond
+// (zerolog's own timestamp has whole seconds unless its process-wide format
+// is changed): the steps of one pod sync are milliseconds apart.
+type millisecondTime struct{}
+
+func (millisecondTime) Run(e *zerolog.Event, _ zerolog.Level, _ string) {
+	e.Str(zerolog.TimestampFieldName, time.Now().UTC().Format("2006-01-02T15:04:05.000Z07:00"))
 }
 
 func isTerminal(out io.Writer) bool {

@@ -8,6 +8,7 @@ import (
 	v1 "k8s.io/api/core/v1"
 
 	"github.com/mqlet/mqlet/agent/podstatus"
+	"github.com/mqlet/mqlet/cri"
 )
 
 // The kubelet's reason and message for a pod past its activeDeadlineSeconds.
@@ -22,15 +23,15 @@ const (
 // counts from the same moment): the pod is reported Failed with reason
 // DeadlineExceeded, its containers are stopped (Killing) and it is not
 // synced again, so nothing restarts. A pod before its deadline has the
-// runner's timer armed to queue it then. handled says the pod was failed
-// and must not be synced.
-func (p *Pool) enforceDeadline(ctx context.Context, r *runner, pod *v1.Pod) (handled bool, err error) {
+// runner's timer armed to queue it then. rs is the pod's runtime status
+// (nil when it could not be read). handled says the pod was failed and
+// must not be synced.
+func (p *Pool) enforceDeadline(life context.Context, r *runner, pod *v1.Pod, rs *cri.PodStatus) (handled bool, err error) {
 	if pod.Spec.ActiveDeadlineSeconds == nil {
 		r.stopDeadline()
 		return false, nil
 	}
-	rs, err := p.rt.GetPodStatus(ctx, string(pod.UID), pod.Name, pod.Namespace)
-	if err != nil {
+	if rs == nil {
 		return false, nil // the sync that follows reports the runtime error
 	}
 	st := p.build(pod, rs, podstatus.Hints{})
@@ -60,15 +61,13 @@ func (p *Pool) enforceDeadline(ctx context.Context, r *runner, pod *v1.Pod) (han
 		}
 		req.done(fmt.Errorf("pod %s is Failed (%s: %s) and is not restarted", r.key, ReasonDeadlineExceeded, MsgDeadlineExceeded))
 	}
-	if err := p.rt.StopPod(ctx, pod, p.events); err != nil {
-		return true, fmt.Errorf("stopping pod %s past its active deadline: %w", r.key, err)
-	}
-	if after, err := p.rt.GetPodStatus(ctx, string(pod.UID), pod.Name, pod.Namespace); err == nil {
-		rs = after
-	}
 	if pr := p.opts.Probes; pr != nil {
 		pr.Track(pod, rs)
 	}
-	p.publish(pod, rs, failed, "")
+	// The stop may take the whole grace period: it runs beside the slots,
+	// and the sync after it publishes the stopped containers.
+	if rs.Live() {
+		p.stopAsync(life, r, pod)
+	}
 	return true, nil
 }

@@ -2,6 +2,7 @@ package podworker
 
 import (
 	"context"
+	"slices"
 	"strings"
 	"sync"
 	"testing"
@@ -20,9 +21,13 @@ type sandboxRuntime struct {
 	created time.Time
 }
 
+// GetPodStatus reports the sandbox ready until the pod was stopped.
 func (s *sandboxRuntime) GetPodStatus(_ context.Context, uid, name, ns string) (*cri.PodStatus, error) {
+	s.mu.Lock()
+	ready := !slices.Contains(s.stopped, uid)
+	s.mu.Unlock()
 	return &cri.PodStatus{UID: uid, Name: name, Namespace: ns,
-		Sandboxes: []cri.SandboxStatus{{ID: "sb", Ready: true, CreatedAt: s.created}}}, nil
+		Sandboxes: []cri.SandboxStatus{{ID: "sb", Ready: ready, CreatedAt: s.created}}}, nil
 }
 
 // keptStatus keeps what is set, as the status manager does.
@@ -114,15 +119,24 @@ func TestActiveDeadlineFailsThePodAtItsDeadline(t *testing.T) {
 		defer rt.mu.Unlock()
 		return len(rt.stopped) > 0
 	})
-	syncs := rt.syncCount("ns/deadline")
+	syncs, worked := rt.syncCount("ns/deadline"), pool.Stats().Syncs
 	for range 3 {
 		pool.Enqueue("ns/deadline")
+		n := pool.Stats().Syncs
+		waitUntil(t, "the pod is looked at again", func() bool { return pool.Stats().Syncs > n })
 	}
-	waitUntil(t, "the later syncs stop it again", func() bool {
-		rt.mu.Lock()
-		defer rt.mu.Unlock()
-		return len(rt.stopped) >= 2
-	})
+	if pool.Stats().Syncs < worked+3 {
+		t.Fatalf("the pod was looked at %d more times, want 3", pool.Stats().Syncs-worked)
+	}
+	if !failedByDeadline(st, "ns/deadline") {
+		t.Error("a later look at the pod dropped its DeadlineExceeded status")
+	}
+	rt.mu.Lock()
+	stops := len(rt.stopped)
+	rt.mu.Unlock()
+	if stops != 1 {
+		t.Errorf("stopped %d times, want once: nothing of the pod ran after the first stop", stops)
+	}
 	if got := rt.syncCount("ns/deadline"); got != syncs {
 		t.Errorf("a pod past its deadline was synced %d more times", got-syncs)
 	}

@@ -27,6 +27,8 @@ type runner struct {
 	told        int64            // generation whose quarantine this process announced
 	cancel      context.CancelFunc
 	kills       map[string]*kill // runtime pod uid → its termination, running or finished
+	stopping    bool             // a stop of the desired pod's containers and sandbox runs beside the slots
+	stopsFailed int              // stops failed in a row, for their retry delay
 	deadline    time.Time        // when deadlineTimer fires
 	// deadlineTimer queues the pod at its activeDeadlineSeconds; stopped
 	// when the runner is dropped or the pool stops.
@@ -151,6 +153,36 @@ func (r *runner) killFinished(k *kill, err error) {
 	k.done, k.err = true, err
 }
 
+// beginStop reports whether a stop of the desired pod may start (none runs).
+func (r *runner) beginStop() bool {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	if r.stopping {
+		return false
+	}
+	r.stopping = true
+	return true
+}
+
+// stopEnded records the outcome of the stop and returns the delay before
+// the pod is looked at again: none after a stop that worked, else growing
+// from base to max with each stop failed in a row.
+func (r *runner) stopEnded(err error, base, max time.Duration) time.Duration {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	r.stopping = false
+	if err == nil {
+		r.stopsFailed = 0
+		return 0
+	}
+	d := base << min(r.stopsFailed, 20)
+	r.stopsFailed++
+	if d <= 0 || d > max {
+		d = max
+	}
+	return d
+}
+
 // pruneKills forgets finished terminations of runtime pods no longer listed.
 func (r *runner) pruneKills(listed map[string]bool) {
 	r.mu.Lock()
@@ -166,7 +198,7 @@ func (r *runner) pruneKills(listed map[string]bool) {
 func (r *runner) idle() bool {
 	r.mu.Lock()
 	defer r.mu.Unlock()
-	return len(r.kills) == 0
+	return len(r.kills) == 0 && !r.stopping
 }
 
 // armDeadline makes the runner's timer call fire at at (once; a timer

@@ -2,6 +2,8 @@ package podworker
 
 import (
 	"context"
+	"errors"
+	"slices"
 	"sync"
 	"testing"
 	"time"
@@ -12,6 +14,7 @@ import (
 	"k8s.io/apimachinery/pkg/types"
 
 	"github.com/mqlet/mqlet/agent/pending"
+	"github.com/mqlet/mqlet/agent/restart"
 	"github.com/mqlet/mqlet/cri"
 )
 
@@ -266,34 +269,38 @@ func TestNoGoroutineLeftAfterThePoolStops(t *testing.T) {
 }
 
 // exitedRuntime reports the pod's only container exited 0 with the
-// sandbox still up; its SyncPod (which stops the sandbox) waits until
-// released.
+// sandbox up until StopPod, which waits until released.
 type exitedRuntime struct {
 	*scriptedRuntime
-	inSync, release chan struct{}
+	inStop, release chan struct{}
+	stopOnce        sync.Once
 }
 
 func (e *exitedRuntime) GetPodStatus(_ context.Context, uid, name, ns string) (*cri.PodStatus, error) {
 	now := time.Now()
+	e.mu.Lock()
+	ready := !slices.Contains(e.stopped, uid)
+	e.mu.Unlock()
 	return &cri.PodStatus{UID: uid, Name: name, Namespace: ns,
-		Sandboxes:  []cri.SandboxStatus{{ID: "sb", Ready: true, CreatedAt: now.Add(-time.Minute)}},
+		Sandboxes:  []cri.SandboxStatus{{ID: "sb", Ready: ready, CreatedAt: now.Add(-time.Minute)}},
 		Containers: []cri.ContainerStatus{{ID: "c1", Name: "c", State: cri.ContainerExited, CreatedAt: now.Add(-time.Minute), StartedAt: now.Add(-time.Minute), FinishedAt: now, Reason: "Completed"}},
 	}, nil
 }
 
-func (e *exitedRuntime) SyncPod(ctx context.Context, _ cri.SyncInput) error {
-	close(e.inSync)
+func (e *exitedRuntime) StopPod(ctx context.Context, pod *v1.Pod, ev cri.EventRecorder) error {
+	e.stopOnce.Do(func() { close(e.inStop) })
 	select {
 	case <-e.release:
 	case <-ctx.Done():
 	}
-	return nil
+	return e.scriptedRuntime.StopPod(ctx, pod, ev)
 }
 
 // The terminal status of a pod whose containers are done is published as
-// soon as the sync sees it, before the sandbox is stopped.
+// soon as the sync sees it, before the sandbox is stopped; the stop holds
+// no sync slot.
 func TestTerminalStatusIsPublishedBeforeTheCleanUp(t *testing.T) {
-	rt := &exitedRuntime{scriptedRuntime: newScriptedRuntime(), inSync: make(chan struct{}), release: make(chan struct{})}
+	rt := &exitedRuntime{scriptedRuntime: newScriptedRuntime(), inStop: make(chan struct{}), release: make(chan struct{})}
 	pod := testPod("job")
 	pod.Spec.RestartPolicy = v1.RestartPolicyNever
 	d := &mapDesired{pods: map[string]*v1.Pod{"ns/job": pod}}
@@ -305,17 +312,24 @@ func TestTerminalStatusIsPublishedBeforeTheCleanUp(t *testing.T) {
 	t.Cleanup(func() { cancel(); <-done })
 	pool.Enqueue("ns/job")
 	select {
-	case <-rt.inSync:
+	case <-rt.inStop:
 	case <-time.After(5 * time.Second):
-		t.Fatal("never synced")
+		t.Fatal("never stopped")
 	}
 	st.mu.Lock()
 	phase := st.set["ns/job"].Phase
 	st.mu.Unlock()
-	close(rt.release)
 	if phase != v1.PodSucceeded {
 		t.Fatalf("phase while the sandbox is being stopped: %q, want Succeeded", phase)
 	}
+	// With the only slot's pod stopping, another pod is synced at once.
+	d.mu.Lock()
+	d.pods["ns/other"] = testPod("other")
+	d.mu.Unlock()
+	pool.Enqueue("ns/other")
+	waitUntil(t, "another pod synced while the first stops", func() bool { return rt.syncCount("ns/other") >= 1 })
+	close(rt.release)
+	waitUntil(t, "the stopped pod synced after its stop", func() bool { return rt.syncCount("ns/job") >= 1 })
 }
 
 // listBlockedRuntime is an exitedRuntime whose ListPods (the listing of
@@ -338,7 +352,7 @@ func (l *listBlockedRuntime) ListPods(ctx context.Context) ([]cri.PodRef, error)
 // The terminal status is published before the sync asks the runtime for
 // anything but the pod's own status: no listing delays it.
 func TestTerminalStatusIsPublishedBeforeTheListing(t *testing.T) {
-	ex := &exitedRuntime{scriptedRuntime: newScriptedRuntime(), inSync: make(chan struct{}), release: make(chan struct{})}
+	ex := &exitedRuntime{scriptedRuntime: newScriptedRuntime(), inStop: make(chan struct{}), release: make(chan struct{})}
 	close(ex.release)
 	rt := &listBlockedRuntime{exitedRuntime: ex, inList: make(chan struct{}), releaseList: make(chan struct{})}
 	pod := testPod("job")
@@ -362,5 +376,34 @@ func TestTerminalStatusIsPublishedBeforeTheListing(t *testing.T) {
 	close(rt.releaseList)
 	if phase != v1.PodSucceeded {
 		t.Fatalf("phase while the runtime pods are listed: %q, want Succeeded", phase)
+	}
+}
+
+// A failing stop of a finished pod is retried with a delay that grows to
+// the maximum; one that works resets it.
+func TestRunnerStopRetryDelay(t *testing.T) {
+	r := newRunner("ns/p", restart.Policy{})
+	fail := errors.New("stop sandbox: cni teardown failed")
+	var got []time.Duration
+	for range 5 {
+		if !r.beginStop() {
+			t.Fatal("a stop could not begin after the last one ended")
+		}
+		if r.beginStop() {
+			t.Fatal("a second stop began while one runs")
+		}
+		got = append(got, r.stopEnded(fail, 10*time.Millisecond, 50*time.Millisecond))
+	}
+	want := []time.Duration{10 * time.Millisecond, 20 * time.Millisecond, 40 * time.Millisecond, 50 * time.Millisecond, 50 * time.Millisecond}
+	if !slices.Equal(got, want) {
+		t.Errorf("retry delays %v, want %v", got, want)
+	}
+	r.beginStop()
+	if d := r.stopEnded(nil, 10*time.Millisecond, 50*time.Millisecond); d != 0 {
+		t.Errorf("delay after a stop that worked: %v, want 0", d)
+	}
+	r.beginStop()
+	if d := r.stopEnded(fail, 10*time.Millisecond, 50*time.Millisecond); d != 10*time.Millisecond {
+		t.Errorf("delay after a failure following a success: %v, want 10ms", d)
 	}
 }

@@ -55,8 +55,13 @@ func (p *Pool) work(life, ctx context.Context, r *runner) (time.Duration, error)
 		// all done is reported before anything else is asked of the
 		// runtime (the listing of old runtime pods below, the sandbox stop).
 		rs, rsErr := p.rt.GetPodStatus(ctx, string(pod.UID), pod.Name, pod.Namespace)
-		if rsErr == nil {
-			p.publishIfDone(pod, rs)
+		if rsErr == nil && p.publishIfDone(pod, rs) && rs.Live() {
+			// What is left (sidecars, the sandbox) is stopped beside
+			// the slots: a sandbox stop takes about a second (the
+			// network teardown), and finished pods holding every slot
+			// kept the exits of other pods from being reported.
+			p.stopAsync(life, r, pod)
+			return nil
 		}
 		// A pod re-created under the same name has a new UID: the old one goes first.
 		if err := p.removePod(life, ctx, r, namespace, name, string(pod.UID)); errors.Is(err, errTerminating) {
@@ -66,7 +71,7 @@ func (p *Pool) work(life, ctx context.Context, r *runner) (time.Duration, error)
 		}
 		// Kept because the spec is gone from the store by the time a deleted pod is killed.
 		backoff := r.syncing(string(pod.UID), pod.Spec.TerminationGracePeriodSeconds)
-		if failed, err := p.enforceDeadline(ctx, r, pod); failed || err != nil {
+		if failed, err := p.enforceDeadline(life, r, pod, rs); failed || err != nil {
 			return err
 		}
 		after, err = p.syncPod(ctx, pod, backoff, rs, rsErr)
@@ -78,10 +83,37 @@ func (p *Pool) work(life, ctx context.Context, r *runner) (time.Duration, error)
 // publishIfDone publishes the status of a pod whose containers are all
 // done before its sandbox is stopped (as kubelet does): the stop takes a
 // few hundred milliseconds that the one waiting for the exit need not wait.
-func (p *Pool) publishIfDone(pod *v1.Pod, rs *cri.PodStatus) {
-	if st := p.build(pod, rs, podstatus.Hints{}); st.Phase == v1.PodSucceeded || st.Phase == v1.PodFailed {
-		p.set(pod, st, "")
+// It reports whether the pod is done.
+func (p *Pool) publishIfDone(pod *v1.Pod, rs *cri.PodStatus) bool {
+	st := p.build(pod, rs, podstatus.Hints{})
+	if st.Phase != v1.PodSucceeded && st.Phase != v1.PodFailed {
+		return false
 	}
+	p.set(pod, st, "")
+	return true
+}
+
+// stopAsync stops what runs of the desired pod (containers in order, then
+// the sandbox; nothing is removed) beside the sync slots, once at a time;
+// the key is queued again when the stop ends, for the status after it (or,
+// after a failed stop, for another try with a growing delay).
+func (p *Pool) stopAsync(life context.Context, r *runner, pod *v1.Pod) {
+	if !r.beginStop() {
+		return
+	}
+	p.tasks.Add(1)
+	go func() {
+		defer p.tasks.Done()
+		err := p.rt.StopPod(life, pod, p.events)
+		retry := r.stopEnded(err, p.opts.BackoffBase, p.opts.BackoffMax)
+		if life.Err() != nil {
+			return
+		}
+		if err != nil {
+			p.log.Warn().Err(err).Str("pod", r.key).Dur("retryIn", retry).Msg("stopping a finished pod")
+		}
+		p.queue.AddAfter(r.key, retry)
+	}()
 }
 
 // syncPod is one sync of a desired pod, holding a slot, given the pod's

@@ -120,7 +120,7 @@ func (e *env) startMqletOn(broker, node, stateDir string) (*process, time.Time, 
 		return nil, time.Time{}, err
 	}
 	args := []string{"--node", node, "--broker", broker, "--state-dir", stateDir,
-		"--cri-endpoint", e.opts.criEndpoint, "--log-level", "info", "--config", conf}
+		"--cri-endpoint", e.opts.criEndpoint, "--log-level", e.opts.logLevel, "--config", conf}
 	start := time.Now()
 	p, err := startProcess("mqlet", filepath.Join(e.workDir, "mqlet-"+node+".log"), e.opts.mqlet, args...)
 	return p, start, err

@@ -47,6 +47,7 @@ func (e *env) exitDelay(ctx context.Context) (*exitResult, error) {
 			return nil, err
 		}
 		delays = append(delays, got.arrived[n].Sub(finished))
+		e.log.Debug().Str("pod", n).Str("finished", finished.Format("15:04:05.000")).Str("arrived", got.arrived[n].Format("15:04:05.000")).Msg("exit: one pod")
 		if cs := got.status[n].Status.ContainerStatuses; len(cs) == 1 && cs[0].State.Terminated != nil {
 			fromStatus = append(fromStatus, got.arrived[n].Sub(cs[0].State.Terminated.FinishedAt.Time))
 		}

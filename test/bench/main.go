@@ -44,6 +44,7 @@ type options struct {
 	brokerNoDelay bool
 	intakeNoDelay bool
 	unstripped    string
+	logLevel      string
 }
 
 var allSteps = []string{"footprint", "intake", "burst", "pods", "idle", "exit"}
@@ -73,6 +74,7 @@ func parseFlags(args []string, stderr io.Writer) (options, error) {
 	fs.IntVar(&o.maxBacklog, "mqlet-max-backlog", 0, "requests.maxBacklog for mqlet (0: its default)")
 	fs.IntVar(&o.workers, "mqlet-workers", 0, "pods.workers (sync slots) for mqlet (0: its default)")
 	fs.IntVar(&o.exitPods, "exit-pods", 10, "pods whose container exits, for the exit → status delay")
+	fs.StringVar(&o.logLevel, "mqlet-log-level", "info", "mqlet's --log-level (debug gives a timeline of each step in the kept logs)")
 	fs.BoolVar(&o.keep, "keep", false, "keep the scratch dir (logs, state) even when every step passed")
 	fs.BoolVar(&o.brokerNoDelay, "broker-tcp-nodelay", false, "set mosquitto's set_tcp_nodelay (off by default in mosquitto 2.0)")
 	fs.BoolVar(&o.intakeNoDelay, "intake-nodelay-too", true, "repeat the intake through a second mosquitto with set_tcp_nodelay true")
@@ -107,7 +109,7 @@ func run(args []string, stdout, stderr io.Writer) int {
 		fmt.Fprintln(stderr, "bench:", err)
 		return 2
 	}
-	log := zerolog.New(zerolog.ConsoleWriter{Out: stderr, TimeFormat: "15:04:05"}).With().Timestamp().Logger()
+	log := zerolog.New(zerolog.ConsoleWriter{Out: stderr, TimeFormat: "15:04:05.000"}).Level(zerolog.InfoLevel).With().Timestamp().Logger()
 	ctx, stop := signal.NotifyContext(context.Background(), syscall.SIGINT, syscall.SIGTERM)
 	defer stop()
 
