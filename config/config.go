@@ -107,6 +107,9 @@ type Runtime struct {
 	CgroupRoot     string   `json:"cgroupRoot"`
 	RequestTimeout Duration `json:"requestTimeout"`
 	PLEGPeriod     Duration `json:"plegPeriod"`
+	// ExitEvents makes the PLEG relist at each task exit the runtime
+	// publishes (containerd's events service), not only every PLEGPeriod.
+	ExitEvents bool `json:"exitEvents"`
 	// ContainerLogMaxBytes rotates a container's log file beyond it (0:
 	// never); ContainerLogMaxFiles are kept per container, the live one
 	// included; checked every LogRotationPeriod.
@@ -211,6 +214,7 @@ func Default() Config {
 			CgroupRoot:     "/mqlet",
 			RequestTimeout: Duration{2 * time.Minute},
 			PLEGPeriod:     Duration{time.Second},
+			ExitEvents:     true,
 			// The kubelet's defaults.
 			ContainerLogMaxBytes: 10 << 20,
 			ContainerLogMaxFiles: 5,

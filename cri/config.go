@@ -13,6 +13,9 @@ import (
 type Config struct {
 	// Endpoint of the CRI runtime, e.g. unix:///run/containerd/containerd.sock.
 	Endpoint string
+	// ExitEvents makes the PLEG relist at each task exit containerd
+	// publishes on its events service (see exits.go).
+	ExitEvents bool
 	// PodLogDir holds one directory per pod, <ns>_<name>_<uid>.
 	PodLogDir string
 	// PodDir holds one directory per pod UID with its volumes.

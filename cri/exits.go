@@ -45,7 +45,7 @@ type exitSubscriber interface {
 // exits to out, until ctx ends or the runtime turns out to have no events
 // service. A hint is dropped when out is full: a relist is coming anyway.
 func (m *Manager) watchExits(ctx context.Context, out chan<- string) {
-	if !strings.HasPrefix(m.conn.cfg.Endpoint, "unix://") {
+	if !m.conn.cfg.ExitEvents || !strings.HasPrefix(m.conn.cfg.Endpoint, "unix://") {
 		return
 	}
 	cc, err := grpc.NewClient(m.conn.cfg.Endpoint, grpc.WithTransportCredentials(insecure.NewCredentials()))

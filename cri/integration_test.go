@@ -80,7 +80,7 @@ func newEnv(t *testing.T) *env {
 	endpoint := containerd.Endpoint(t)
 	dir := t.TempDir()
 	m := NewManager(Config{
-		Endpoint: endpoint, PodLogDir: filepath.Join(dir, "logs"), PodDir: filepath.Join(dir, "pods"),
+		Endpoint: endpoint, ExitEvents: true, PodLogDir: filepath.Join(dir, "logs"), PodDir: filepath.Join(dir, "pods"),
 		RuntimeRetryMin: 50 * time.Millisecond, RuntimeRetryMax: 200 * time.Millisecond, HealthInterval: 200 * time.Millisecond,
 		RequestTimeout: 30 * time.Second,
 	}, zerolog.New(zerolog.NewTestWriter(t)).Level(zerolog.InfoLevel))

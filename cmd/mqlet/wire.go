@@ -164,6 +164,7 @@ func criConfig(cfg *config.Config, secrets *redact.Live) cri.Config {
 		CgroupRoot:     cfg.Runtime.CgroupRoot,
 		PodPidsLimit:   cfg.Pods.PidsLimit,
 		RequestTimeout: cfg.Runtime.RequestTimeout.Duration,
+		ExitEvents:     cfg.Runtime.ExitEvents,
 		// The runtime re-checks hostPaths on their resolved path and scrubs
 		// secret values from what it reports.
 		AllowedHostPaths: cfg.Admission.AllowedHostPaths,

@@ -142,7 +142,8 @@ func TestConfigLivePodStatusResync(t *testing.T) {
 // stream) would take up to a minute.
 func TestConfigLivePLEGPeriod(t *testing.T) {
 	e := liveEnv(t, func(c string) string {
-		c = strings.Replace(c, "plegPeriod: 500ms", "plegPeriod: 1m", 1)
+		// Without exit events only the relist sees the exit.
+		c = strings.Replace(c, "plegPeriod: 500ms", "plegPeriod: 1m\n  exitEvents: false", 1)
 		return strings.Replace(c, "pods:\n", "pods:\n  resync: 0s\n", 1)
 	})
 	e.cleanupPods("brief")

@@ -4,6 +4,7 @@ import (
 	"context"
 	"encoding/json"
 	"fmt"
+	"path/filepath"
 	"regexp"
 	"strconv"
 	"strings"
@@ -19,6 +20,7 @@ import (
 	criclient "k8s.io/cri-client/pkg"
 	"k8s.io/klog/v2"
 
+	"github.com/mqlet/mqlet/agent/inflight"
 	apiv1 "github.com/mqlet/mqlet/api/v1"
 	"github.com/mqlet/mqlet/internal/testutil/mosquitto"
 )
@@ -287,4 +289,25 @@ func (e *podEnv) pod(name, restartPolicy, cmd string) []byte {
 func dump(v any) string {
 	b, _ := json.Marshal(v)
 	return string(b)
+}
+
+// kill9BetweenSyncs SIGKILLs mqlet as a crash between two pod syncs: a kill
+// that lands while a pod is synced leaves that sync's mark, and the
+// restarted mqlet would quarantine the pod as the one that stopped it
+// (the poison tests' scenario, not the caller's). Such a mark, left by the
+// test's own kill, is cleared before the restart.
+func (e *podEnv) kill9BetweenSyncs() {
+	e.t.Helper()
+	e.agent.Kill9()
+	f, err := inflight.Open(filepath.Join(e.stateDir, "inflight-syncs"), 1)
+	if err != nil {
+		e.t.Fatalf("reading the sync marks: %v", err)
+	}
+	defer f.Close()
+	if left := f.Left(); len(left) > 0 {
+		e.t.Logf("the kill landed while %v was synced; clearing its mark", left)
+		if err := f.Reset(); err != nil {
+			e.t.Fatal(err)
+		}
+	}
 }

@@ -123,7 +123,7 @@ func TestPodForeignContainersLeftAlone(t *testing.T) {
 	window("while mqlet runs its GC")
 
 	mark := e.mq.Mark()
-	e.agent.Kill9()
+	e.kill9BetweenSyncs()
 	e.agent.Restart()
 	e.mq.WaitState(mark, e.node, "online", 30*time.Second)
 	window("after mqlet restarted and reconciled")

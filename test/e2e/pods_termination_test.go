@@ -140,7 +140,7 @@ func TestPodActiveDeadlineSurvivesARestart(t *testing.T) {
 	e.apply([]byte(pod), apiv1.Succeeded, podReadyTimeout)
 	p := e.waitStatus("deadline2", 30*time.Second, "a startTime", func(p *v1.Pod) bool { return p.Status.StartTime != nil })
 	start := p.Status.StartTime.Time
-	e.agent.Kill9()
+	e.kill9BetweenSyncs()
 	// Down past half the deadline (the scenario, not a wait for a sync).
 	<-time.After(time.Until(start.Add(5 * time.Second)))
 	restarted := time.Now()
