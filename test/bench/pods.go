@@ -230,6 +230,11 @@ type podStartCase struct {
 	RawParallelWallMs float64   `json:"rawCriParallelWallMs,omitempty"`
 	// Burst only: time until the last pod ran under mqlet over RawParallelWallMs.
 	RatioAllPodsParallel float64 `json:"ratioAllRunningToRawParallelWall,omitempty"`
+	// Burst only: the same parallel calls with the confinement mqlet gives
+	// every pod by default (seccomp RuntimeDefault, masked /proc paths).
+	RawConfined          latencies `json:"rawCriParallelConfined"`
+	RawConfinedWallMs    float64   `json:"rawCriParallelConfinedWallMs,omitempty"`
+	RatioAllPodsConfined float64   `json:"ratioAllRunningToRawParallelConfinedWall,omitempty"`
 }
 
 type podStartResult struct {
@@ -274,11 +279,15 @@ func (e *env) podStart(ctx context.Context) (*podStartResult, []string, error) {
 		return nil, nil, fmt.Errorf("raw CRI %d pods: %w", e.opts.burst, err)
 	}
 	rawWall := time.Since(rawStart)
-	rawPar, err := rawcri.RunParallel(quietCtx(ctx), e.opts.criEndpoint, e.opts.burst)
+	rawPar, err := rawcri.RunParallel(quietCtx(ctx), e.opts.criEndpoint, e.opts.burst, rawcri.Bare)
 	if err != nil {
 		return nil, nil, fmt.Errorf("raw CRI %d pods in parallel: %w", e.opts.burst, err)
 	}
-	e.log.Info().Dur("sequential", rawWall).Dur("parallel", rawPar.StartWall).Dur("stopParallel", rawPar.StopWall).Msg("pods: raw CRI burst")
+	rawConfined, err := rawcri.RunParallel(quietCtx(ctx), e.opts.criEndpoint, e.opts.burst, rawcri.AsMqlet)
+	if err != nil {
+		return nil, nil, fmt.Errorf("raw CRI %d pods in parallel, confined as mqlet confines them: %w", e.opts.burst, err)
+	}
+	e.log.Info().Dur("sequential", rawWall).Dur("parallel", rawPar.StartWall).Dur("parallelConfined", rawConfined.StartWall).Dur("stopParallel", rawPar.StopWall).Msg("pods: raw CRI burst")
 	names, items := e.burstPods()
 	got, err := e.applyPods(ctx, listOf(items), names, v1.PodRunning, true)
 	if err != nil {
@@ -292,6 +301,8 @@ func (e *env) podStart(ctx context.Context) (*podStartResult, []string, error) {
 	res.Burst.RatioAllPods = ratio(res.Burst.Running.MaxMs, res.Burst.RawWallMs)
 	res.Burst.RawParallel, res.Burst.RawParallelWallMs = summarise(rawPar.Start), ms(rawPar.StartWall)
 	res.Burst.RatioAllPodsParallel = ratio(res.Burst.Running.MaxMs, res.Burst.RawParallelWallMs)
+	res.Burst.RawConfined, res.Burst.RawConfinedWallMs = summarise(rawConfined.Start), ms(rawConfined.StartWall)
+	res.Burst.RatioAllPodsConfined = ratio(res.Burst.Running.MaxMs, res.Burst.RawConfinedWallMs)
 	res.rawStop = rawPar.StopWall
 	e.log.Info().Float64("p50ms", res.Burst.Running.P50Ms).Dur("reply", got.reply).Msg("pods: burst running")
 	return res, names, nil
@@ -327,7 +338,7 @@ type deleteResult struct {
 // (measured when 0).
 func (e *env) deleteRunning(ctx context.Context, names []string, rawStop time.Duration) (*deleteResult, error) {
 	if rawStop == 0 {
-		raw, err := rawcri.RunParallel(quietCtx(ctx), e.opts.criEndpoint, len(names))
+		raw, err := rawcri.RunParallel(quietCtx(ctx), e.opts.criEndpoint, len(names), rawcri.Bare)
 		if err != nil {
 			return nil, fmt.Errorf("raw CRI %d pods in parallel: %w", len(names), err)
 		}

@@ -154,6 +154,10 @@ func (r *report) print(w io.Writer) {
 			p("                 all %d running: mqlet %.1f ms / raw sequential %.1f ms = x%.2f", ps.Burst.Pods, ps.Burst.Running.MaxMs, ps.Burst.RawWallMs, ps.Burst.RatioAllPods)
 			p("                 raw CRI per pod (%d at once)  %s; all %d: %.1f ms", ps.Burst.Pods, lat(ps.Burst.RawParallel), ps.Burst.Pods, ps.Burst.RawParallelWallMs)
 			p("                 all %d running: mqlet %.1f ms / raw parallel %.1f ms = x%.2f (target <= x1.10)", ps.Burst.Pods, ps.Burst.Running.MaxMs, ps.Burst.RawParallelWallMs, ps.Burst.RatioAllPodsParallel)
+			if ps.Burst.RawConfinedWallMs > 0 {
+				p("                 raw CRI per pod (%d at once, confined as mqlet: seccomp RuntimeDefault, masked /proc) %s; all %d: %.1f ms", ps.Burst.Pods, lat(ps.Burst.RawConfined), ps.Burst.Pods, ps.Burst.RawConfinedWallMs)
+				p("                 all %d running: mqlet %.1f ms / raw parallel confined %.1f ms = x%.2f", ps.Burst.Pods, ps.Burst.Running.MaxMs, ps.Burst.RawConfinedWallMs, ps.Burst.RatioAllPodsConfined)
+			}
 		}
 	}
 	if id := r.Idle; id != nil {
