@@ -223,11 +223,15 @@ func (s machineInfoSource) GetVersionInfo() (*cadvisorapi.VersionInfo, error) {
 var errNoCgroup = errors.New("cgroup does not exist")
 
 // cgroupSampler keeps one cgroup's cAdvisor handler and its last two samples.
+// specMaxAge is how long a cgroup's spec is reused.
+const specMaxAge = 5 * time.Minute
+
 type cgroupSampler struct {
 	name    string
 	paths   map[string]string
 	handler *libcontainer.Handler
 	spec    cadvisorapi.ContainerSpec
+	specAt  time.Time // when spec was read
 	last    *cadvisorapi.ContainerStats
 	prev    *cadvisorapi.ContainerStats
 	seen    bool // touched by the Summary in progress
@@ -268,16 +272,21 @@ func (c *Collector) sampleLocked(name string, pid int, now time.Time) (sample, e
 			delete(c.cgroups, key)
 			return sample{}, fmt.Errorf("sampling cgroup %q: %w", name, errNoCgroup)
 		}
-		spec, err := common.GetSpec(s.paths, c.rootMachine, false, false)
-		if err != nil {
-			return sample{}, fmt.Errorf("reading spec of cgroup %q: %w", name, err)
+		// The spec (creation time, limits) is a third of a sample's reads
+		// and changes only with a new cgroup, which gets a sampler of its
+		// own: it is read again only now and then.
+		if s.specAt.IsZero() || now.Sub(s.specAt) >= specMaxAge {
+			spec, err := common.GetSpec(s.paths, c.rootMachine, false, false)
+			if err != nil {
+				return sample{}, fmt.Errorf("reading spec of cgroup %q: %w", name, err)
+			}
+			s.spec, s.specAt = spec, now
 		}
 		stats, err := s.handler.GetStats()
 		if err != nil {
 			return sample{}, fmt.Errorf("reading stats of cgroup %q: %w", name, err)
 		}
 		stats.Timestamp = now
-		s.spec = spec
 		s.prev, s.last = s.last, stats
 	}
 	out := sample{spec: s.spec, stats: s.last}

@@ -28,6 +28,7 @@ type scriptedRuntime struct {
 	pods      []cri.PodRef
 	killed    []string
 	stopped   []string
+	lists     int
 }
 
 func newScriptedRuntime() *scriptedRuntime {
@@ -79,6 +80,7 @@ func (f *scriptedRuntime) StopPod(_ context.Context, pod *v1.Pod, _ cri.EventRec
 func (f *scriptedRuntime) ListPods(context.Context) ([]cri.PodRef, error) {
 	f.mu.Lock()
 	defer f.mu.Unlock()
+	f.lists++
 	return append([]cri.PodRef(nil), f.pods...), nil
 }
 

@@ -29,6 +29,9 @@ type runner struct {
 	kills       map[string]*kill // runtime pod uid → its termination, running or finished
 	stopping    bool             // a stop of the desired pod's containers and sandbox runs beside the slots
 	stopsFailed int              // stops failed in a row, for their retry delay
+	// alone is the uid whose runtime pods were listed and found to be the
+	// only ones of the pod's name: syncs of that uid need not list again.
+	alone string
 	deadline    time.Time        // when deadlineTimer fires
 	// deadlineTimer queues the pod at its activeDeadlineSeconds; stopped
 	// when the runner is dropped or the pool stops.
@@ -151,6 +154,20 @@ func (r *runner) killFinished(k *kill, err error) {
 	r.mu.Lock()
 	defer r.mu.Unlock()
 	k.done, k.err = true, err
+}
+
+// knownAlone reports whether uid was found alone in the runtime, with no
+// termination of an older runtime pod still tracked.
+func (r *runner) knownAlone(uid string) bool {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	return r.alone == uid && len(r.kills) == 0
+}
+
+func (r *runner) foundAlone(uid string) {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	r.alone = uid
 }
 
 // beginStop reports whether a stop of the desired pod may start (none runs).

@@ -407,3 +407,39 @@ func TestRunnerStopRetryDelay(t *testing.T) {
 		t.Errorf("delay after a failure following a success: %v, want 10ms", d)
 	}
 }
+
+// The runtime pods are listed (for older uids of the pod's name) at the
+// first sync of a uid only: later syncs of it skip the listing, and a pod
+// re-created under a new uid is listed again.
+func TestListingOncePerUID(t *testing.T) {
+	rt := newScriptedRuntime()
+	pod := testPod("web")
+	d := &mapDesired{pods: map[string]*v1.Pod{"ns/web": pod}}
+	pool := New(Options{Workers: 1}, rt, d, &fakeStatus{set: map[string]v1.PodStatus{}}, &outcomes{got: map[string][]pending.Outcome{}}, noEvents{}, zerolog.Nop())
+	ctx, cancel := context.WithCancel(context.Background())
+	done := make(chan struct{})
+	go func() { pool.Run(ctx); close(done) }()
+	t.Cleanup(func() { cancel(); <-done })
+	lists := func() int {
+		rt.mu.Lock()
+		defer rt.mu.Unlock()
+		return rt.lists
+	}
+	for i := 1; i <= 3; i++ {
+		pool.Enqueue("ns/web")
+		waitUntil(t, "the pod synced", func() bool { return rt.syncCount("ns/web") >= i })
+	}
+	if n := lists(); n != 1 {
+		t.Errorf("%d listings for 3 syncs of one uid, want 1", n)
+	}
+	again := testPod("web")
+	again.UID = "uid-web-2"
+	d.mu.Lock()
+	d.pods["ns/web"] = again
+	d.mu.Unlock()
+	pool.Enqueue("ns/web")
+	waitUntil(t, "the re-created pod synced", func() bool { return rt.syncCount("ns/web") >= 4 })
+	if n := lists(); n != 2 {
+		t.Errorf("%d listings after the pod was re-created, want 2", n)
+	}
+}

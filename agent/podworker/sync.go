@@ -63,11 +63,15 @@ func (p *Pool) work(life, ctx context.Context, r *runner) (time.Duration, error)
 			p.stopAsync(life, r, pod)
 			return nil
 		}
-		// A pod re-created under the same name has a new UID: the old one goes first.
-		if err := p.removePod(life, ctx, r, namespace, name, string(pod.UID)); errors.Is(err, errTerminating) {
-			return nil
-		} else if err != nil {
-			return err
+		// A pod re-created under the same name has a new UID: the old one
+		// goes first. Once the uid is known to be alone, later syncs of it
+		// (resyncs, lifecycle events) skip the listing of every runtime pod.
+		if !r.knownAlone(string(pod.UID)) {
+			if err := p.removePod(life, ctx, r, namespace, name, string(pod.UID)); errors.Is(err, errTerminating) {
+				return nil
+			} else if err != nil {
+				return err
+			}
 		}
 		// Kept because the spec is gone from the store by the time a deleted pod is killed.
 		backoff := r.syncing(string(pod.UID), pod.Spec.TerminationGracePeriodSeconds)
@@ -212,6 +216,8 @@ func (p *Pool) removePod(life, ctx context.Context, r *runner, namespace, name, 
 	if keepUID != "" {
 		if killed {
 			r.removed() // the old uid's termination took the delete's grace period
+		} else {
+			r.foundAlone(keepUID)
 		}
 		return nil
 	}

@@ -64,7 +64,11 @@ func cpuTicks(t *testing.T, pid int) int64 {
 // server (httpGet host 127.0.0.1, allowed by the privileged profile), so
 // their arrival times are seen where they land.
 func TestProbeCostTwentyPods(t *testing.T) {
-	e := newPodEnv(t, "admission:\n  profile: privileged\n")
+	// mqlet's defaults (a 1 s relist, metrics every 30 s, …), as a gateway
+	// runs: the cost is the operator's, not the test config's.
+	e := startPodEnv(t, func(logDir string) string {
+		return fmt.Sprintf("runtime:\n  podLogDir: %s\nadmission:\n  profile: privileged\n", logDir)
+	})
 	srv := &probeServer{arrivals: map[string][]time.Time{}, firstOK: map[string]time.Time{}}
 	l, err := net.Listen("tcp", "127.0.0.1:0")
 	if err != nil {
