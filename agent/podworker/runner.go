@@ -31,8 +31,8 @@ type runner struct {
 	stopsFailed int              // stops failed in a row, for their retry delay
 	// alone is the uid whose runtime pods were listed and found to be the
 	// only ones of the pod's name: syncs of that uid need not list again.
-	alone string
-	deadline    time.Time        // when deadlineTimer fires
+	alone    string
+	deadline time.Time // when deadlineTimer fires
 	// deadlineTimer queues the pod at its activeDeadlineSeconds; stopped
 	// when the runner is dropped or the pool stops.
 	deadlineTimer *time.Timer
