@@ -18,10 +18,13 @@ const (
 	minQuotaUs  = 1000
 	minShares   = 2
 	maxShares   = 262144
+	// A new cgroup's cpu.shares and cpu.weight, for cpuShares 0.
+	defaultShares = 1024
+	defaultWeight = 100
 )
 
 // podCgroupValues are the pod cgroup's cpu and memory settings from
-// pod-level resources; zero is not set.
+// pod-level resources; zero is not set (no limit, the default shares).
 type podCgroupValues struct {
 	memoryLimit int64 // bytes
 	cpuQuota    int64 // µs per cfsPeriodUs
@@ -53,16 +56,21 @@ func podLevelCgroupValues(pod *v1.Pod) (podCgroupValues, bool) {
 
 // limitPodResources writes a pod's pod-level cpu and memory limits into
 // its cgroup before its sandbox exists (the runtime creates the
-// containers' cgroups beneath it, so they share the limits). A pod
-// without pod-level resources is left alone.
+// containers' cgroups beneath it, so they share the limits); a limit the
+// spec no longer has is lifted. A pod without pod-level resources gets no
+// cpu or memory cgroup of its own, but one left by an earlier spec of the
+// pod (the uid is kept across updates) is set back to the defaults.
 func (m *Manager) limitPodResources(pod *v1.Pod) error {
 	vals, ok := podLevelCgroupValues(pod)
-	if !ok {
-		return nil
-	}
 	parent, err := m.podCgroupParent(string(pod.UID))
 	if err != nil {
 		return err
+	}
+	if !ok {
+		vals = podCgroupValues{} // every value back to a new cgroup's
+		if !m.hasPodResourceCgroup(parent) {
+			return nil
+		}
 	}
 	if isCgroup(filepath.Join(m.cfg.CgroupFS, "memory")) {
 		return m.limitPodResourcesV1(parent, vals)
@@ -76,6 +84,16 @@ func (m *Manager) limitPodResources(pod *v1.Pod) error {
 	return errors.New("no cpu and memory cgroup controllers: cannot honour the pod's spec.resources")
 }
 
+// hasPodResourceCgroup reports whether the pod's cpu cgroup exists (v1)
+// or its cgroup has the cpu controller (v2).
+func (m *Manager) hasPodResourceCgroup(parent string) bool {
+	if _, err := os.Stat(filepath.Join(m.cfg.CgroupFS, "cpu", parent, "cpu.shares")); err == nil {
+		return true
+	}
+	_, err := os.Stat(filepath.Join(m.cfg.CgroupFS, parent, "cpu.weight"))
+	return err == nil
+}
+
 func (m *Manager) limitPodResourcesV1(parent string, vals podCgroupValues) error {
 	memDir := filepath.Join(m.cfg.CgroupFS, "memory", parent)
 	cpuDir := filepath.Join(m.cfg.CgroupFS, "cpu", parent)
@@ -84,17 +102,25 @@ func (m *Manager) limitPodResourcesV1(parent string, vals podCgroupValues) error
 			return err
 		}
 	}
-	writes := [][2]string{{filepath.Join(cpuDir, "cpu.shares"), strconv.FormatInt(vals.cpuShares, 10)}}
+	// -1 is no limit: one an earlier spec set is lifted.
+	quota, memory := int64(-1), int64(-1)
 	if vals.cpuQuota > 0 {
-		// The period first: the kernel checks the quota against it.
-		writes = append(writes,
-			[2]string{filepath.Join(cpuDir, "cpu.cfs_period_us"), strconv.Itoa(cfsPeriodUs)},
-			[2]string{filepath.Join(cpuDir, "cpu.cfs_quota_us"), strconv.FormatInt(vals.cpuQuota, 10)})
+		quota = vals.cpuQuota
 	}
 	if vals.memoryLimit > 0 {
-		writes = append(writes, [2]string{filepath.Join(memDir, "memory.limit_in_bytes"), strconv.FormatInt(vals.memoryLimit, 10)})
+		memory = vals.memoryLimit
 	}
-	return writeCgroupFiles(writes)
+	// The period before the quota: the kernel checks the quota against it.
+	shares := vals.cpuShares
+	if shares == 0 {
+		shares = defaultShares
+	}
+	return writeCgroupFiles([][2]string{
+		{filepath.Join(cpuDir, "cpu.shares"), strconv.FormatInt(shares, 10)},
+		{filepath.Join(cpuDir, "cpu.cfs_period_us"), strconv.Itoa(cfsPeriodUs)},
+		{filepath.Join(cpuDir, "cpu.cfs_quota_us"), strconv.FormatInt(quota, 10)},
+		{filepath.Join(memDir, "memory.limit_in_bytes"), strconv.FormatInt(memory, 10)},
+	})
 }
 
 func (m *Manager) limitPodResourcesV2(parent string, vals podCgroupValues) error {
@@ -109,15 +135,22 @@ func (m *Manager) limitPodResourcesV2(parent string, vals podCgroupValues) error
 		}
 	}
 	// The kubelet's conversion of cpu shares to a v2 weight.
-	weight := 1 + ((vals.cpuShares-minShares)*9999)/(maxShares-minShares)
-	writes := [][2]string{{filepath.Join(dir, "cpu.weight"), strconv.FormatInt(weight, 10)}}
+	weight := int64(defaultWeight)
+	if vals.cpuShares > 0 {
+		weight = 1 + ((vals.cpuShares-minShares)*9999)/(maxShares-minShares)
+	}
+	quota, memory := "max", "max" // no limit: one an earlier spec set is lifted
 	if vals.cpuQuota > 0 {
-		writes = append(writes, [2]string{filepath.Join(dir, "cpu.max"), strconv.FormatInt(vals.cpuQuota, 10) + " " + strconv.Itoa(cfsPeriodUs)})
+		quota = strconv.FormatInt(vals.cpuQuota, 10)
 	}
 	if vals.memoryLimit > 0 {
-		writes = append(writes, [2]string{filepath.Join(dir, "memory.max"), strconv.FormatInt(vals.memoryLimit, 10)})
+		memory = strconv.FormatInt(vals.memoryLimit, 10)
 	}
-	return writeCgroupFiles(writes)
+	return writeCgroupFiles([][2]string{
+		{filepath.Join(dir, "cpu.weight"), strconv.FormatInt(weight, 10)},
+		{filepath.Join(dir, "cpu.max"), quota + " " + strconv.Itoa(cfsPeriodUs)},
+		{filepath.Join(dir, "memory.max"), memory},
+	})
 }
 
 func writeCgroupFiles(writes [][2]string) error {

@@ -71,8 +71,20 @@ func TestPodLevelResourcesLimitThePodCgroup(t *testing.T) {
 	if got := readCgroupFile(t, filepath.Join(fs1, "cpu/mqlet/pod"+uid2+"/cpu.shares")); got != "2" {
 		t.Errorf("v1 shares without a request: %q", got)
 	}
-	if _, err := os.Stat(filepath.Join(fs1, "memory/mqlet/pod"+uid2+"/memory.limit_in_bytes")); err == nil {
-		t.Error("a memory limit written for a pod without one")
+	if got := readCgroupFile(t, filepath.Join(fs1, "memory/mqlet/pod"+uid2+"/memory.limit_in_bytes")); got != "-1" {
+		t.Errorf("v1 memory limit of a pod without one: %q, want -1 (none)", got)
+	}
+	// The same pod updated without pod-level resources: its cgroup goes
+	// back to the defaults, no limit left from the earlier spec.
+	must(t, m.limitPodResources(podWithPodResources(uid, nil)))
+	for file, want := range map[string]string{
+		"memory/mqlet/pod" + uid + "/memory.limit_in_bytes": "-1",
+		"cpu/mqlet/pod" + uid + "/cpu.cfs_quota_us":         "-1",
+		"cpu/mqlet/pod" + uid + "/cpu.shares":               "1024",
+	} {
+		if got := readCgroupFile(t, filepath.Join(fs1, file)); got != want {
+			t.Errorf("v1 %s after the limits were removed: %q, want %q", file, got, want)
+		}
 	}
 
 	const uid3 = "3f6c2a1e-8b4d-4e7a-9c15-2d7e6f0a1b2e"
@@ -94,6 +106,16 @@ func TestPodLevelResourcesLimitThePodCgroup(t *testing.T) {
 	} {
 		if got := readCgroupFile(t, filepath.Join(fs2, file)); got != want {
 			t.Errorf("v2 %s: %q, want %q", file, got, want)
+		}
+	}
+	must(t, m.limitPodResources(podWithPodResources(uid, nil)))
+	for file, want := range map[string]string{
+		"mqlet/pod" + uid + "/memory.max": "max",
+		"mqlet/pod" + uid + "/cpu.max":    "max 100000",
+		"mqlet/pod" + uid + "/cpu.weight": "100",
+	} {
+		if got := readCgroupFile(t, filepath.Join(fs2, file)); got != want {
+			t.Errorf("v2 %s after the limits were removed: %q, want %q", file, got, want)
 		}
 	}
 

@@ -3,6 +3,7 @@ package e2e
 import (
 	"os"
 	"path/filepath"
+	"strconv"
 	"strings"
 	"testing"
 	"time"
@@ -58,5 +59,29 @@ func TestPodLevelResourcesLimitThePodCgroup(t *testing.T) {
 	}
 	if p.Status.QOSClass != v1.PodQOSGuaranteed {
 		t.Errorf("qosClass %q, want Guaranteed (pod requests defaulted to its limits)", p.Status.QOSClass)
+	}
+
+	// The same pod applied without pod-level resources keeps its uid and
+	// gets a new sandbox; its cgroup keeps no limit of the earlier spec.
+	e.apply(e.pod("podres", "Always", "sleep 3600"), apiv1.Succeeded, podReadyTimeout)
+	q := e.waitStatus("podres", 60*time.Second, "running in a new sandbox", func(q *v1.Pod) bool {
+		cs, ok := containerStatus(q, "main", false)
+		old, _ := containerStatus(p, "main", false)
+		return q.Status.Phase == v1.PodRunning && ok && cs.State.Running != nil && cs.ContainerID != old.ContainerID
+	})
+	if q.UID != p.UID {
+		t.Fatalf("uid changed from %s to %s: the test needs the same pod cgroup", p.UID, q.UID)
+	}
+	// No limit reads as the largest page-aligned value.
+	if got, err := strconv.ParseUint(read("memory", "memory.limit_in_bytes"), 10, 64); err != nil || got < 1<<62 {
+		t.Errorf("after the limits were removed: memory.limit_in_bytes = %d (%v), want no limit", got, err)
+	}
+	for _, c := range []struct{ hierarchy, file, want string }{
+		{"cpu", "cpu.cfs_quota_us", "-1"},
+		{"cpu", "cpu.shares", "1024"},
+	} {
+		if got := read(c.hierarchy, c.file); got != c.want {
+			t.Errorf("after the limits were removed: pod cgroup %s/%s = %q, want %q", c.hierarchy, c.file, got, c.want)
+		}
 	}
 }
