@@ -9,6 +9,7 @@ import (
 
 type idleResult struct {
 	Pods            int            `json:"pods"`
+	Probed          bool           `json:"probed,omitempty"` // exec liveness + httpGet readiness every 10 s
 	WindowSeconds   float64        `json:"windowSeconds"`
 	RSSStartBytes   int64          `json:"rssStartBytes"`
 	RSSEndBytes     int64          `json:"rssEndBytes"`
@@ -46,7 +47,7 @@ func (e *env) idle(ctx context.Context, pods int) (*idleResult, error) {
 	}
 	pid := e.agent.pid()
 	hz := clockTicks()
-	res := &idleResult{Pods: pods, ByKind: map[string]int{}}
+	res := &idleResult{Pods: pods, Probed: e.opts.probePods, ByKind: map[string]int{}}
 	if res.RSSStartBytes, err = procRSS(pid); err != nil {
 		return nil, err
 	}

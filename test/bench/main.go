@@ -45,6 +45,7 @@ type options struct {
 	intakeNoDelay bool
 	unstripped    string
 	logLevel      string
+	probePods     bool
 }
 
 var allSteps = []string{"footprint", "intake", "burst", "pods", "idle", "exit"}
@@ -75,6 +76,7 @@ func parseFlags(args []string, stderr io.Writer) (options, error) {
 	fs.IntVar(&o.workers, "mqlet-workers", 0, "pods.workers (sync slots) for mqlet (0: its default)")
 	fs.IntVar(&o.exitPods, "exit-pods", 10, "pods whose container exits, for the exit → status delay")
 	fs.StringVar(&o.logLevel, "mqlet-log-level", "info", "mqlet's --log-level (debug gives a timeline of each step in the kept logs)")
+	fs.BoolVar(&o.probePods, "probe-pods", false, "give the burst pods (and so the idle step) an exec liveness and an httpGet readiness probe every 10 s")
 	fs.BoolVar(&o.keep, "keep", false, "keep the scratch dir (logs, state) even when every step passed")
 	fs.BoolVar(&o.brokerNoDelay, "broker-tcp-nodelay", false, "set mosquitto's set_tcp_nodelay (off by default in mosquitto 2.0)")
 	fs.BoolVar(&o.intakeNoDelay, "intake-nodelay-too", true, "repeat the intake through a second mosquitto with set_tcp_nodelay true")

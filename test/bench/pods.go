@@ -312,9 +312,25 @@ func (e *env) burstPods() (names, items []string) {
 	for i := range e.opts.burst {
 		n := fmt.Sprintf("burst-%d", i)
 		names = append(names, n)
-		items = append(items, e.podJSON(n, "Always", sleeper))
+		if e.opts.probePods {
+			items = append(items, e.probedPodJSON(n))
+		} else {
+			items = append(items, e.podJSON(n, "Always", sleeper))
+		}
 	}
 	return names, items
+}
+
+// probedPodJSON is a sleeper that also serves HTTP on port 8080 (busybox
+// httpd), with the probes of issue 9's cost figure: an exec liveness probe
+// and an httpGet readiness probe on the pod IP, both every 10 s.
+func (e *env) probedPodJSON(name string) string {
+	return fmt.Sprintf(`{"apiVersion":"v1","kind":"Pod","metadata":{"name":%q,"namespace":%q},`+
+		`"spec":{"restartPolicy":"Always","terminationGracePeriodSeconds":2,"containers":[{"name":"main",`+
+		`"image":%q,"imagePullPolicy":"Never","command":["sh","-c",%q],`+
+		`"livenessProbe":{"exec":{"command":["true"]},"periodSeconds":10},`+
+		`"readinessProbe":{"httpGet":{"path":"/passwd","port":8080},"periodSeconds":10}}]}}`,
+		name, e.ns, busyboxImage, "httpd -p 8080 -h /etc; "+sleeper)
 }
 
 func podCase(pods int, running, reply, raw []time.Duration, rawWall time.Duration) podStartCase {

@@ -161,7 +161,11 @@ func (r *report) print(w io.Writer) {
 		}
 	}
 	if id := r.Idle; id != nil {
-		p("\n4. Idle with %d pods for %.0f s (default telemetry settings)", id.Pods, id.WindowSeconds)
+		probes := ""
+		if id.Probed {
+			probes = ", each with an exec liveness and an httpGet readiness probe every 10 s"
+		}
+		p("\n4. Idle with %d pods for %.0f s (default telemetry settings%s)", id.Pods, id.WindowSeconds, probes)
 		p("   RSS:  %s at start, %s at end, %s max", mib(id.RSSStartBytes), mib(id.RSSEndBytes), mib(id.RSSMaxBytes))
 		p("   CPU:  %.2f %% of one core", id.CPUPercentCore)
 		p("   MQTT: %d messages, %d payload bytes → %.1f msgs/min, %.0f payload B/min (%.0f B/min with topics)",
