@@ -22,6 +22,17 @@ func podWithPodResources(uid string, res *v1.ResourceRequirements) *v1.Pod {
 	}
 }
 
+// wantCgroupFiles checks the files below root against want (what names
+// the case in a failure).
+func wantCgroupFiles(t *testing.T, root, what string, want map[string]string) {
+	t.Helper()
+	for file, w := range want {
+		if got := readCgroupFile(t, filepath.Join(root, file)); got != w {
+			t.Errorf("%s: %s is %q, want %q", what, file, got, w)
+		}
+	}
+}
+
 func readCgroupFile(t *testing.T, path string) string {
 	t.Helper()
 	got, err := os.ReadFile(path)
@@ -49,16 +60,12 @@ func TestPodLevelResourcesLimitThePodCgroup(t *testing.T) {
 	must(t, os.MkdirAll(filepath.Join(fs1, "cpu"), 0o755))
 	m := NewManager(Config{CgroupFS: fs1}, zerolog.Nop())
 	must(t, m.limitPodResources(podWithPodResources(uid, res)))
-	for file, want := range map[string]string{
+	wantCgroupFiles(t, fs1, "v1", map[string]string{
 		"memory/mqlet/pod" + uid + "/memory.limit_in_bytes": "67108864",
 		"cpu/mqlet/pod" + uid + "/cpu.cfs_quota_us":         "50000",
 		"cpu/mqlet/pod" + uid + "/cpu.cfs_period_us":        "100000",
 		"cpu/mqlet/pod" + uid + "/cpu.shares":               "256",
-	} {
-		if got := readCgroupFile(t, filepath.Join(fs1, file)); got != want {
-			t.Errorf("v1 %s: %q, want %q", file, got, want)
-		}
-	}
+	})
 
 	// Only a cpu limit: no memory limit is written, the requests default
 	// to nothing here (the API server's defaulting is validation's job),
@@ -77,15 +84,11 @@ func TestPodLevelResourcesLimitThePodCgroup(t *testing.T) {
 	// The same pod updated without pod-level resources: its cgroup goes
 	// back to the defaults, no limit left from the earlier spec.
 	must(t, m.limitPodResources(podWithPodResources(uid, nil)))
-	for file, want := range map[string]string{
+	wantCgroupFiles(t, fs1, "v1 after the limits were removed", map[string]string{
 		"memory/mqlet/pod" + uid + "/memory.limit_in_bytes": "-1",
 		"cpu/mqlet/pod" + uid + "/cpu.cfs_quota_us":         "-1",
 		"cpu/mqlet/pod" + uid + "/cpu.shares":               "1024",
-	} {
-		if got := readCgroupFile(t, filepath.Join(fs1, file)); got != want {
-			t.Errorf("v1 %s after the limits were removed: %q, want %q", file, got, want)
-		}
-	}
+	})
 
 	const uid3 = "3f6c2a1e-8b4d-4e7a-9c15-2d7e6f0a1b2e"
 	must(t, m.limitPodResources(podWithPodResources(uid3, nil)))
@@ -97,27 +100,19 @@ func TestPodLevelResourcesLimitThePodCgroup(t *testing.T) {
 	must(t, os.WriteFile(filepath.Join(fs2, "cgroup.controllers"), []byte("cpu memory pids\n"), 0o644))
 	m = NewManager(Config{CgroupFS: fs2}, zerolog.Nop())
 	must(t, m.limitPodResources(podWithPodResources(uid, res)))
-	for file, want := range map[string]string{
+	wantCgroupFiles(t, fs2, "v2", map[string]string{
 		"cgroup.subtree_control":          "+cpu +memory",
 		"mqlet/cgroup.subtree_control":    "+cpu +memory",
 		"mqlet/pod" + uid + "/memory.max": "67108864",
 		"mqlet/pod" + uid + "/cpu.max":    "50000 100000",
 		"mqlet/pod" + uid + "/cpu.weight": "10",
-	} {
-		if got := readCgroupFile(t, filepath.Join(fs2, file)); got != want {
-			t.Errorf("v2 %s: %q, want %q", file, got, want)
-		}
-	}
+	})
 	must(t, m.limitPodResources(podWithPodResources(uid, nil)))
-	for file, want := range map[string]string{
+	wantCgroupFiles(t, fs2, "v2 after the limits were removed", map[string]string{
 		"mqlet/pod" + uid + "/memory.max": "max",
 		"mqlet/pod" + uid + "/cpu.max":    "max 100000",
 		"mqlet/pod" + uid + "/cpu.weight": "100",
-	} {
-		if got := readCgroupFile(t, filepath.Join(fs2, file)); got != want {
-			t.Errorf("v2 %s after the limits were removed: %q, want %q", file, got, want)
-		}
-	}
+	})
 
 	if err := NewManager(Config{CgroupFS: t.TempDir()}, zerolog.Nop()).limitPodResources(podWithPodResources(uid, res)); err == nil {
 		t.Fatal("no cpu and memory controllers, yet no error")
