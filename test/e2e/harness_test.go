@@ -306,11 +306,15 @@ func (c *Client) WaitFor(from int, timeout time.Duration, what string, match fun
 	c.t.Helper()
 	deadline := time.NewTimer(timeout)
 	defer deadline.Stop()
+	// Each message is matched once: the recorded messages only grow, and
+	// re-matching all of them at every arrival (a 20 MB log is a hundred
+	// 256 KiB replies, each decoded again) made the waiting the bottleneck.
+	next := from
 	for {
 		c.mu.Lock()
-		for i := from; i < len(c.msgs); i++ {
-			if match(c.msgs[i]) {
-				m := c.msgs[i]
+		for ; next < len(c.msgs); next++ {
+			if match(c.msgs[next]) {
+				m := c.msgs[next]
 				c.mu.Unlock()
 				return m
 			}
