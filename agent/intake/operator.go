@@ -186,6 +186,13 @@ func pickContainer(pod *v1.Pod, name string, withInit bool) (string, error) {
 			names = append(names, c.Name)
 		}
 	}
+	if !withInit {
+		for _, c := range pod.Spec.InitContainers {
+			if c.Name == name {
+				return "", fmt.Errorf("container %q of pod %s/%s is an init container (or sidecar); only an app container can be named here: %s", name, pod.Namespace, pod.Name, strings.Join(names, ", "))
+			}
+		}
+	}
 	if name == "" {
 		if len(pod.Spec.Containers) == 1 {
 			return pod.Spec.Containers[0].Name, nil
