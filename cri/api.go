@@ -41,6 +41,12 @@ const (
 	ContainerUnknown ContainerState = "unknown"
 )
 
+// mayRun reports whether a container in state s may be running: one not
+// known to have exited is to be stopped before its pod counts as down.
+func (s ContainerState) mayRun() bool {
+	return s == ContainerRunning || s == ContainerCreated || s == ContainerUnknown
+}
+
 // ContainerStatus is one attempt of one container as the runtime reports it.
 type ContainerStatus struct {
 	ID           string
@@ -99,7 +105,7 @@ func (s *PodStatus) Live() bool {
 		}
 	}
 	for _, c := range s.Containers {
-		if c.State == ContainerRunning || c.State == ContainerCreated || c.State == ContainerUnknown {
+		if c.State.mayRun() {
 			return true
 		}
 	}

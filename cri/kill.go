@@ -37,7 +37,7 @@ func (m *Manager) stopPod(ctx context.Context, svc *services, pod *v1.Pod, statu
 	}
 	var stops []ContainerStatus
 	for _, c := range status.Containers {
-		if c.State != ContainerRunning && c.State != ContainerCreated && c.State != ContainerUnknown {
+		if !c.State.mayRun() {
 			continue
 		}
 		if pod != nil && c.State == ContainerRunning {

@@ -91,16 +91,11 @@ func waitRelist(ctx context.Context, timer *liveperiod.Timer, exits <-chan strin
 		case id := <-exits:
 			now := time.Now()
 			told[id] = now
-			// Exits told together make one relist.
-			for {
-				select {
-				case id := <-exits:
-					told[id] = now
-					continue
-				default:
-				}
-				return true
+			// Exits told together make one relist (this loop is the only reader).
+			for len(exits) > 0 {
+				told[<-exits] = now
 			}
+			return true
 		}
 	}
 }

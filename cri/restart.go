@@ -107,7 +107,7 @@ func (m *Manager) RestartPod(ctx context.Context, pod *v1.Pod, status *PodStatus
 	}
 	qctx := quietContext(ctx)
 	for _, c := range status.Containers {
-		if c.State != ContainerRunning && c.State != ContainerCreated && c.State != ContainerUnknown {
+		if !c.State.mayRun() {
 			continue
 		}
 		if container != "" && (c.Name != container || c.Init) {
