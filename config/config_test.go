@@ -2,6 +2,7 @@ package config
 
 import (
 	"errors"
+	"io"
 	"os"
 	"path/filepath"
 	"reflect"
@@ -216,5 +217,24 @@ func TestParsePortRange(t *testing.T) {
 		if _, _, err := ParsePortRange(in); err == nil {
 			t.Errorf("ParsePortRange(%q) accepted", in)
 		}
+	}
+}
+
+// The runtime bind-mounts pod files from under the state dir and would
+// resolve a relative path against its own directory, so Load makes it
+// absolute.
+func TestLoadMakesARelativeStateDirAbsolute(t *testing.T) {
+	dir := t.TempDir()
+	t.Chdir(dir)
+	f, err := ParseFlags("mqlet", []string{"--state-dir", "state", "--node", "n1"}, io.Discard)
+	if err != nil {
+		t.Fatal(err)
+	}
+	cfg, err := Load(f, func(string) string { return "" })
+	if err != nil {
+		t.Fatal(err)
+	}
+	if want := filepath.Join(dir, "state"); cfg.StateDir != want {
+		t.Fatalf("stateDir = %q, want %q", cfg.StateDir, want)
 	}
 }

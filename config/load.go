@@ -5,6 +5,7 @@ import (
 	"fmt"
 	"io"
 	"os"
+	"path/filepath"
 	"strings"
 	"time"
 )
@@ -96,6 +97,15 @@ func Load(f *Flags, getenv func(string) string) (*Config, error) {
 	}
 	if cfg.Node == "" {
 		cfg.Node = defaultNode()
+	}
+	// Pod files (etc-hosts, volumes) under the state dir are bind-mounted by
+	// the runtime, which resolves a relative path against its own directory.
+	if cfg.StateDir != "" && !filepath.IsAbs(cfg.StateDir) {
+		abs, err := filepath.Abs(cfg.StateDir)
+		if err != nil {
+			return nil, &FieldError{Field: "stateDir", Reason: err.Error()}
+		}
+		cfg.StateDir = abs
 	}
 	if err := cfg.Validate(); err != nil {
 		return nil, err
