@@ -2,9 +2,12 @@ package main
 
 import (
 	"context"
+	"encoding/json"
 	"fmt"
 	"strings"
 	"time"
+
+	v1 "k8s.io/api/core/v1"
 )
 
 type idleResult struct {
@@ -30,9 +33,18 @@ const idleSettle = 5 * time.Second
 // idle watches mqlet with pods running and nothing to do for the window:
 // memory, CPU, and what it publishes (messages live during the window, not
 // retained ones delivered at subscribe).
-func (e *env) idle(ctx context.Context, pods int) (*idleResult, error) {
+func (e *env) idle(ctx context.Context, names []string) (*idleResult, error) {
+	pods := len(names)
 	if err := e.checkAgent(); err != nil {
 		return nil, err
+	}
+	if e.opts.probePods {
+		// A probed pod turns Ready at its first readiness check, up to a
+		// period after it starts: that sync and status belong to the start,
+		// not to the steady cost the window measures.
+		if err := e.waitReady(ctx, names); err != nil {
+			return nil, err
+		}
 	}
 	if err := waitOrDone(ctx, e.agent, idleSettle); err != nil {
 		return nil, err
@@ -125,4 +137,48 @@ func waitOrDone(ctx context.Context, p *process, d time.Duration) error {
 	case <-ctx.Done():
 		return context.Cause(ctx)
 	}
+}
+
+// waitReady waits until the last published status of each named pod has
+// the Ready condition True.
+func (e *env) waitReady(ctx context.Context, names []string) error {
+	ctx, cancel := context.WithTimeout(ctx, podTimeout)
+	defer cancel()
+	notReady := make(map[string]bool, len(names)) // topic → not Ready yet
+	for _, n := range names {
+		notReady[e.t.pod(e.ns, n)] = true
+	}
+	ready := 0
+	err := e.mq.scan(ctx, 0, fmt.Sprintf("%d pods Ready", len(names)), func(m msg) (bool, error) {
+		wasNotReady, ok := notReady[m.Topic]
+		if !ok || len(m.Payload) == 0 {
+			return false, nil
+		}
+		var p v1.Pod
+		if err := json.Unmarshal(m.Payload, &p); err != nil {
+			return false, fmt.Errorf("status on %s is not a v1.Pod: %w", m.Topic, err)
+		}
+		isReady := podReady(&p)
+		switch {
+		case isReady && wasNotReady:
+			ready++
+		case !isReady && !wasNotReady:
+			ready--
+		}
+		notReady[m.Topic] = !isReady
+		return ready == len(names), nil
+	})
+	if err != nil {
+		return fmt.Errorf("%w (%d of %d pods Ready)", err, ready, len(names))
+	}
+	return nil
+}
+
+func podReady(p *v1.Pod) bool {
+	for _, c := range p.Status.Conditions {
+		if c.Type == v1.PodReady {
+			return c.Status == v1.ConditionTrue
+		}
+	}
+	return false
 }

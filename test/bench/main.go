@@ -205,7 +205,7 @@ func measure(ctx context.Context, opts options, log zerolog.Logger) (rep *report
 	}
 	if want("idle") && running != nil {
 		log.Info().Dur("window", opts.duration).Int("pods", len(running)).Msg("step idle")
-		id, err := e.idle(ctx, len(running))
+		id, err := e.idle(ctx, running)
 		rep.Idle = id
 		rep.fail("idle", err)
 	}
