@@ -110,6 +110,9 @@ type Runtime struct {
 	// ExitEvents makes the PLEG relist at each task exit the runtime
 	// publishes (containerd's events service), not only every PLEGPeriod.
 	ExitEvents bool `json:"exitEvents"`
+	// PLEGPeriodWithEvents is the relist period while those events are
+	// received (never shorter than PLEGPeriod); 0 keeps PLEGPeriod.
+	PLEGPeriodWithEvents Duration `json:"plegPeriodWithEvents"`
 	// ContainerLogMaxBytes rotates a container's log file beyond it (0:
 	// never); ContainerLogMaxFiles are kept per container, the live one
 	// included; checked every LogRotationPeriod.
@@ -209,12 +212,13 @@ func Default() Config {
 		},
 		EmbeddedBroker: EmbeddedBroker{Listen: "127.0.0.1:1883"},
 		Runtime: Runtime{
-			CRIEndpoint:    "unix:///run/containerd/containerd.sock",
-			PodLogDir:      "/var/log/pods",
-			CgroupRoot:     "/mqlet",
-			RequestTimeout: Duration{2 * time.Minute},
-			PLEGPeriod:     Duration{time.Second},
-			ExitEvents:     true,
+			CRIEndpoint:          "unix:///run/containerd/containerd.sock",
+			PodLogDir:            "/var/log/pods",
+			CgroupRoot:           "/mqlet",
+			RequestTimeout:       Duration{2 * time.Minute},
+			PLEGPeriod:           Duration{time.Second},
+			ExitEvents:           true,
+			PLEGPeriodWithEvents: Duration{10 * time.Second},
 			// The kubelet's defaults.
 			ContainerLogMaxBytes: 10 << 20,
 			ContainerLogMaxFiles: 5,
@@ -350,6 +354,9 @@ func (c *Config) Validate() error {
 	}
 	positive("pods.backoffResetAfter", c.Pods.BackoffResetAfter)
 	positive("pods.applyDeadline", c.Pods.ApplyDeadline)
+	if c.Runtime.PLEGPeriodWithEvents.Duration < 0 {
+		bad("runtime.plegPeriodWithEvents", "must not be negative (0: plegPeriod), got %s", c.Runtime.PLEGPeriodWithEvents.Duration)
+	}
 	if c.Pods.Resync.Duration < 0 {
 		bad("pods.resync", "must not be negative (0: off), got %s", c.Pods.Resync.Duration)
 	}

@@ -16,6 +16,10 @@ type Config struct {
 	// ExitEvents makes the PLEG relist at each task exit containerd
 	// publishes on its events service (see exits.go).
 	ExitEvents bool
+	// EventedRelistPeriod is how often the PLEG relists while those events
+	// are received (never more often than its own period); 0 leaves it at
+	// its own period.
+	EventedRelistPeriod time.Duration
 	// PodLogDir holds one directory per pod, <ns>_<name>_<uid>.
 	PodLogDir string
 	// PodDir holds one directory per pod UID with its volumes.

@@ -4,6 +4,7 @@ import (
 	"context"
 	"fmt"
 	"strings"
+	"sync"
 	"time"
 
 	containerdevents "github.com/containerd/containerd/api/events"
@@ -13,6 +14,8 @@ import (
 	"google.golang.org/grpc/credentials/insecure"
 	"google.golang.org/grpc/status"
 	"google.golang.org/protobuf/proto"
+
+	"github.com/mqlet/mqlet/internal/liveperiod"
 )
 
 // Exit hints. containerd 1.6 has no CRI container events, so the PLEG
@@ -23,8 +26,15 @@ import (
 // event asynchronously) reports the container exited. A runtime without
 // that service (CRI-O) only has the periodic relist.
 
-// taskExitTopic is containerd's topic of a task's (or an exec's) exit.
-const taskExitTopic = "/tasks/exit"
+// containerd's topics of a task's (or an exec's) exit and of a container's
+// removal. Between them they cover every change of a container that mqlet
+// did not make itself, so while they are received the periodic relist is
+// only a safety net and runs every EventedRelistPeriod (the kubelet's
+// evented PLEG likewise relists every 5 minutes only).
+const (
+	taskExitTopic        = "/tasks/exit"
+	containerDeleteTopic = "/containers/delete"
+)
 
 // Exit hint timings: how often a told exit is relisted until the CRI
 // reports it, and for how long at most; the reconnect backoff of the
@@ -41,10 +51,54 @@ type exitSubscriber interface {
 	Subscribe(ctx context.Context, in *eventsapi.SubscribeRequest, opts ...grpc.CallOption) (eventsapi.Events_SubscribeClient, error)
 }
 
+// exitStream says whether the runtime's events are being received, and
+// tells the PLEG when that changes.
+type exitStream struct {
+	mu      sync.Mutex
+	live    bool
+	changed chan struct{} // closed at the next change
+}
+
+func newExitStream() *exitStream { return &exitStream{changed: make(chan struct{})} }
+
+func (s *exitStream) set(live bool) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	if s.live == live {
+		return
+	}
+	s.live = live
+	close(s.changed)
+	s.changed = make(chan struct{})
+}
+
+// state is whether events are received now, and a channel closed when
+// that changes.
+func (s *exitStream) state() (bool, <-chan struct{}) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return s.live, s.changed
+}
+
+// relistPeriod is the PLEG's period: base, or evented (when longer) while
+// the runtime's events are received.
+func relistPeriod(base liveperiod.Source, evented time.Duration, stream *exitStream) liveperiod.Source {
+	return liveperiod.Source{
+		Period: func() time.Duration {
+			if live, _ := stream.state(); live {
+				return max(base.Period(), evented)
+			}
+			return base.Period()
+		},
+		Changes: base.Changes,
+	}
+}
+
 // watchExits sends the id of each container (or sandbox) whose own process
-// exits to out, until ctx ends or the runtime turns out to have no events
-// service. A hint is dropped when out is full: a relist is coming anyway.
-func (m *Manager) watchExits(ctx context.Context, out chan<- string) {
+// exits, or that is removed, to out, until ctx ends or the runtime turns out
+// to have no events service; stream says when events are received. A hint
+// is dropped when out is full: a relist is coming anyway.
+func (m *Manager) watchExits(ctx context.Context, out chan<- containerChange, stream *exitStream) {
 	if !m.conn.cfg.ExitEvents || !strings.HasPrefix(m.conn.cfg.Endpoint, "unix://") {
 		return
 	}
@@ -57,7 +111,7 @@ func (m *Manager) watchExits(ctx context.Context, out chan<- string) {
 	src := eventsapi.NewEventsClient(cc)
 	wait := exitStreamRetry
 	for {
-		got, err := forwardExits(ctx, src, out)
+		got, err := forwardExits(ctx, src, out, stream.set)
 		if ctx.Err() != nil {
 			return
 		}
@@ -80,58 +134,81 @@ func (m *Manager) watchExits(ctx context.Context, out chan<- string) {
 	}
 }
 
-// forwardExits subscribes to task exits and forwards them until the stream
-// fails; got says at least one event came.
-func forwardExits(ctx context.Context, src exitSubscriber, out chan<- string) (got bool, err error) {
+// forwardExits subscribes to task exits and container removals and
+// forwards them until the stream fails; got says at least one event came.
+// live is told true once subscribed and false when the stream ends.
+func forwardExits(ctx context.Context, src exitSubscriber, out chan<- containerChange, live func(bool)) (got bool, err error) {
 	ctx, cancel := context.WithCancel(ctx)
 	defer cancel()
-	stream, err := src.Subscribe(ctx, &eventsapi.SubscribeRequest{Filters: []string{`topic=="` + taskExitTopic + `"`}})
+	stream, err := src.Subscribe(ctx, &eventsapi.SubscribeRequest{Filters: []string{
+		`topic=="` + taskExitTopic + `"`, `topic=="` + containerDeleteTopic + `"`,
+	}})
 	if err != nil {
 		return false, fmt.Errorf("subscribe to task exits: %w", err)
 	}
+	live(true)
+	defer live(false)
 	for {
 		env, err := stream.Recv()
 		if err != nil {
 			return got, fmt.Errorf("receive a task exit: %w", err)
 		}
 		got = true
-		id, ok := exitedContainer(env)
+		change, ok := changedContainer(env)
 		if !ok {
 			continue
 		}
 		select {
-		case out <- id:
+		case out <- change:
 		default:
 		}
 	}
 }
 
-// exitedContainer is the container whose own process a task exit event
-// reports; an exec's exit (a probe, an exec command) is none.
-func exitedContainer(env *eventsapi.Envelope) (string, bool) {
-	if env.GetTopic() != taskExitTopic || env.GetEvent() == nil {
-		return "", false
+// containerChange is what the runtime told of a container (or sandbox):
+// its own process exited, or it was removed.
+type containerChange struct {
+	ID      string
+	Removed bool
+}
+
+// changedContainer is the container whose own process a task exit event
+// reports, or that a container delete event reports; an exec's exit (a
+// probe, an exec command) is none.
+func changedContainer(env *eventsapi.Envelope) (containerChange, bool) {
+	if env.GetEvent() == nil {
+		return containerChange{}, false
+	}
+	if env.GetTopic() == containerDeleteTopic {
+		var ev containerdevents.ContainerDelete
+		if err := proto.Unmarshal(env.GetEvent().GetValue(), &ev); err != nil || ev.ID == "" {
+			return containerChange{}, false
+		}
+		return containerChange{ID: ev.ID, Removed: true}, true
+	}
+	if env.GetTopic() != taskExitTopic {
+		return containerChange{}, false
 	}
 	var ev containerdevents.TaskExit
 	if err := proto.Unmarshal(env.GetEvent().GetValue(), &ev); err != nil {
-		return "", false
+		return containerChange{}, false
 	}
 	if ev.ContainerID == "" || ev.ID != ev.ContainerID {
-		return "", false
+		return containerChange{}, false
 	}
-	return ev.ContainerID, true
+	return containerChange{ID: ev.ContainerID}, true
 }
 
-// toldExits are the exits told by the runtime that the relist has not seen
-// yet, with when each was told.
-type toldExits map[string]time.Time
+// toldExits are the changes told by the runtime that the relist has not
+// seen yet, with when each was told.
+type toldExits map[containerChange]time.Time
 
-// settle forgets the exits the relist has seen (or that are not ours) and
-// those told too long ago.
-func (t toldExits) settle(stillRunning func(id string) bool, now time.Time) {
-	for id, at := range t {
-		if !stillRunning(id) || now.Sub(at) > exitRelistFor {
-			delete(t, id)
+// settle forgets the changes the relist has seen (or that are not ours)
+// and those told too long ago.
+func (t toldExits) settle(seen func(containerChange) bool, now time.Time) {
+	for c, at := range t {
+		if seen(c) || now.Sub(at) > exitRelistFor {
+			delete(t, c)
 		}
 	}
 }

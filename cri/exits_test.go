@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"io"
+	"reflect"
 	"testing"
 	"time"
 
@@ -25,7 +26,16 @@ func exitEnvelope(t *testing.T, topic, container, process string) *eventsapi.Env
 	return &eventsapi.Envelope{Namespace: "k8s.io", Topic: topic, Event: &anypb.Any{TypeUrl: "containerd.events.TaskExit", Value: b}}
 }
 
-func TestExitedContainer(t *testing.T) {
+func deleteEnvelope(t *testing.T, container string) *eventsapi.Envelope {
+	t.Helper()
+	b, err := proto.Marshal(&containerdevents.ContainerDelete{ID: container})
+	if err != nil {
+		t.Fatal(err)
+	}
+	return &eventsapi.Envelope{Namespace: "k8s.io", Topic: containerDeleteTopic, Event: &anypb.Any{TypeUrl: "containerd.events.ContainerDelete", Value: b}}
+}
+
+func TestChangedContainer(t *testing.T) {
 	cases := []struct {
 		name string
 		env  *eventsapi.Envelope
@@ -37,11 +47,14 @@ func TestExitedContainer(t *testing.T) {
 		{"no container", exitEnvelope(t, taskExitTopic, "", ""), ""},
 		{"no event", &eventsapi.Envelope{Topic: taskExitTopic}, ""},
 		{"not a TaskExit", &eventsapi.Envelope{Topic: taskExitTopic, Event: &anypb.Any{Value: []byte{0xff, 0xff, 0xff}}}, ""},
+		{"a container removed", deleteEnvelope(t, "c2"), "c2"},
+		{"a removal naming none", deleteEnvelope(t, ""), ""},
+		{"not a ContainerDelete", &eventsapi.Envelope{Topic: containerDeleteTopic, Event: &anypb.Any{Value: []byte{0xff, 0xff, 0xff}}}, ""},
 	}
 	for _, c := range cases {
-		id, ok := exitedContainer(c.env)
-		if id != c.want || ok != (c.want != "") {
-			t.Errorf("%s: got %q %v, want %q", c.name, id, ok, c.want)
+		change, ok := changedContainer(c.env)
+		if change.ID != c.want || ok != (c.want != "") || change.Removed != (c.env.Topic == containerDeleteTopic && ok) {
+			t.Errorf("%s: got %+v %v, want %q", c.name, change, ok, c.want)
 		}
 	}
 }
@@ -76,42 +89,117 @@ func (f *fakeSubscriber) Subscribe(_ context.Context, in *eventsapi.SubscribeReq
 	return f.stream, nil
 }
 
-// forwardExits passes on container exits only, never blocks on a full
-// channel, and returns the stream's end.
+// forwardExits passes on container exits and removals only, never blocks
+// on a full channel, says the stream is live while it is, and returns the
+// stream's end.
 func TestForwardExits(t *testing.T) {
 	src := &fakeSubscriber{stream: &fakeExitStream{envs: []*eventsapi.Envelope{
 		exitEnvelope(t, taskExitTopic, "c1", "exec-1"),
 		exitEnvelope(t, taskExitTopic, "c1", "c1"),
-		exitEnvelope(t, taskExitTopic, "c2", "c2"),
+		deleteEnvelope(t, "c2"),
 		exitEnvelope(t, taskExitTopic, "c3", "c3"),
 	}, err: io.EOF}}
-	out := make(chan string, 2)
-	got, err := forwardExits(context.Background(), src, out)
+	out := make(chan containerChange, 2)
+	var live []bool
+	got, err := forwardExits(context.Background(), src, out, func(l bool) { live = append(live, l) })
 	if !got || !errors.Is(err, io.EOF) {
 		t.Fatalf("forwardExits: got %v, err %v; want true, EOF", got, err)
 	}
-	if len(src.filters) != 1 || src.filters[0] != `topic=="/tasks/exit"` {
+	if len(src.filters) != 2 || src.filters[0] != `topic=="/tasks/exit"` || src.filters[1] != `topic=="/containers/delete"` {
 		t.Errorf("filters %q", src.filters)
 	}
-	close(out)
-	var ids []string
-	for id := range out {
-		ids = append(ids, id)
+	if len(live) != 2 || !live[0] || live[1] {
+		t.Errorf("live told %v, want [true false]", live)
 	}
-	if len(ids) != 2 || ids[0] != "c1" || ids[1] != "c2" {
-		t.Errorf("forwarded %v, want [c1 c2] (the exec's exit skipped, c3 dropped on a full channel)", ids)
+	close(out)
+	var changes []containerChange
+	for c := range out {
+		changes = append(changes, c)
+	}
+	if want := []containerChange{{ID: "c1"}, {ID: "c2", Removed: true}}; !reflect.DeepEqual(changes, want) {
+		t.Errorf("forwarded %+v, want %+v (the exec's exit skipped, c3 dropped on a full channel)", changes, want)
 	}
 	refused := &fakeSubscriber{err: errors.New("unknown service containerd.services.events.v1.Events")}
-	if got, err := forwardExits(context.Background(), refused, out); got || err == nil {
-		t.Errorf("a refused subscription: got %v, err %v", got, err)
+	live = nil
+	if got, err := forwardExits(context.Background(), refused, out, func(l bool) { live = append(live, l) }); got || err == nil || len(live) != 0 {
+		t.Errorf("a refused subscription: got %v, err %v, live told %v", got, err, live)
+	}
+}
+
+// A told exit is seen once the container no longer runs; a told removal
+// once it is no longer listed at all.
+func TestRelisterShowsToldChanges(t *testing.T) {
+	r := &relister{
+		containers: map[string]plegRecord{"up": {state: ContainerRunning}, "down": {state: ContainerExited}},
+		sandboxes:  map[string]plegRecord{"sb": {state: ContainerRunning}},
+	}
+	for _, c := range []struct {
+		change containerChange
+		want   bool
+	}{
+		{containerChange{ID: "up"}, false},
+		{containerChange{ID: "down"}, true},
+		{containerChange{ID: "sb"}, false},
+		{containerChange{ID: "gone"}, true},
+		{containerChange{ID: "down", Removed: true}, false},
+		{containerChange{ID: "sb", Removed: true}, false},
+		{containerChange{ID: "gone", Removed: true}, true},
+	} {
+		if got := r.shows(c.change); got != c.want {
+			t.Errorf("shows(%+v) = %v, want %v", c.change, got, c.want)
+		}
+	}
+}
+
+// While the runtime's events are received the PLEG relists at the evented
+// period (never shorter than its own), and at its own period otherwise;
+// every change of the stream is told.
+func TestRelistPeriodFollowsTheEventStream(t *testing.T) {
+	stream := newExitStream()
+	period := relistPeriod(liveperiod.Fixed(time.Second), 10*time.Second, stream)
+	live, changed := stream.state()
+	if live || period.Period() != time.Second {
+		t.Fatalf("no stream: live %v, period %v; want false, 1s", live, period.Period())
+	}
+	stream.set(true)
+	select {
+	case <-changed:
+	default:
+		t.Fatal("the stream coming up was not told")
+	}
+	if p := period.Period(); p != 10*time.Second {
+		t.Errorf("stream live: period %v, want 10s", p)
+	}
+	if p := relistPeriod(liveperiod.Fixed(time.Minute), 10*time.Second, stream).Period(); p != time.Minute {
+		t.Errorf("stream live, own period a minute: period %v, want 1m", p)
+	}
+	if p := relistPeriod(liveperiod.Fixed(time.Second), 0, stream).Period(); p != time.Second {
+		t.Errorf("no evented period: %v, want 1s", p)
+	}
+	_, changed = stream.state()
+	stream.set(true)
+	select {
+	case <-changed:
+		t.Error("a change told when nothing changed")
+	default:
+	}
+	stream.set(false)
+	select {
+	case <-changed:
+	default:
+		t.Fatal("the stream ending was not told")
+	}
+	if p := period.Period(); p != time.Second {
+		t.Errorf("stream ended: period %v, want 1s", p)
 	}
 }
 
 func TestToldExitsSettle(t *testing.T) {
 	now := time.Now()
-	told := toldExits{"still": now, "seen": now, "old": now.Add(-exitRelistFor - time.Second)}
-	told.settle(func(id string) bool { return id != "seen" }, now)
-	if _, ok := told["still"]; !ok || len(told) != 1 {
+	still, seen, old := containerChange{ID: "still"}, containerChange{ID: "seen", Removed: true}, containerChange{ID: "old"}
+	told := toldExits{still: now, seen: now, old: now.Add(-exitRelistFor - time.Second)}
+	told.settle(func(c containerChange) bool { return c == seen }, now)
+	if _, ok := told[still]; !ok || len(told) != 1 {
 		t.Errorf("after settle: %v, want only the exit not seen yet and told recently", told)
 	}
 	if told.retry() == nil {
@@ -127,10 +215,10 @@ func TestToldExitsSettle(t *testing.T) {
 func TestWaitRelist(t *testing.T) {
 	ctx := context.Background()
 	// waited runs waitRelist, failing the test if it does not return soon.
-	waited := func(ctx context.Context, timer *liveperiod.Timer, exits <-chan string, told toldExits) bool {
+	waited := func(ctx context.Context, timer *liveperiod.Timer, exits <-chan containerChange, told toldExits) bool {
 		t.Helper()
 		done := make(chan bool, 1)
-		go func() { done <- waitRelist(ctx, timer, exits, told) }()
+		go func() { done <- waitRelist(ctx, timer, exits, told, nil) }()
 		select {
 		case ok := <-done:
 			return ok
@@ -141,9 +229,9 @@ func TestWaitRelist(t *testing.T) {
 	}
 	timer := liveperiod.Fixed(time.Hour).NewTimer()
 	defer timer.Stop()
-	exits := make(chan string, 4)
-	exits <- "a"
-	exits <- "b"
+	exits := make(chan containerChange, 4)
+	exits <- containerChange{ID: "a"}
+	exits <- containerChange{ID: "b", Removed: true}
 	told := toldExits{}
 	if !waited(ctx, timer, exits, told) {
 		t.Fatal("waitRelist ended")
@@ -164,5 +252,18 @@ func TestWaitRelist(t *testing.T) {
 	cancel()
 	if waited(cancelled, timer, exits, toldExits{}) {
 		t.Error("waitRelist went on after its context ended")
+	}
+	// The event stream coming or going makes a relist at once.
+	streamChanged := make(chan struct{})
+	close(streamChanged)
+	done := make(chan bool, 1)
+	go func() { done <- waitRelist(ctx, timer, exits, toldExits{}, streamChanged) }()
+	select {
+	case ok := <-done:
+		if !ok {
+			t.Error("waitRelist ended at a stream change")
+		}
+	case <-time.After(10 * time.Second):
+		t.Fatal("waitRelist did not return at a stream change")
 	}
 }

@@ -199,11 +199,8 @@ func TestManagerCallsAreInstrumentedAndUnavailableRechecks(t *testing.T) {
 		t.Fatalf("the connection hands out %T, not the instrumented image service", svc.image)
 	}
 
-	versions := func() int {
-		fake.mu.Lock()
-		defer fake.mu.Unlock()
-		return fake.versions
-	}
+	// Counted by the wrapper, which records a call once it has returned.
+	versions := func() uint64 { return m.CallStats()["Version"].Calls }
 	before := versions()
 	fake.mu.Lock()
 	fake.fail = append(fake.fail, status.Error(codes.Unavailable, "gone"))
@@ -227,15 +224,11 @@ func TestManagerCallsAreInstrumentedAndUnavailableRechecks(t *testing.T) {
 type scriptedCRI struct {
 	runtimeClient
 	imageClient
-	mu       sync.Mutex
-	versions int
-	fail     []error
+	mu   sync.Mutex
+	fail []error
 }
 
 func (s *scriptedCRI) Version(context.Context, string) (*runtimeapi.VersionResponse, error) {
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	s.versions++
 	return &runtimeapi.VersionResponse{RuntimeName: "fake", RuntimeVersion: "1"}, nil
 }
 

@@ -633,15 +633,38 @@ func TestPLEGExitIsSeenAtTheTaskExitEvent(t *testing.T) {
 	}
 	told := time.Now()
 	deadline := time.After(10 * time.Second)
+wait:
 	for {
 		select {
 		case ev := <-events:
 			if ev.PodUID == string(pod.UID) && ev.Type == ContainerDied && ev.ContainerID == id {
 				t.Logf("ContainerDied %v after the container was told to exit", time.Since(told).Round(time.Millisecond))
-				return
+				break wait
 			}
 		case <-deadline:
 			t.Fatal("no ContainerDied within 10 s of the exit with a relist period of a minute")
+		}
+	}
+	// A container removed behind mqlet's back is seen at containerd's
+	// container delete event, not a minute on.
+	svc, err := e.m.conn.get()
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := svc.runtime.RemoveContainer(e.ctx, id); err != nil {
+		t.Fatalf("remove the exited container: %v", err)
+	}
+	removed := time.Now()
+	deadline = time.After(10 * time.Second)
+	for {
+		select {
+		case ev := <-events:
+			if ev.PodUID == string(pod.UID) && ev.Type == ContainerRemoved && ev.ContainerID == id {
+				t.Logf("ContainerRemoved %v after the removal", time.Since(removed).Round(time.Millisecond))
+				return
+			}
+		case <-deadline:
+			t.Fatal("no ContainerRemoved within 10 s of the removal with a relist period of a minute")
 		}
 	}
 }

@@ -40,16 +40,18 @@ func (m *Manager) RunPLEG(ctx context.Context, period liveperiod.Source, out cha
 		}
 	}()
 	// The runtime's task exits make a relist at once (see exits.go).
-	exits := make(chan string, 64)
+	exits := make(chan containerChange, 64)
+	stream := newExitStream()
 	wg.Add(1)
 	go func() {
 		defer wg.Done()
-		m.watchExits(ctx, exits)
+		m.watchExits(ctx, exits, stream)
 	}()
 	relister := &relister{m: m, out: out}
 	told := toldExits{}
-	// The period is re-read at each wait: plegPeriod may change live.
-	timer := period.NewTimer()
+	// The period is re-read at each wait: plegPeriod may change live, and
+	// the event stream may come and go.
+	timer := relistPeriod(period, m.conn.cfg.EventedRelistPeriod, stream).NewTimer()
 	defer timer.Stop()
 	evented := true
 	for {
@@ -64,19 +66,24 @@ func (m *Manager) RunPLEG(ctx context.Context, period liveperiod.Source, out cha
 				}
 			}
 		}
+		// Read before the relist: a stream that comes up after it relists
+		// again, so that an exit just before the subscription is not left
+		// to the long period.
+		_, streamChanged := stream.state()
 		relister.relist(ctx)
-		told.settle(relister.running, time.Now())
+		told.settle(relister.shows, time.Now())
 		timer.Reset()
-		if !waitRelist(ctx, timer, exits, told) {
+		if !waitRelist(ctx, timer, exits, told, streamChanged) {
 			return
 		}
 	}
 }
 
 // waitRelist waits until the next relist is due: the period has passed,
-// the runtime told of an exit, or an exit told before is to be relisted
-// again. It returns false when ctx ends.
-func waitRelist(ctx context.Context, timer *liveperiod.Timer, exits <-chan string, told toldExits) bool {
+// the runtime told of an exit, an exit told before is to be relisted
+// again, or the runtime's event stream came or went. It returns false when
+// ctx ends.
+func waitRelist(ctx context.Context, timer *liveperiod.Timer, exits <-chan containerChange, told toldExits, streamChanged <-chan struct{}) bool {
 	retry := told.retry()
 	for {
 		select {
@@ -84,13 +91,15 @@ func waitRelist(ctx context.Context, timer *liveperiod.Timer, exits <-chan strin
 			return false
 		case <-timer.C():
 			return true
+		case <-streamChanged:
+			return true
 		case <-timer.Changed():
 			timer.Update()
 		case <-retry:
 			return true
-		case id := <-exits:
+		case c := <-exits:
 			now := time.Now()
-			told[id] = now
+			told[c] = now
 			// Exits told together make one relist (this loop is the only reader).
 			for len(exits) > 0 {
 				told[<-exits] = now
@@ -216,10 +225,17 @@ func (r *relister) relist(ctx context.Context) {
 	r.containers, r.sandboxes = containers, sandboxes
 }
 
-// running reports whether the last listing has container or sandbox id
-// running.
-func (r *relister) running(id string) bool {
-	return r.containers[id].state == ContainerRunning || r.sandboxes[id].state == ContainerRunning
+// shows reports whether the last listing reflects a change the runtime
+// told: the container (or sandbox) is not running after an exit, or not
+// listed at all after a removal. A container the listing never had (not
+// mqlet's) shows either.
+func (r *relister) shows(c containerChange) bool {
+	if c.Removed {
+		_, container := r.containers[c.ID]
+		_, sandbox := r.sandboxes[c.ID]
+		return !container && !sandbox
+	}
+	return r.containers[c.ID].state != ContainerRunning && r.sandboxes[c.ID].state != ContainerRunning
 }
 
 // diffContainers turns two listings into lifecycle events, the kubelet way.

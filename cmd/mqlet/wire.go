@@ -158,13 +158,14 @@ func (s *nodeState) close() {
 // criConfig takes the runtime manager's settings from the configuration.
 func criConfig(cfg *config.Config, secrets *redact.Live) cri.Config {
 	return cri.Config{
-		Endpoint:       cfg.Runtime.CRIEndpoint,
-		PodLogDir:      cfg.Runtime.PodLogDir,
-		PodDir:         filepath.Join(cfg.StateDir, "pods"),
-		CgroupRoot:     cfg.Runtime.CgroupRoot,
-		PodPidsLimit:   cfg.Pods.PidsLimit,
-		RequestTimeout: cfg.Runtime.RequestTimeout.Duration,
-		ExitEvents:     cfg.Runtime.ExitEvents,
+		Endpoint:            cfg.Runtime.CRIEndpoint,
+		PodLogDir:           cfg.Runtime.PodLogDir,
+		PodDir:              filepath.Join(cfg.StateDir, "pods"),
+		CgroupRoot:          cfg.Runtime.CgroupRoot,
+		PodPidsLimit:        cfg.Pods.PidsLimit,
+		RequestTimeout:      cfg.Runtime.RequestTimeout.Duration,
+		ExitEvents:          cfg.Runtime.ExitEvents,
+		EventedRelistPeriod: cfg.Runtime.PLEGPeriodWithEvents.Duration,
 		// The runtime re-checks hostPaths on their resolved path and scrubs
 		// secret values from what it reports.
 		AllowedHostPaths: cfg.Admission.AllowedHostPaths,

@@ -60,7 +60,7 @@ func TestWiringTakesEveryPolicyFromConfig(t *testing.T) {
 	file := writeConfig(t, `node: n1
 stateDir: `+dir+`
 mqtt: {topicPrefix: site/a, maxPayloadBytes: 4096, keepAlive: 7s, pingTimeout: 3s, reconnectMin: 2s, reconnectMax: 9s, maxInflight: 5, username: u}
-runtime: {criEndpoint: "unix:///tmp/x.sock", podLogDir: /tmp/logs, cgroupRoot: /edge, requestTimeout: 17s, plegPeriod: 3s, containerLogMaxBytes: 1234, containerLogMaxFiles: 3, logRotationPeriod: 11s}
+runtime: {criEndpoint: "unix:///tmp/x.sock", podLogDir: /tmp/logs, cgroupRoot: /edge, requestTimeout: 17s, plegPeriod: 3s, exitEvents: false, plegPeriodWithEvents: 29s, containerLogMaxBytes: 1234, containerLogMaxFiles: 3, logRotationPeriod: 11s}
 pods: {workers: 3, backoffBase: 2s, backoffMax: 40s, backoffResetAfter: 7m, applyDeadline: 3m, maxPods: 12, pidsLimit: 99}
 gc: {interval: 13s, maxDeadPerContainer: 4, minDeadAge: 14s, imageGCHighPercent: 60, imageGCLowPercent: 42}
 telemetry: {metricsInterval: 19s, nodeStatusInterval: 21s, podStatusResync: 23s, memoryAvailable: 50Mi, diskAvailablePercent: 7, pidAvailablePercent: 8}
@@ -157,6 +157,8 @@ images: {pullParallelism: 3, pullTimeout: 4m, pullBackoffBase: 6s, pullBackoffMa
 		{"cgroup root", rc.CgroupRoot, "/edge"},
 		{"pids limit", rc.PodPidsLimit, int64(99)},
 		{"request timeout", rc.RequestTimeout, 17 * s},
+		{"exit events", rc.ExitEvents, false},
+		{"pleg period with events", rc.EventedRelistPeriod, 29 * s},
 		{"pull parallelism", rc.PullParallelism, 3},
 		{"pull timeout", rc.PullTimeout, 4 * time.Minute},
 		{"pull backoff base", rc.PullBackoffBase, 6 * s},
