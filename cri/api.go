@@ -117,6 +117,9 @@ type PodRef struct {
 	UID       string
 	Name      string
 	Namespace string
+	// Running maps the ID of each of the pod's running containers to its
+	// name, from the same listing (nil when none runs).
+	Running map[string]string
 }
 
 // EventRecorder receives what happened to a pod, in Kubernetes event terms

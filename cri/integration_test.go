@@ -236,7 +236,13 @@ func TestPodLifecycle(t *testing.T) {
 	}
 	found := false
 	for _, r := range refs {
-		found = found || (r.UID == string(pod.UID) && r.Name == pod.Name && r.Namespace == pod.Namespace)
+		if r.UID == string(pod.UID) && r.Name == pod.Name && r.Namespace == pod.Namespace {
+			found = true
+			// The listing also names the running containers (metrics use it).
+			if len(r.Running) != 1 || r.Running[first.ID] != "main" {
+				t.Fatalf("ListPods running containers %v, want %s: main", r.Running, first.ID)
+			}
+		}
 	}
 	if !found {
 		t.Fatalf("ListPods %v lacks %s", refs, pod.UID)

@@ -182,21 +182,33 @@ func (m *Manager) ListPods(ctx context.Context) ([]PodRef, error) {
 	if err != nil {
 		return nil, fmt.Errorf("list mqlet containers: %w", err)
 	}
-	seen := map[string]bool{}
+	index := map[string]int{} // uid → position in refs
 	var refs []PodRef
-	add := func(labels map[string]string) {
+	add := func(labels map[string]string) *PodRef {
 		uid := labels[LabelPodUID]
-		if uid == "" || seen[uid] {
-			return
+		if uid == "" {
+			return nil
 		}
-		seen[uid] = true
-		refs = append(refs, PodRef{UID: uid, Name: labels[LabelPodName], Namespace: labels[LabelPodNamespace]})
+		i, seen := index[uid]
+		if !seen {
+			i = len(refs)
+			index[uid] = i
+			refs = append(refs, PodRef{UID: uid, Name: labels[LabelPodName], Namespace: labels[LabelPodNamespace]})
+		}
+		return &refs[i]
 	}
 	for _, sb := range sandboxes {
 		add(sb.Labels)
 	}
 	for _, c := range containers {
-		add(c.Labels)
+		ref := add(c.Labels)
+		if ref == nil || c.State != runtimeapi.ContainerState_CONTAINER_RUNNING {
+			continue
+		}
+		if ref.Running == nil {
+			ref.Running = map[string]string{}
+		}
+		ref.Running[c.Id] = c.GetMetadata().GetName()
 	}
 	sort.Slice(refs, func(i, j int) bool {
 		if refs[i].Namespace != refs[j].Namespace {

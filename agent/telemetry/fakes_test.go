@@ -23,18 +23,17 @@ var testTopics = apiv1.Scheme{Prefix: "mqlet/v1", Node: "gw1"}
 
 // fakeRuntime is a runtime whose readiness the test flips.
 type fakeRuntime struct {
-	mu       sync.Mutex
-	ready    bool
-	name     string
-	version  string
-	changed  chan struct{}
-	pods     []cri.PodRef
-	statuses map[string]*cri.PodStatus
-	listErr  error
+	mu      sync.Mutex
+	ready   bool
+	name    string
+	version string
+	changed chan struct{}
+	pods    []cri.PodRef
+	listErr error
 }
 
 func newFakeRuntime(ready bool) *fakeRuntime {
-	return &fakeRuntime{ready: ready, name: "containerd", version: "1.6.20", changed: make(chan struct{}), statuses: map[string]*cri.PodStatus{}}
+	return &fakeRuntime{ready: ready, name: "containerd", version: "1.6.20", changed: make(chan struct{})}
 }
 
 func (f *fakeRuntime) Ready() bool {
@@ -67,16 +66,6 @@ func (f *fakeRuntime) ListPods(context.Context) ([]cri.PodRef, error) {
 	f.mu.Lock()
 	defer f.mu.Unlock()
 	return append([]cri.PodRef(nil), f.pods...), f.listErr
-}
-
-func (f *fakeRuntime) GetPodStatus(_ context.Context, uid, _, _ string) (*cri.PodStatus, error) {
-	f.mu.Lock()
-	defer f.mu.Unlock()
-	st, ok := f.statuses[uid]
-	if !ok {
-		return nil, errors.New("no such pod")
-	}
-	return st, nil
 }
 
 // fakePublisher hands every queued message to the test.

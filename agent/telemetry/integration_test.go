@@ -41,7 +41,7 @@ func randomHex(t testing.TB, n int) string {
 // testPods creates n pod cgroups with one container cgroup each under
 // cgroupRoot in the cpu, cpuacct and memory v1 hierarchies, and puts a busy
 // shell loop in the first container. Everything is removed at cleanup.
-func testPods(t testing.TB, cgroupRoot string, n int) ([]cri.PodRef, map[string]*cri.PodStatus) {
+func testPods(t testing.TB, cgroupRoot string, n int) []cri.PodRef {
 	t.Helper()
 	mounts, err := libcontainer.GetCgroupSubsystems(cadvisorcontainer.MetricSet{cadvisorcontainer.CpuUsageMetrics: {}, cadvisorcontainer.MemoryUsageMetrics: {}})
 	if err != nil {
@@ -80,7 +80,6 @@ func testPods(t testing.TB, cgroupRoot string, n int) ([]cri.PodRef, map[string]
 		dirs = append(dirs, filepath.Join(h, cgroupRoot))
 	}
 	var refs []cri.PodRef
-	statuses := map[string]*cri.PodStatus{}
 	var busyDirs []string
 	for i := 0; i < n; i++ {
 		uid := fmt.Sprintf("%s-%d", randomHex(t, 4), i)
@@ -97,9 +96,7 @@ func testPods(t testing.TB, cgroupRoot string, n int) ([]cri.PodRef, map[string]
 			}
 		}
 		name := fmt.Sprintf("pod-%d", i)
-		refs = append(refs, cri.PodRef{UID: uid, Name: name, Namespace: "default"})
-		statuses[uid] = &cri.PodStatus{UID: uid, Name: name, Namespace: "default",
-			Containers: []cri.ContainerStatus{{ID: cid, Name: "app", State: cri.ContainerRunning}}}
+		refs = append(refs, cri.PodRef{UID: uid, Name: name, Namespace: "default", Running: map[string]string{cid: "app"}})
 	}
 	busy := exec.Command("sh", "-c", "read go; while :; do :; done")
 	busy.SysProcAttr = &syscall.SysProcAttr{Setpgid: true}
@@ -133,7 +130,7 @@ func testPods(t testing.TB, cgroupRoot string, n int) ([]cri.PodRef, map[string]
 		}
 		return false
 	})
-	return refs, statuses
+	return refs
 }
 
 func waitUntil(t testing.TB, timeout time.Duration, cond func() bool) {
@@ -155,7 +152,7 @@ func TestIntegrationRealCollector(t *testing.T) {
 	const pods = 3
 	cgroupRoot := "/mqlet-telemetry-test-" + randomHex(t, 4)
 	rt := newFakeRuntime(true)
-	rt.pods, rt.statuses = testPods(t, cgroupRoot, pods)
+	rt.pods = testPods(t, cgroupRoot, pods)
 	out := newFakePublisher()
 	agentCounters := func() map[string]uint64 { return map[string]uint64{"pod_syncs": 12, "pod_queue_depth": 1} }
 	tel, err := New(context.Background(), Config{
@@ -325,7 +322,7 @@ func benchmarkMetricsTick(b *testing.B, pods int) {
 	cgroupRoot := "/mqlet-telemetry-bench-" + randomHex(b, 4)
 	rt := newFakeRuntime(true)
 	if pods > 0 {
-		rt.pods, rt.statuses = testPods(b, cgroupRoot, pods)
+		rt.pods = testPods(b, cgroupRoot, pods)
 	}
 	col, err := metrics.New(context.Background(), metrics.Options{NodeName: "gw1", CgroupRoot: cgroupRoot, StateDir: b.TempDir(), HousekeepingInterval: time.Nanosecond}, zerolog.Nop())
 	if err != nil {

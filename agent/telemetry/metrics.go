@@ -30,7 +30,6 @@ type SummarySource interface {
 type PodSource interface {
 	Ready() bool
 	ListPods(ctx context.Context) ([]cri.PodRef, error)
-	GetPodStatus(ctx context.Context, uid, name, namespace string) (*cri.PodStatus, error)
 }
 
 // CounterSource returns mqlet's own counters, published with the metrics.
@@ -154,20 +153,15 @@ func (r *MetricsReporter) podInfos(ctx context.Context) []metrics.PodInfo {
 	out := make([]metrics.PodInfo, 0, len(refs))
 	for _, ref := range refs {
 		info := metrics.PodInfo{UID: ref.UID, Name: ref.Name, Namespace: ref.Namespace, Containers: map[string]string{}, Filesystems: map[string]metrics.ContainerFilesystem{}}
-		status, err := r.pods.GetPodStatus(ctx, ref.UID, ref.Name, ref.Namespace)
-		if err != nil {
-			r.log.Debug().Err(err).Str("pod", ref.Namespace+"/"+ref.Name).Msg("no container list for metrics")
-		} else if status != nil {
-			for _, c := range status.Containers {
-				// Exited attempts have no cgroup left to measure.
-				if c.State == cri.ContainerRunning {
-					info.Containers[c.ID] = c.Name
-					if use, ok := disk[c.ID]; ok {
-						info.Filesystems[c.ID] = metrics.ContainerFilesystem{
-							RootfsUsedBytes: use.RootfsUsedBytes, RootfsDir: use.RootfsMount,
-							LogsUsedBytes: use.LogsUsedBytes, LogsDir: use.LogsDir,
-						}
-					}
+		// Running containers only: exited attempts have no cgroup left to
+		// measure. The listing names them; a full status of every pod
+		// (four CRI calls each) was most of a collection's calls.
+		for id, name := range ref.Running {
+			info.Containers[id] = name
+			if use, ok := disk[id]; ok {
+				info.Filesystems[id] = metrics.ContainerFilesystem{
+					RootfsUsedBytes: use.RootfsUsedBytes, RootfsDir: use.RootfsMount,
+					LogsUsedBytes: use.LogsUsedBytes, LogsDir: use.LogsDir,
 				}
 			}
 		}

@@ -59,12 +59,11 @@ func (c *fakeCollector) snapshot() (int, []metrics.PodInfo, map[string]uint64, b
 
 func runtimeWithPods() *fakeRuntime {
 	rt := newFakeRuntime(true)
-	rt.pods = []cri.PodRef{{UID: "u1", Name: "web", Namespace: "default"}, {UID: "u2", Name: "gone", Namespace: "default"}}
-	rt.statuses["u1"] = &cri.PodStatus{UID: "u1", Name: "web", Namespace: "default", Containers: []cri.ContainerStatus{
-		{ID: "c-new", Name: "app", State: cri.ContainerRunning},
-		{ID: "c-old", Name: "app", State: cri.ContainerExited},
-		{ID: "c-side", Name: "sidecar", State: cri.ContainerRunning},
-	}}
+	// u1's exited attempt c-old of app is not in the listing's running set.
+	rt.pods = []cri.PodRef{
+		{UID: "u1", Name: "web", Namespace: "default", Running: map[string]string{"c-new": "app", "c-side": "sidecar"}},
+		{UID: "u2", Name: "gone", Namespace: "default"},
+	}
 	return rt
 }
 
