@@ -54,6 +54,9 @@ type Config struct {
 	StateDir   string            `json:"stateDir"`
 	LogLevel   string            `json:"logLevel"`
 	LogFormat  string            `json:"logFormat"`
+	// GoMaxProcs caps the CPUs that run mqlet's Go code at once (0: Go's
+	// own default); the GOMAXPROCS environment variable, when set, wins.
+	GoMaxProcs int `json:"goMaxProcs"`
 
 	MQTT           MQTT           `json:"mqtt"`
 	EmbeddedBroker EmbeddedBroker `json:"embeddedBroker"`
@@ -195,10 +198,11 @@ type Requests struct {
 // Keep it in step with configs/mqlet.yaml.
 func Default() Config {
 	return Config{
-		Node:      defaultNode(),
-		StateDir:  "/var/lib/mqlet",
-		LogLevel:  "info",
-		LogFormat: "auto",
+		Node:       defaultNode(),
+		StateDir:   "/var/lib/mqlet",
+		LogLevel:   "info",
+		LogFormat:  "auto",
+		GoMaxProcs: 1,
 		MQTT: MQTT{
 			Broker:          "tcp://127.0.0.1:1883",
 			TopicPrefix:     "mqlet/v1",
@@ -292,6 +296,9 @@ func (c *Config) Validate() error {
 	case "trace", "debug", "info", "warn", "error":
 	default:
 		bad("logLevel", "%q is not one of trace, debug, info, warn, error", c.LogLevel)
+	}
+	if c.GoMaxProcs < 0 {
+		bad("goMaxProcs", "must not be negative (0: Go's default), got %d", c.GoMaxProcs)
 	}
 	switch c.LogFormat {
 	case "auto", "json", "console":

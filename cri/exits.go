@@ -36,12 +36,15 @@ const (
 	containerDeleteTopic = "/containers/delete"
 )
 
-// Exit hint timings: how often a told exit is relisted until the CRI
-// reports it, and for how long at most; the reconnect backoff of the
-// event stream.
+// Exit hint timings: a told exit is relisted after exitRelistEvery, then
+// less and less often (a quarter of its age, at most exitRelistMaxGap)
+// until the CRI reports it, for exitRelistFor at most: the periodic relist
+// may be 10 s away, and a loaded node's CRI plugin can lag by seconds. Then
+// the reconnect backoff of the event stream.
 const (
 	exitRelistEvery  = 30 * time.Millisecond
-	exitRelistFor    = 2 * time.Second
+	exitRelistMaxGap = time.Second
+	exitRelistFor    = 10 * time.Second
 	exitStreamRetry  = time.Second
 	exitStreamMaxGap = 30 * time.Second
 )
@@ -215,9 +218,21 @@ func (t toldExits) settle(seen func(containerChange) bool, now time.Time) {
 
 // retry fires when the exits still waiting should be relisted again; nil
 // when none waits.
-func (t toldExits) retry() <-chan time.Time {
+func (t toldExits) retry(now time.Time) <-chan time.Time {
 	if len(t) == 0 {
 		return nil
 	}
-	return time.After(exitRelistEvery)
+	return time.After(t.retryDelay(now))
+}
+
+// retryDelay grows with the age of the newest change waiting: a quarter of
+// it, from exitRelistEvery up to exitRelistMaxGap.
+func (t toldExits) retryDelay(now time.Time) time.Duration {
+	var newest time.Time
+	for _, at := range t {
+		if at.After(newest) {
+			newest = at
+		}
+	}
+	return min(max(now.Sub(newest)/4, exitRelistEvery), exitRelistMaxGap)
 }

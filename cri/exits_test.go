@@ -202,11 +202,23 @@ func TestToldExitsSettle(t *testing.T) {
 	if _, ok := told[still]; !ok || len(told) != 1 {
 		t.Errorf("after settle: %v, want only the exit not seen yet and told recently", told)
 	}
-	if told.retry() == nil {
+	if told.retry(now) == nil {
 		t.Error("no retry while an exit waits")
 	}
-	if (toldExits{}).retry() != nil {
+	if (toldExits{}).retry(now) != nil {
 		t.Error("a retry with no exit waiting")
+	}
+	// Relisted soon at first, then less often, never more than a second apart.
+	for _, c := range []struct {
+		age, want time.Duration
+	}{
+		{0, exitRelistEvery},
+		{time.Second, 250 * time.Millisecond},
+		{8 * time.Second, exitRelistMaxGap},
+	} {
+		if got := told.retryDelay(now.Add(c.age)); got != c.want {
+			t.Errorf("retry delay %v after the exit: %v, want %v", c.age, got, c.want)
+		}
 	}
 }
 

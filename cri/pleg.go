@@ -84,7 +84,7 @@ func (m *Manager) RunPLEG(ctx context.Context, period liveperiod.Source, out cha
 // again, or the runtime's event stream came or went. It returns false when
 // ctx ends.
 func waitRelist(ctx context.Context, timer *liveperiod.Timer, exits <-chan containerChange, told toldExits, streamChanged <-chan struct{}) bool {
-	retry := told.retry()
+	retry := told.retry(time.Now())
 	for {
 		select {
 		case <-ctx.Done():

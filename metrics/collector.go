@@ -18,6 +18,7 @@ import (
 	"github.com/google/cadvisor/lib/machine"
 	cadvisorapi "github.com/google/cadvisor/lib/model"
 	"github.com/google/cadvisor/lib/utils/sysfs"
+	"github.com/opencontainers/cgroups"
 	"github.com/rs/zerolog"
 
 	// Filesystem plugins that turn a mount into capacity/usage figures.
@@ -101,6 +102,7 @@ type Collector struct {
 	opts         Options
 	gauges       map[string]bool
 	cgroupMounts map[string]string // v1 controller → mount point
+	unified      bool              // cgroup v2 only
 	metrics      cadvisorcontainer.MetricSet
 	fsInfo       fs.FsInfo
 	sysFs        sysfs.SysFs
@@ -144,6 +146,7 @@ func New(ctx context.Context, opts Options, log zerolog.Logger) (*Collector, err
 		opts:         opts,
 		gauges:       make(map[string]bool, len(opts.GaugeMetrics)),
 		cgroupMounts: mounts,
+		unified:      cgroups.IsCgroup2UnifiedMode(),
 		metrics:      included,
 		fsInfo:       fsInfo,
 		sysFs:        sysfs.NewRealSysFs(),
@@ -263,7 +266,8 @@ func (c *Collector) sampleLocked(name string, pid int, now time.Time) (sample, e
 		if err != nil {
 			return sample{}, fmt.Errorf("opening cgroup %q: %w", name, err)
 		}
-		s = &cgroupSampler{name: name, paths: paths, handler: libcontainer.NewHandler(mgr, "/", pid, c.metrics)}
+		lean := &leanStats{Manager: mgr, paths: paths, unified: c.unified}
+		s = &cgroupSampler{name: name, paths: paths, handler: libcontainer.NewHandler(lean, "/", pid, c.metrics)}
 		c.cgroups[key] = s
 	}
 	s.seen = true

@@ -10,6 +10,7 @@ import (
 	"io"
 	"os"
 	"os/signal"
+	"runtime"
 	"syscall"
 
 	"github.com/mqlet/mqlet/config"
@@ -60,6 +61,9 @@ func run(args []string, stdout, stderr io.Writer) int {
 	}
 	log := logging.NewLive(stderr, level, cfg.LogFormat, secrets.Current)
 	logging.RouteKlog(log)
+	if procs, ok := goMaxProcs(cfg.GoMaxProcs, os.Getenv); ok {
+		runtime.GOMAXPROCS(procs)
+	}
 
 	ctx, stop := signal.NotifyContext(context.Background(), syscall.SIGTERM, syscall.SIGINT)
 	defer stop()
@@ -68,4 +72,13 @@ func run(args []string, stdout, stderr io.Writer) int {
 		return 1
 	}
 	return 0
+}
+
+// goMaxProcs is the GOMAXPROCS to set from the configuration: none when it
+// asks for Go's default or when the environment already says (Go read it).
+func goMaxProcs(configured int, getenv func(string) string) (int, bool) {
+	if configured <= 0 || getenv("GOMAXPROCS") != "" {
+		return 0, false
+	}
+	return configured, true
 }

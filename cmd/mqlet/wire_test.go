@@ -172,3 +172,31 @@ images: {pullParallelism: 3, pullTimeout: 4m, pullBackoffBase: 6s, pullBackoffMa
 		t.Error("the runtime gets no scrubber")
 	}
 }
+
+// goMaxProcs follows the configuration unless it asks for Go's default or
+// the environment already set GOMAXPROCS.
+func TestGoMaxProcsFromConfig(t *testing.T) {
+	noEnv := func(string) string { return "" }
+	env := func(k string) string {
+		if k == "GOMAXPROCS" {
+			return "2"
+		}
+		return ""
+	}
+	for _, c := range []struct {
+		configured int
+		getenv     func(string) string
+		want       int
+		set        bool
+	}{
+		{1, noEnv, 1, true},
+		{3, noEnv, 3, true},
+		{0, noEnv, 0, false},
+		{1, env, 0, false},
+	} {
+		got, set := goMaxProcs(c.configured, c.getenv)
+		if got != c.want || set != c.set {
+			t.Errorf("goMaxProcs(%d) = %d, %v; want %d, %v", c.configured, got, set, c.want, c.set)
+		}
+	}
+}
