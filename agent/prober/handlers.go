@@ -104,6 +104,9 @@ func (m *Manager) runHandler(ctx context.Context, w *worker) (probe.Result, stri
 		if pr := h.HTTPGet.Protocol; pr != nil && *pr == v1.HTTPProtocolHTTP2 {
 			return httpProber.ProbeH2C(req, timeout) // cleartext HTTP/2 with prior knowledge
 		}
+		if req.URL.Scheme == "http" {
+			return httpCheck(req, timeout)
+		}
 		return httpProber.Probe(req, timeout)
 	case h.TCPSocket != nil:
 		host := h.TCPSocket.Host
