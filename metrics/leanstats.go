@@ -1,15 +1,11 @@
 package metrics
 
 import (
-	"bufio"
-	"bytes"
 	"fmt"
-	"os"
-	"path/filepath"
-	"strconv"
 	"strings"
 
 	"github.com/opencontainers/cgroups"
+	"github.com/opencontainers/cgroups/fscommon"
 )
 
 // leanStats is a cgroup manager whose GetStats reads only what the Summary
@@ -37,7 +33,7 @@ func (l *leanStats) GetStats() (*cgroups.Stats, error) {
 
 func (l *leanStats) readV1(st *cgroups.Stats) error {
 	if dir := l.paths["cpuacct"]; dir != "" {
-		usage, err := readUint(filepath.Join(dir, "cpuacct.usage"))
+		usage, err := fscommon.GetCgroupParamUint(dir, "cpuacct.usage")
 		if err != nil {
 			return fmt.Errorf("reading cpu usage: %w", err)
 		}
@@ -47,74 +43,44 @@ func (l *leanStats) readV1(st *cgroups.Stats) error {
 	if dir == "" {
 		return nil
 	}
-	usage, err := readUint(filepath.Join(dir, "memory.usage_in_bytes"))
-	if err != nil {
-		return fmt.Errorf("reading memory usage: %w", err)
-	}
-	st.MemoryStats.Usage.Usage = usage
-	if err := readKeyed(filepath.Join(dir, "memory.stat"), st.MemoryStats.Stats); err != nil {
-		return fmt.Errorf("reading memory.stat: %w", err)
+	if err := readMemory(st, dir, "memory.usage_in_bytes"); err != nil {
+		return err
 	}
 	// cAdvisor takes the hierarchical total_* figures when use_hierarchy is
 	// on (always, since Linux 5.x; the file is gone on some kernels).
-	hierarchy, err := readUint(filepath.Join(dir, "memory.use_hierarchy"))
+	hierarchy, err := fscommon.GetCgroupParamUint(dir, "memory.use_hierarchy")
 	st.MemoryStats.UseHierarchy = err != nil || hierarchy == 1
 	return nil
 }
 
 func (l *leanStats) readUnified(st *cgroups.Stats) error {
 	dir := l.paths[""]
-	cpu := map[string]uint64{}
-	if err := readKeyed(filepath.Join(dir, "cpu.stat"), cpu); err != nil {
+	usec, err := fscommon.GetValueByKey(dir, "cpu.stat", "usage_usec")
+	if err != nil {
 		return fmt.Errorf("reading cpu.stat: %w", err)
 	}
-	st.CpuStats.CpuUsage.TotalUsage = cpu["usage_usec"] * 1000
+	st.CpuStats.CpuUsage.TotalUsage = usec * 1000
 	// The root cgroup has no memory.current: the stats stay empty, as
 	// cAdvisor's handler accepts for the root on v2.
-	usage, err := readUint(filepath.Join(dir, "memory.current"))
+	return readMemory(st, dir, "memory.current")
+}
+
+// readMemory reads the memory usage from usageFile and every figure of
+// memory.stat.
+func readMemory(st *cgroups.Stats, dir, usageFile string) error {
+	usage, err := fscommon.GetCgroupParamUint(dir, usageFile)
 	if err != nil {
 		return fmt.Errorf("reading memory usage: %w", err)
 	}
 	st.MemoryStats.Usage.Usage = usage
-	if err := readKeyed(filepath.Join(dir, "memory.stat"), st.MemoryStats.Stats); err != nil {
+	content, err := cgroups.ReadFile(dir, "memory.stat")
+	if err != nil {
 		return fmt.Errorf("reading memory.stat: %w", err)
 	}
+	for line := range strings.SplitSeq(content, "\n") {
+		if key, value, err := fscommon.ParseKeyValue(line); err == nil {
+			st.MemoryStats.Stats[key] = value
+		}
+	}
 	return nil
-}
-
-// readUint reads a cgroup file holding one number ("max" is the largest).
-func readUint(file string) (uint64, error) {
-	raw, err := os.ReadFile(file)
-	if err != nil {
-		return 0, err
-	}
-	s := strings.TrimSpace(string(raw))
-	if s == "max" {
-		return ^uint64(0), nil
-	}
-	v, err := strconv.ParseUint(s, 10, 64)
-	if err != nil {
-		return 0, fmt.Errorf("parsing %s: %w", file, err)
-	}
-	return v, nil
-}
-
-// readKeyed reads a flat keyed cgroup file ("key value" lines) into out;
-// lines that are not a key and a number are skipped.
-func readKeyed(file string, out map[string]uint64) error {
-	raw, err := os.ReadFile(file)
-	if err != nil {
-		return err
-	}
-	sc := bufio.NewScanner(bytes.NewReader(raw))
-	for sc.Scan() {
-		key, value, ok := strings.Cut(sc.Text(), " ")
-		if !ok {
-			continue
-		}
-		if v, err := strconv.ParseUint(value, 10, 64); err == nil {
-			out[key] = v
-		}
-	}
-	return sc.Err()
 }

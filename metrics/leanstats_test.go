@@ -4,6 +4,8 @@ import (
 	"os"
 	"path/filepath"
 	"testing"
+
+	"github.com/opencontainers/cgroups"
 )
 
 func writeFiles(t *testing.T, dir string, files map[string]string) {
@@ -21,6 +23,10 @@ func writeFiles(t *testing.T, dir string, files map[string]string) {
 // The lean reader fills exactly what cAdvisor turns into the Summary's cpu
 // and memory figures, from the v1 and the v2 file layouts.
 func TestLeanStatsReadWhatTheSummaryUses(t *testing.T) {
+	// The library reads only files on cgroupfs; its test mode lets it read
+	// this temporary tree. The real-cgroup tests keep the check.
+	cgroups.TestMode = true
+	t.Cleanup(func() { cgroups.TestMode = false })
 	root := t.TempDir()
 	cpuacct, memory := filepath.Join(root, "cpuacct", "pod1"), filepath.Join(root, "memory", "pod1")
 	writeFiles(t, cpuacct, map[string]string{"cpuacct.usage": "123456789\n"})
