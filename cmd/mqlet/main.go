@@ -14,6 +14,7 @@ import (
 	"syscall"
 
 	"github.com/mqlet/mqlet/config"
+	"github.com/mqlet/mqlet/internal/faultpoint"
 	"github.com/mqlet/mqlet/internal/redact"
 	"github.com/mqlet/mqlet/internal/version"
 	"github.com/mqlet/mqlet/logging"
@@ -63,6 +64,9 @@ func run(args []string, stdout, stderr io.Writer) int {
 	logging.RouteKlog(log)
 	if procs, ok := goMaxProcs(cfg.GoMaxProcs, os.Getenv); ok {
 		runtime.GOMAXPROCS(procs)
+	}
+	if faultpoint.Armed() {
+		log.Warn().Str("points", os.Getenv(faultpoint.Env)).Msg("fault points armed: mqlet kills itself when it reaches one (tests only)")
 	}
 
 	ctx, stop := signal.NotifyContext(context.Background(), syscall.SIGTERM, syscall.SIGINT)
