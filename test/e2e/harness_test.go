@@ -18,6 +18,7 @@ import (
 	"time"
 
 	apiv1 "github.com/mqlet/mqlet/api/v1"
+	"github.com/mqlet/mqlet/internal/faultpoint"
 	"github.com/mqlet/mqlet/internal/testutil/syncbuf"
 
 	paho "github.com/eclipse/paho.mqtt.golang"
@@ -76,6 +77,9 @@ type AgentOpts struct {
 	Embedded string // listen address of the embedded broker; empty: off
 	Config   string // YAML written to a config file
 	Args     []string
+	// FaultPoints, when set, arms internal/faultpoint for the next start
+	// only (MQLET_FAULTPOINTS): mqlet kills itself at the point named.
+	FaultPoints string
 }
 
 // Agent is one mqlet process (restartable with the same options).
@@ -130,6 +134,9 @@ func (a *Agent) start() {
 	a.cmd = exec.Command(mqletBin(a.t), args...)
 	a.cmd.Stdout = a.logs
 	a.cmd.Stderr = a.logs
+	if a.opts.FaultPoints != "" {
+		a.cmd.Env = append(os.Environ(), faultpoint.Env+"="+a.opts.FaultPoints)
+	}
 	if err := a.cmd.Start(); err != nil {
 		a.t.Fatalf("starting mqlet: %v", err)
 	}
@@ -166,6 +173,25 @@ func (a *Agent) Stop() {
 
 // Restart starts the same agent again (after Kill9 or Stop).
 func (a *Agent) Restart() { a.t.Helper(); a.start() }
+
+// RestartWithFaults starts the same agent again with the fault points
+// armed (empty: none); later restarts keep that choice until changed.
+func (a *Agent) RestartWithFaults(points string) {
+	a.t.Helper()
+	a.opts.FaultPoints = points
+	a.start()
+}
+
+// WaitExit waits up to timeout for the process to end (a fault point's
+// kill) and reports whether it did.
+func (a *Agent) WaitExit(timeout time.Duration) bool {
+	select {
+	case <-a.done:
+		return true
+	case <-time.After(timeout):
+		return false
+	}
+}
 
 // Running reports whether the process is alive.
 func (a *Agent) Running() bool {
