@@ -8,6 +8,8 @@ import (
 
 	v1 "k8s.io/api/core/v1"
 	runtimeapi "k8s.io/cri-api/pkg/apis/runtime/v1"
+
+	"github.com/mqlet/mqlet/internal/faultpoint"
 )
 
 type noEvents struct{}
@@ -97,6 +99,11 @@ func (m *Manager) syncStep(ctx context.Context, in SyncInput, force forced, more
 		}
 		if err := m.stopWithPreStop(ctx, svc, pod, cs, podIPOf(status), killGrace(pod, why), specOf(pod, cs), events); err != nil {
 			return fmt.Errorf("stop container %s of pod %s/%s: %w", why.Name, pod.Namespace, pod.Name, err)
+		}
+		if why.Reason == ReasonContainerSpecChanged {
+			// cri.after-kill-changed: the old container of a changed spec is
+			// stopped and the new one not yet created.
+			faultpoint.Hit("cri.after-kill-changed")
 		}
 	}
 	if !act.CreateSandbox && act.SandboxID == "" {
