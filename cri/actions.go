@@ -220,6 +220,17 @@ func shouldRestart(policy v1.RestartPolicy, c *ContainerStatus) bool {
 	}
 }
 
+// replacing reports whether an app container's newest attempt is of an
+// older spec: its replacement has not run yet.
+func replacing(pod *v1.Pod, apps map[string]*ContainerStatus) bool {
+	for i := range pod.Spec.Containers {
+		if OfOlderSpec(&pod.Spec.Containers[i], apps[pod.Spec.Containers[i].Name]) {
+			return true
+		}
+	}
+	return false
+}
+
 // probeFailure is why a running container must be killed for its probes,
 // or ReasonNone: a failed liveness probe of a started container, or a
 // failed startup probe (results of probes the spec lacks are ignored).
@@ -272,7 +283,7 @@ func computePodActions(pod *v1.Pod, status *PodStatus, probes ProbeResults) podA
 		act.KillPod = len(status.Sandboxes) > 0 || len(status.Containers) > 0
 		// A finished pod that must not restart gets no new sandbox.
 		if pod.Spec.RestartPolicy == v1.RestartPolicyNever && act.SandboxAttempt != 0 &&
-			len(status.Containers) > 0 && act.Reason == ReasonSandboxNotReady {
+			len(status.Containers) > 0 && act.Reason == ReasonSandboxNotReady && !replacing(pod, apps) {
 			act.CreateSandbox = false
 			return act
 		}
@@ -280,7 +291,7 @@ func computePodActions(pod *v1.Pod, status *PodStatus, probes ProbeResults) podA
 		for i := range pod.Spec.Containers {
 			c := apps[pod.Spec.Containers[i].Name]
 			if pod.Spec.RestartPolicy == v1.RestartPolicyOnFailure && c != nil &&
-				c.State == ContainerExited && c.ExitCode == 0 {
+				c.State == ContainerExited && c.ExitCode == 0 && !OfOlderSpec(&pod.Spec.Containers[i], c) {
 				continue
 			}
 			toStart = append(toStart, i)
@@ -328,7 +339,10 @@ func computePodActions(pod *v1.Pod, status *PodStatus, probes ProbeResults) podA
 			}
 			keep++
 		case s.State == ContainerExited:
-			if shouldRestart(pod.Spec.RestartPolicy, s) {
+			// An exited attempt of an older spec is one stopped for its
+			// replacement (the agent may have died before starting it):
+			// the current spec has not run, whatever the policy.
+			if OfOlderSpec(c, s) || shouldRestart(pod.Spec.RestartPolicy, s) {
 				act.ContainersToStart = append(act.ContainersToStart, i)
 			}
 		default:

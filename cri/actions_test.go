@@ -38,6 +38,12 @@ func exited(name string, code int32, init bool) ContainerStatus {
 	return ContainerStatus{ID: "id-" + name, Name: name, State: ContainerExited, ExitCode: code, Init: init}
 }
 
+// older is c as an attempt of an older spec of its container.
+func older(c ContainerStatus) ContainerStatus {
+	c.SpecHash = "older-spec"
+	return c
+}
+
 func withProbes(pod *v1.Pod, liveness, startup bool) *v1.Pod {
 	p := pod.DeepCopy()
 	for i := range p.Spec.Containers {
@@ -142,6 +148,30 @@ func TestComputePodActions(t *testing.T) {
 		{"exited 0 under OnFailure is done", onFailure,
 			PodStatus{Sandboxes: []SandboxStatus{readySandbox(onFailure)}, Containers: []ContainerStatus{exited("a", 0, false)}}, nil,
 			podActions{SandboxID: "sb1", KillPod: true, Reason: ReasonAllTerminated}},
+		// A replacement whose old container has exited (stopped gracefully,
+		// exit 0, the agent gone before the new start, or the start held
+		// back): the current spec has not run, whatever the policy.
+		{"replaced container exited 0 under Never starts the new spec", never,
+			withSandbox(never, older(exited("a", 0, false))), nil,
+			podActions{SandboxID: "sb1", ContainersToStart: []int{0}}},
+		{"replaced container exited 0 under OnFailure starts the new spec", onFailure,
+			withSandbox(onFailure, older(exited("a", 0, false))), nil,
+			podActions{SandboxID: "sb1", ContainersToStart: []int{0}}},
+		{"replaced container exited 143 under Never starts the new spec", never,
+			withSandbox(never, older(exited("a", 143, false))), nil,
+			podActions{SandboxID: "sb1", ContainersToStart: []int{0}}},
+		{"the new spec's own exit 0 under OnFailure is done", onFailure,
+			withSandbox(onFailure, exited("a", 0, false), older(exited("a", 0, false))), nil,
+			podActions{SandboxID: "sb1", KillPod: true, Reason: ReasonAllTerminated}},
+		{"running under Never with a changed spec is replaced", never,
+			withSandbox(never, older(running(never, "a"))), nil,
+			podActions{SandboxID: "sb1", ContainersToStart: []int{0}, ContainersToKill: kills(ReasonContainerSpecChanged, true, "id-a")}},
+		{"dead sandbox of a Never pod whose spec changed gets a new one", never,
+			PodStatus{Sandboxes: []SandboxStatus{{ID: "sb1", Ready: false, SpecHash: HashSandbox(never)}}, Containers: []ContainerStatus{older(exited("a", 0, false))}}, nil,
+			podActions{KillPod: true, CreateSandbox: true, SandboxAttempt: 1, ContainersToStart: []int{0}, Initialized: true, Reason: ReasonSandboxNotReady}},
+		{"dead sandbox of an OnFailure pod whose spec changed restarts it", onFailure,
+			PodStatus{Sandboxes: []SandboxStatus{{ID: "sb1", Ready: false, SpecHash: HashSandbox(onFailure)}}, Containers: []ContainerStatus{older(exited("a", 0, false))}}, nil,
+			podActions{KillPod: true, CreateSandbox: true, SandboxAttempt: 1, ContainersToStart: []int{0}, Initialized: true, Reason: ReasonSandboxNotReady}},
 		{"spec change replaces only that container", changed,
 			PodStatus{Sandboxes: []SandboxStatus{readySandbox(changed)}, Containers: []ContainerStatus{running(changed, "a"), running(always, "b")}}, nil,
 			podActions{SandboxID: "sb1", ContainersToStart: []int{1}, ContainersToKill: kills(ReasonContainerSpecChanged, true, "id-b")}},
@@ -375,6 +405,55 @@ func TestHashes(t *testing.T) {
 	}
 }
 
+// The backoff key is the kubelet's: one per spec of each container of each
+// pod, so a changed spec starts with no crash-loop history.
+func TestBackoffKey(t *testing.T) {
+	pod := testPod(v1.RestartPolicyAlways, nil, "a", "b")
+	a := &pod.Spec.Containers[0]
+	key := BackoffKey(pod, a)
+	if key != BackoffKey(pod.DeepCopy(), a.DeepCopy()) {
+		t.Fatal("the key of an identical pod and container differs")
+	}
+	changed := a.DeepCopy()
+	changed.Command = []string{"sleep", "2"}
+	other := pod.DeepCopy()
+	other.UID = "another-uid"
+	renamed := pod.DeepCopy()
+	renamed.Name = "other"
+	for what, k := range map[string]string{
+		"a changed spec":    BackoffKey(pod, changed),
+		"another container": BackoffKey(pod, &pod.Spec.Containers[1]),
+		"another uid":       BackoffKey(other, a),
+		"another pod name":  BackoffKey(renamed, a),
+	} {
+		if k == key {
+			t.Errorf("%s has the same backoff key %q", what, key)
+		}
+	}
+	if want := "web_default_" + testUID + "_a_" + HashContainer(a); key != want {
+		t.Errorf("key = %q, want %q", key, want)
+	}
+}
+
+func TestOfOlderSpec(t *testing.T) {
+	pod := testPod(v1.RestartPolicyNever, nil, "a")
+	c := &pod.Spec.Containers[0]
+	for _, tt := range []struct {
+		name string
+		s    *ContainerStatus
+		want bool
+	}{
+		{"no attempt", nil, false},
+		{"an attempt of the current spec", &ContainerStatus{SpecHash: HashContainer(c)}, false},
+		{"an attempt with no hash recorded", &ContainerStatus{}, false},
+		{"an attempt of an older spec", &ContainerStatus{SpecHash: "older-spec"}, true},
+	} {
+		if got := OfOlderSpec(c, tt.s); got != tt.want {
+			t.Errorf("%s: OfOlderSpec = %v, want %v", tt.name, got, tt.want)
+		}
+	}
+}
+
 // A failed probe's own terminationGracePeriodSeconds bounds its kill;
 // other kills, and probes without one, take the pod's.
 func TestKillGraceOfAFailedProbe(t *testing.T) {
@@ -454,12 +533,22 @@ func TestCrashLoopGate(t *testing.T) {
 			at(exited("a", 1, true), "s1", t0.Add(time.Minute))}}, false, t0, "", false},
 		{"a sidecar backs off from its own exit", PodStatus{Containers: []ContainerStatus{
 			at(exited("a", 1, true), "s1", t0.Add(time.Minute))}}, true, t0, "s1", true},
+		// A spec change replaces the container: no crash to back off from.
+		{"a container killed for a spec change is not a crash", PodStatus{Containers: []ContainerStatus{
+			older(live), at(exited("a", 0, false), "a0", t0.Add(time.Minute))}}, false, t0, "", false},
+		{"a replaced container that exited is not a crash", PodStatus{Containers: []ContainerStatus{
+			at(older(exited("a", 0, false)), "a1", t0.Add(time.Minute)), at(exited("a", 0, false), "a0", t0.Add(time.Minute))}}, false, t0, "", false},
+		{"a crash of the new spec counts from its own exit", PodStatus{Containers: []ContainerStatus{
+			at(exited("a", 1, false), "a2", t0.Add(2*time.Minute)), at(older(exited("a", 0, false)), "a1", t0.Add(time.Minute))}}, false, t0, "a2", true},
+		{"a liveness kill of the new spec's first attempt starts at once", PodStatus{Containers: []ContainerStatus{
+			live, at(older(exited("a", 0, false)), "a1", t0.Add(time.Minute))}}, false, t0, "", false},
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
-			b := &fakeBackoff{since: map[string]time.Time{BackoffKey(pod, "a"): tt.since}}
+			c := &pod.Spec.Containers[0]
+			b := &fakeBackoff{since: map[string]time.Time{BackoffKey(pod, c): tt.since}}
 			st := tt.status
-			base, be := crashLoopGate(pod, "a", tt.init, &st, b)
+			base, be := crashLoopGate(pod, c, tt.init, &st, b)
 			gotBase := ""
 			if base != nil {
 				gotBase = base.ID
@@ -472,7 +561,7 @@ func TestCrashLoopGate(t *testing.T) {
 			}
 		})
 	}
-	if base, be := crashLoopGate(pod, "a", false, &PodStatus{Containers: []ContainerStatus{exited("a", 1, false)}}, nil); base == nil || be != nil {
+	if base, be := crashLoopGate(pod, &pod.Spec.Containers[0], false, &PodStatus{Containers: []ContainerStatus{exited("a", 1, false)}}, nil); base == nil || be != nil {
 		t.Fatalf("without a backoff: base %v, wait %v", base, be)
 	}
 }

@@ -130,7 +130,7 @@ type EventRecorder interface {
 }
 
 // RestartBackoff is the crash-loop policy the agent hands to SyncPod.
-// key identifies one container of one pod (see BackoffKey).
+// key identifies one spec of one container of one pod (see BackoffKey).
 type RestartBackoff interface {
 	// InBackoff reports whether the container that last exited at finishedAt
 	// must still wait, and how long.

@@ -58,14 +58,25 @@ func containerLabels(pod *v1.Pod, c *v1.Container, init bool) map[string]string 
 	}
 }
 
-// BackoffKey identifies one container of one pod for RestartBackoff.
-func BackoffKey(pod *v1.Pod, containerName string) string {
-	return string(pod.UID) + "/" + containerName
+// BackoffKey identifies one spec of one container of one pod for
+// RestartBackoff, as the kubelet's key does (pod name, namespace, uid,
+// container name, spec hash): a changed spec starts with no backoff of
+// its own, so the crash loop of an old spec never holds back the new one.
+func BackoffKey(pod *v1.Pod, c *v1.Container) string {
+	return pod.Name + "_" + pod.Namespace + "_" + string(pod.UID) + "_" + c.Name + "_" + HashContainer(c)
 }
 
 // HashContainer hashes a container spec; a change means the container must
 // be replaced.
 func HashContainer(c *v1.Container) string { return hashJSON(c) }
+
+// OfOlderSpec reports whether attempt s was created from another spec than
+// c (its recorded hash differs): it is the container being replaced, so
+// its exit says nothing of how c runs, and c has not run yet. An attempt
+// with no hash recorded counts as c's own.
+func OfOlderSpec(c *v1.Container, s *ContainerStatus) bool {
+	return s != nil && s.SpecHash != "" && s.SpecHash != HashContainer(c)
+}
 
 // sandboxSpec is the part of a pod spec baked into its sandbox: a change
 // needs a new sandbox.

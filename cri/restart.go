@@ -71,7 +71,12 @@ func (s skipBackoff) forced(key string) bool {
 	if s.only == "" {
 		return true
 	}
-	return key == BackoffKey(s.pod, s.only)
+	for i := range s.pod.Spec.Containers {
+		if c := &s.pod.Spec.Containers[i]; c.Name == s.only {
+			return key == BackoffKey(s.pod, c)
+		}
+	}
+	return false
 }
 
 func (s skipBackoff) InBackoff(key string, finishedAt time.Time) (bool, time.Duration) {

@@ -279,7 +279,7 @@ func (m *Manager) startContainer(ctx context.Context, svc *services, r startRequ
 	if prev := latestByName(r.status, r.init)[c.Name]; prev != nil {
 		restartCount = prev.RestartCount + 1
 	}
-	base, be := crashLoopGate(pod, c.Name, r.init, r.status, r.backoff)
+	base, be := crashLoopGate(pod, c, r.init, r.status, r.backoff)
 	if be != nil {
 		// The wait stays out of the event message (as in kubelet), so each
 		// crash counts into the same event instead of a new one per delay.
@@ -311,7 +311,7 @@ func (m *Manager) startContainer(ctx context.Context, svc *services, r startRequ
 	// The restart counts once the image is there: a pull in flight or in
 	// backoff does not use up a crash-loop step.
 	if base != nil && r.backoff != nil {
-		r.backoff.Next(BackoffKey(pod, c.Name), base.FinishedAt)
+		r.backoff.Next(BackoffKey(pod, c), base.FinishedAt)
 	}
 	configError := func(err error) error {
 		r.events.Event(pod, v1.EventTypeWarning, "Failed", fmt.Sprintf("Error: %v", err))
@@ -388,31 +388,40 @@ func (m *Manager) startContainer(ctx context.Context, svc *services, r startRequ
 // crashLoopBase is the attempt of a container whose exit its crash-loop
 // backoff counts from, as the kubelet's doBackOff: the newest exited one
 // (statuses are newest first). A container killed in this same sync (a
-// failed liveness or startup probe, a spec change) still runs in status,
-// so the attempt before it counts, and repeated probe kills back off as
-// crashes do; a first attempt has none and starts at once.
-func crashLoopBase(status *PodStatus, name string, init bool) *ContainerStatus {
+// failed liveness or startup probe) still runs in status, so the attempt
+// before it counts, and repeated probe kills back off as crashes do; a
+// first attempt has none and starts at once. Only attempts of c's current
+// spec count: the first start of a changed spec replaces a container, it
+// does not restart a crashed one, so it is neither held back nor counted.
+func crashLoopBase(status *PodStatus, c *v1.Container, init bool) *ContainerStatus {
 	if status == nil {
 		return nil
 	}
 	for i := range status.Containers {
-		if c := &status.Containers[i]; c.Name == name && c.Init == init && c.State == ContainerExited {
-			return c
+		s := &status.Containers[i]
+		if s.Name != c.Name || s.Init != init {
+			continue
+		}
+		if OfOlderSpec(c, s) {
+			return nil // the current spec has not exited before
+		}
+		if s.State == ContainerExited {
+			return s
 		}
 	}
 	return nil
 }
 
-// crashLoopGate asks backoff whether the container may start now: it
+// crashLoopGate asks backoff whether container c may start now: it
 // returns the attempt its restart counts from (nil: none), or a
 // *BackoffError when it must wait.
-func crashLoopGate(pod *v1.Pod, name string, init bool, status *PodStatus, backoff RestartBackoff) (*ContainerStatus, *BackoffError) {
-	base := crashLoopBase(status, name, init)
+func crashLoopGate(pod *v1.Pod, c *v1.Container, init bool, status *PodStatus, backoff RestartBackoff) (*ContainerStatus, *BackoffError) {
+	base := crashLoopBase(status, c, init)
 	if base == nil || backoff == nil {
 		return base, nil
 	}
-	if wait, d := backoff.InBackoff(BackoffKey(pod, name), base.FinishedAt); wait {
-		return base, &BackoffError{Container: name, Wait: d}
+	if wait, d := backoff.InBackoff(BackoffKey(pod, c), base.FinishedAt); wait {
+		return base, &BackoffError{Container: c.Name, Wait: d}
 	}
 	return base, nil
 }

@@ -215,10 +215,27 @@ func shouldRestart(pod *v1.Pod, spec *v1.Container, newest *cri.ContainerStatus)
 	case cri.ContainerRunning:
 		return false
 	case cri.ContainerExited:
-		return containerShouldRestart(spec, &pod.Spec, newest.ExitCode)
+		return cri.OfOlderSpec(spec, newest) || containerShouldRestart(spec, &pod.Spec, newest.ExitCode)
 	default:
 		return true
 	}
+}
+
+// replacedContainers names the app containers whose newest attempt was
+// made from an older spec (see phase).
+func replacedContainers(pod *v1.Pod, rs *cri.PodStatus) map[string]bool {
+	var out map[string]bool
+	newest := attemptsByName(rs, false)
+	for i := range pod.Spec.Containers {
+		spec := &pod.Spec.Containers[i]
+		if tries := newest[spec.Name]; len(tries) > 0 && cri.OfOlderSpec(spec, &tries[0]) {
+			if out == nil {
+				out = map[string]bool{}
+			}
+			out[spec.Name] = true
+		}
+	}
+	return out
 }
 
 func anyRegularContainerCreated(pod *v1.Pod, rs *cri.PodStatus) bool {

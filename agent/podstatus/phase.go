@@ -16,8 +16,11 @@ func findStatus(statuses []v1.ContainerStatus, name string) (v1.ContainerStatus,
 // phase is kubelet's getPhase (with per-container restart policies, without
 // restart rules): info holds regular and init container statuses, terminal
 // says no container will be restarted, initialized says a regular container
-// of the current sandbox exists.
-func phase(pod *v1.Pod, info []v1.ContainerStatus, terminal, initialized bool) v1.PodPhase {
+// of the current sandbox exists. replaced names the app containers whose
+// newest attempt is of an older spec: stopped for their replacement, they
+// will be started again whatever the restart policy, and their exit never
+// finishes the pod.
+func phase(pod *v1.Pod, info []v1.ContainerStatus, terminal, initialized bool, replaced map[string]bool) v1.PodPhase {
 	spec := &pod.Spec
 	pendingRestartableInit := 0
 	pendingRegularInit := 0
@@ -97,7 +100,7 @@ func phase(pod *v1.Pod, info []v1.ContainerStatus, terminal, initialized bool) v
 		case st.State.Terminated != nil:
 			stopped++
 			code := st.State.Terminated.ExitCode
-			if !containerShouldRestart(c, spec, code) {
+			if !replaced[c.Name] && !containerShouldRestart(c, spec, code) {
 				stoppedNotRestartable++
 			}
 			if code == 0 {
@@ -106,7 +109,7 @@ func phase(pod *v1.Pod, info []v1.ContainerStatus, terminal, initialized bool) v
 		case st.State.Waiting != nil:
 			if last := st.LastTerminationState.Terminated; last != nil {
 				stopped++
-				if !containerShouldRestart(c, spec, last.ExitCode) {
+				if !replaced[c.Name] && !containerShouldRestart(c, spec, last.ExitCode) {
 					stoppedNotRestartable++
 				}
 			} else {

@@ -112,7 +112,7 @@ func Build(pod *v1.Pod, rs *cri.PodStatus, hints Hints, now time.Time) v1.PodSta
 	setProbeResults(pod, &s, hints)
 
 	all := append(append([]v1.ContainerStatus{}, s.ContainerStatuses...), s.InitContainerStatuses...)
-	s.Phase = phase(pod, all, hints.Terminal, anyActiveRegularContainer(pod, rs))
+	s.Phase = phase(pod, all, hints.Terminal, anyActiveRegularContainer(pod, rs), replacedContainers(pod, rs))
 
 	// A pod never leaves a terminal phase (kubelet's three-way merge).
 	if s.Phase != v1.PodFailed && s.Phase != v1.PodSucceeded {

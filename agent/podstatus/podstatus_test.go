@@ -48,6 +48,13 @@ func exited(name, id string, restart int, code int32, reason string) cri.Contain
 	return cri.ContainerStatus{ID: id, Name: name, State: cri.ContainerExited, CreatedAt: at(restart*10 + 1), StartedAt: at(restart*10 + 2), FinishedAt: at(restart*10 + 5), ExitCode: code, Reason: reason, Image: "busybox:" + name, ImageRef: "sha256:img", RestartCount: restart}
 }
 
+// ofOlderSpec is c as an attempt of an older spec of its container (one
+// stopped for its replacement).
+func ofOlderSpec(c cri.ContainerStatus) cri.ContainerStatus {
+	c.SpecHash = "older-spec"
+	return c
+}
+
 func initExited(name, id string, code int32) cri.ContainerStatus {
 	c := exited(name, id, 0, code, "")
 	c.Init = true
@@ -126,6 +133,42 @@ func TestBuildPhasesAndContainerStates(t *testing.T) {
 			phase:  v1.PodRunning,
 			states: map[string]string{"app": "running"},
 			ready:  v1.ConditionTrue, initialized: v1.ConditionTrue,
+		},
+		// A spec update stopped the old container (gracefully: exit 0)
+		// and the new one has not started: the pod has not finished.
+		{
+			name:   "replaced container exited 0 under Never: still running",
+			pod:    newPod(v1.RestartPolicyNever, "app"),
+			rs:     rsOf(sb, ofOlderSpec(exited("app", "c1", 0, 0, ""))),
+			phase:  v1.PodRunning,
+			states: map[string]string{"app": "terminated:Completed:0"},
+			ready:  v1.ConditionFalse, readyReason: condContainersNotReady, initialized: v1.ConditionTrue,
+		},
+		{
+			name:   "replaced container exited 143 under Never: not failed",
+			pod:    newPod(v1.RestartPolicyNever, "app"),
+			rs:     rsOf(sb, ofOlderSpec(exited("app", "c1", 0, 143, "Error"))),
+			phase:  v1.PodRunning,
+			states: map[string]string{"app": "terminated:Error:143"},
+			ready:  v1.ConditionFalse, readyReason: condContainersNotReady, initialized: v1.ConditionTrue,
+		},
+		{
+			name:       "replaced container under OnFailure: the new one's waiting reason shows",
+			pod:        newPod(v1.RestartPolicyOnFailure, "app"),
+			rs:         rsOf(sb, ofOlderSpec(exited("app", "c1", 0, 0, ""))),
+			hints:      Hints{Waiting: map[string]Waiting{"app": {Reason: "ErrImagePull", Message: "not found"}}},
+			phase:      v1.PodRunning,
+			states:     map[string]string{"app": "waiting:ErrImagePull"},
+			lastStates: map[string]string{"app": "terminated:Completed:0"},
+			ready:      v1.ConditionFalse, readyReason: condContainersNotReady, initialized: v1.ConditionTrue,
+		},
+		{
+			name:   "the new spec's own exit 0 under Never: succeeded",
+			pod:    newPod(v1.RestartPolicyNever, "app"),
+			rs:     rsOf(sb, exited("app", "c2", 1, 0, ""), ofOlderSpec(exited("app", "c1", 0, 0, ""))),
+			phase:  v1.PodSucceeded,
+			states: map[string]string{"app": "terminated:Completed:0"},
+			ready:  v1.ConditionFalse, readyReason: condPodCompleted, initialized: v1.ConditionTrue,
 		},
 		{
 			name:       "crash loop with Always",

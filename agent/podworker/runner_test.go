@@ -28,7 +28,7 @@ type backoffRuntime struct {
 
 func (b *backoffRuntime) SyncPod(ctx context.Context, in cri.SyncInput) error {
 	pod, tr := in.Pod, in.Backoff
-	key, exited := cri.BackoffKey(pod, "c"), time.Now()
+	key, exited := cri.BackoffKey(pod, &v1.Container{Name: "c"}), time.Now()
 	wait, _ := tr.InBackoff(key, exited)
 	if !wait {
 		tr.Next(key, exited)
