@@ -68,6 +68,7 @@ type Store interface {
 	SetMeta(key string, value []byte) error
 	PruneReplies(now time.Time) (int, error)
 	intake.BatchStore
+	intake.PendingStore
 	presence.SeqSource
 }
 
@@ -177,6 +178,7 @@ type Agent struct {
 	intake   *intake.Intake
 	cmds     *intake.Pipeline // the only caller of intake.Handle
 	group    *intake.Group
+	owed     []string // pod keys that final replies owed at start wait on
 	probes   *prober.Manager
 	streams  *streams.Manager
 }
@@ -198,7 +200,7 @@ func New(ctx context.Context, opts Options, deps Deps, log zerolog.Logger) (*Age
 		replyOpts = append(replyOpts, reply.WithMaxReplyBytes(opts.MaxReplyBytes))
 	}
 	sender := reply.NewSender(opts.Topics, a.group.Publisher(), a.group.Recorder(), nil, log.With().Str("component", "reply").Logger(), replyOpts...)
-	a.tracker = pending.New(sender, nil)
+	a.tracker = pending.New(a.group.Finals(sender), nil)
 	// A probe result that changes syncs the pod at once: its status (Ready)
 	// is published, or its container killed for a failed liveness probe.
 	a.probes = prober.New(prober.Options{Exec: rt, Events: a.events, Log: log.With().Str("component", "prober").Logger(),
@@ -228,6 +230,12 @@ func New(ctx context.Context, opts Options, deps Deps, log zerolog.Logger) (*Age
 	a.intake = intake.New(intakeOpts, st, sender, a.tracker, a.pool, a.events, a.status, log.With().Str("component", "intake").Logger())
 	a.cmds = intake.NewPipeline(a.intake, st, out, sender, intake.PipelineOptions{MaxBacklog: opts.MaxBacklog, MaxBacklogBytes: opts.MaxBacklogBytes, Group: a.group}, log.With().Str("component", "intake").Logger())
 	a.recoverInFlight()
+	// Before the workers run, so what they observe answers these too.
+	owed, err := a.group.RestorePending(st, a.tracker)
+	if err != nil {
+		a.log.Error().Err(err).Msg("restoring the final replies owed at the last stop")
+	}
+	a.owed = owed
 
 	if err := a.buildSession(); err != nil {
 		return nil, err
@@ -443,6 +451,11 @@ func (a *Agent) reconcile(ctx context.Context) {
 		for _, r := range refs {
 			keys[r.Namespace+"/"+r.Name] = true
 		}
+	}
+	// A delete owed its reply may wait on a pod that went while mqlet
+	// was down: looked at, it is reported gone.
+	for _, k := range a.owed {
+		keys[k] = true
 	}
 	for k := range keys {
 		a.pool.Enqueue(k)

@@ -99,7 +99,7 @@ func (in *Intake) applyObjects(id string, payload []byte, replaceAll bool) {
 	if len(keys) > 0 {
 		_ = in.replies.Send(apiv1.Reply{RequestID: id, Verb: verb, Phase: apiv1.InProgress, Message: "waiting for " + strings.Join(keys, ", ")})
 	}
-	in.tracker.Add(id, verb, want, in.now().Add(in.opts.ApplyDeadline))
+	in.follow(id, verb, want)
 	for _, key := range keys {
 		in.pods.Enqueue(key)
 	}

@@ -54,7 +54,7 @@ func (in *Intake) handleDelete(r request) {
 		msg += "; not found: " + strings.Join(missing, ", ")
 	}
 	_ = in.replies.Send(apiv1.Reply{RequestID: id, Verb: "delete", Phase: apiv1.Accepted, Message: msg})
-	in.tracker.Add(id, "delete", want, in.now().Add(in.opts.ApplyDeadline))
+	in.follow(id, "delete", want)
 	for _, key := range sortedKeys(want) {
 		in.pods.EnqueueDelete(key, grace)
 	}

@@ -9,6 +9,8 @@ import (
 
 	"github.com/mqlet/mqlet/agent/reply"
 	"github.com/mqlet/mqlet/agent/store"
+	apiv1 "github.com/mqlet/mqlet/api/v1"
+	"github.com/mqlet/mqlet/internal/faultpoint"
 	"github.com/mqlet/mqlet/mqtt/outbox"
 )
 
@@ -28,11 +30,22 @@ type Group struct {
 
 	mu      sync.Mutex
 	records []record
-	msgs    []outbox.Message
+	msgs    []queued
 	stopped bool
 	wake    chan struct{}
 
 	flushing sync.Mutex // one flush at a time, so records and messages keep their order
+	// landed are the pending entries (request id -> entry sequence) whose
+	// final reply is in the outbox; the next store transaction drops them.
+	// Guarded by flushing.
+	landed map[string]uint64
+}
+
+// queued is one message gathered; final names the request whose final
+// reply it is, when the tracker sent it (see Finals).
+type queued struct {
+	msg   outbox.Message
+	final string
 }
 
 type record struct {
@@ -81,30 +94,85 @@ func (g *Group) Flush() {
 	g.write(records, msgs)
 }
 
-func (g *Group) write(records []record, msgs []outbox.Message) {
+// write persists one flush. A final reply of the tracker is first kept in
+// its request's pending entry, in the store transaction that records it,
+// then queued in the outbox under the entry's once-key; the entry is
+// dropped by the next store transaction. A kill at any point between
+// leaves either an undecided entry (the request is followed again at the
+// next start) or a decided one (its reply is queued again, and the outbox
+// stores it at most once): exactly one final reply either way.
+func (g *Group) write(records []record, msgs []queued) {
+	decided := map[int]store.PendingReply{} // index in msgs -> its entry
 	if len(records) > 0 {
 		err := g.st.Batch(func(tx *store.Tx) error {
+			clear(decided)
 			for _, r := range records {
 				if err := tx.RecordReply(r.id, r.reply, r.at); err != nil {
 					g.log.Error().Err(err).Str("requestId", r.id).Msg("recording reply")
 				}
 			}
+			for i, q := range msgs {
+				if q.final == "" {
+					continue
+				}
+				p, found, err := tx.DecidePending(q.final, q.msg.Topic, q.msg.Payload)
+				if err != nil {
+					g.log.Error().Err(err).Str("requestId", q.final).Msg("keeping a final reply with its pending entry")
+				} else if found {
+					decided[i] = p
+				}
+			}
+			if len(g.landed) > 0 {
+				if err := tx.DropPending(g.landed); err != nil {
+					g.log.Error().Err(err).Msg("dropping answered pending replies")
+				}
+			}
 			return tx.Failed()
 		})
 		if err != nil {
+			clear(decided)
 			g.log.Error().Err(err).Int("replies", len(records)).Msg("recording replies")
+		} else {
+			g.landed = nil
 		}
 	}
-	if len(msgs) > 0 {
-		if err := g.out.PutBatch(msgs); err != nil {
-			g.log.Error().Err(err).Int("messages", len(msgs)).Msg("queueing messages")
+	if len(msgs) == 0 {
+		return
+	}
+	out := make([]outbox.Message, len(msgs))
+	for i, q := range msgs {
+		out[i] = q.msg
+		if p, ok := decided[i]; ok {
+			out[i].Once = p.OnceKey()
+		}
+	}
+	// A kill here leaves decided entries: their replies are queued at the
+	// next start (RestorePending).
+	if len(decided) > 0 {
+		faultpoint.Hit("replies.before-final-queued")
+	}
+	if err := g.out.PutBatch(out); err != nil {
+		// Some may not be stored (a full outbox): the entries stay decided
+		// and are queued again at the next start.
+		g.log.Error().Err(err).Int("messages", len(msgs)).Msg("queueing messages")
+		return
+	}
+	if len(decided) > 0 {
+		// A kill here leaves decided entries whose replies are queued: the
+		// next start puts them again, which the outbox ignores.
+		faultpoint.Hit("replies.after-final-queued")
+		if g.landed == nil {
+			g.landed = map[string]uint64{}
+		}
+		for _, p := range decided {
+			g.landed[p.RequestID] = p.Seq
 		}
 	}
 }
 
 // add gathers records and messages, or, once Run has stopped, writes them
 // at once.
-func (g *Group) add(records []record, msgs []outbox.Message) {
+func (g *Group) add(records []record, msgs []queued) {
 	g.mu.Lock()
 	g.records = append(g.records, records...)
 	g.msgs = append(g.msgs, msgs...)
@@ -123,19 +191,75 @@ func (g *Group) add(records []record, msgs []outbox.Message) {
 type groupPublisher struct{ g *Group }
 
 func (p groupPublisher) Put(m outbox.Message) error {
-	p.g.add(nil, []outbox.Message{m})
+	p.g.add(nil, []queued{{msg: m}})
 	return nil
 }
 
 // PutBatch keeps a large reply's parts together.
 func (p groupPublisher) PutBatch(msgs []outbox.Message) error {
-	p.g.add(nil, append([]outbox.Message(nil), msgs...))
+	p.g.add(nil, wrap(msgs, ""))
 	return nil
+}
+
+func wrap(msgs []outbox.Message, final string) []queued {
+	out := make([]queued, len(msgs))
+	for i, m := range msgs {
+		out[i] = queued{msg: m}
+	}
+	if final != "" && len(out) > 0 {
+		out[len(out)-1].final = final // the reply itself comes after its parts
+	}
+	return out
 }
 
 type groupRecorder struct{ g *Group }
 
 func (r groupRecorder) RecordReply(id string, reply []byte, at time.Time) error {
 	r.g.add([]record{{id, reply, at}}, nil)
+	return nil
+}
+
+// Finals returns the sender for the tracker (agent/pending): its final
+// replies (succeeded, failed) are gathered as the final replies of their
+// requests' pending entries (see write); every other reply goes out as
+// through s with the Group's publisher and recorder.
+func (g *Group) Finals(s *reply.Sender) *FinalSender {
+	return &FinalSender{g: g, s: s, plain: s.With(g.Publisher(), g.Recorder())}
+}
+
+// FinalSender is the tracker's sender (Group.Finals).
+type FinalSender struct {
+	g     *Group
+	s     *reply.Sender
+	plain *reply.Sender
+}
+
+// Send records and queues r through the Group.
+func (f *FinalSender) Send(r apiv1.Reply) error {
+	if r.Phase != apiv1.Succeeded && r.Phase != apiv1.Failed {
+		return f.plain.Send(r)
+	}
+	c := &collector{}
+	err := f.s.With(c, c).Send(r)
+	f.g.add(c.records, wrap(c.msgs, r.RequestID))
+	return err
+}
+
+// collector holds what one Send records and publishes, so the Group
+// gathers it as one unit.
+type collector struct {
+	records []record
+	msgs    []outbox.Message
+}
+
+func (c *collector) Put(m outbox.Message) error { c.msgs = append(c.msgs, m); return nil }
+
+func (c *collector) PutBatch(msgs []outbox.Message) error {
+	c.msgs = append(c.msgs, msgs...)
+	return nil
+}
+
+func (c *collector) RecordReply(id string, reply []byte, at time.Time) error {
+	c.records = append(c.records, record{id, reply, at})
 	return nil
 }

@@ -34,6 +34,9 @@ type Store interface {
 	ListConfigMaps() ([]*v1.ConfigMap, error)
 	ListSecrets() ([]*v1.Secret, error)
 	LookupReply(requestID string) ([]byte, bool, error)
+	// PutPending records that the request is owed a final reply, with the
+	// command's changes (see store.PendingReply).
+	PutPending(p store.PendingReply) error
 }
 
 // Sender publishes replies.
@@ -272,6 +275,21 @@ func (in *Intake) Recover(marks []string) {
 		in.fail(id, verb, errors.New(MsgStoppedAgent))
 		in.nodeEvent(v1.EventTypeWarning, ReasonCommandStoppedAgent, fmt.Sprintf("request %s (%s): %s", id, verb, MsgStoppedAgent))
 	}
+}
+
+// follow hands an accepted request to the tracker after recording, with
+// the command's changes, that it is owed a final reply: a kill before that
+// reply is queued leaves the entry for the next start (Group.RestorePending).
+func (in *Intake) follow(id, verb string, want map[string]pending.Want) {
+	deadline := in.now().Add(in.opts.ApplyDeadline)
+	p := store.PendingReply{RequestID: id, Verb: verb, Want: make(map[string]store.PendingWant, len(want)), Deadline: deadline}
+	for k, w := range want {
+		p.Want[k] = store.PendingWant{Generation: w.Generation, Gone: w.Gone}
+	}
+	if err := in.store.PutPending(p); err != nil {
+		in.log.Error().Err(err).Str("requestId", id).Msg("recording the pending final reply; a kill before it is sent would lose it")
+	}
+	in.tracker.Add(id, verb, want, deadline)
 }
 
 // Stats returns how many commands were received and rejected.

@@ -14,6 +14,7 @@ import (
 	"github.com/mqlet/mqlet/agent/reply"
 	"github.com/mqlet/mqlet/agent/store"
 	apiv1 "github.com/mqlet/mqlet/api/v1"
+	"github.com/mqlet/mqlet/internal/faultpoint"
 	"github.com/mqlet/mqlet/mqtt/outbox"
 	"github.com/mqlet/mqlet/signing"
 )
@@ -230,8 +231,8 @@ func (p *Pipeline) Run(ctx context.Context) {
 }
 
 // commit handles batch in order in one store transaction, then queues the
-// replies, then applies the effects on workers, tracker and events (what
-// they publish persisted together), then acknowledges. When any store write
+// replies, then acknowledges, then applies the effects on workers, tracker
+// and events (what they publish persisted together). When any store write
 // fails the transaction is dropped and every command is handled again on
 // its own, so one bad command cannot leave part of itself stored nor take
 // the others down with it.
@@ -290,13 +291,16 @@ func (p *Pipeline) commit(batch []Command) {
 	p.in.received.Add(received)
 	p.in.rejected.Add(rejected)
 	queued := time.Now()
-	// The effects before the acks: a ConfigMap apply's succeeded reply,
-	// answered at once by the tracker, is persisted before its command is
-	// acknowledged, as when commands were handled one at a time.
-	p.effects(fx)
+	// The acks before the effects: what the commands owe (the final
+	// replies the tracker will give) is persisted with them as pending
+	// replies, which the next start follows again if mqlet dies before.
 	for _, c := range batch {
 		c.ack()
 	}
+	// Killed here: the commands are stored, answered accepted and
+	// acknowledged, and neither the tracker nor the workers heard of them.
+	faultpoint.Hit("intake.before-effects")
+	p.effects(fx)
 	p.log.Debug().Int("commands", len(batch)).Int("replies", len(buf.msgs)).Dur("took", time.Since(start)).
 		Dur("store", stored.Sub(start)).Dur("outbox", queued.Sub(stored)).Msg("batch committed")
 }

@@ -296,7 +296,8 @@ func (b *countingBox) PutBatch(msgs []outbox.Message) error {
 }
 
 // What the tracker answers while a batch takes effect is recorded and
-// queued together, not one disk write per command, and before the acks.
+// queued together, not one disk write per command; the acks come before,
+// once the final replies owed are recorded.
 func TestPipelineGroupsTheEffectsReplies(t *testing.T) {
 	st, err := store.Open(filepath.Join(t.TempDir(), "state.db"))
 	if err != nil {
@@ -318,8 +319,13 @@ func TestPipelineGroupsTheEffectsReplies(t *testing.T) {
 		wg.Add(1)
 		p.Submit(Command{Topic: tp, Payload: payload, Ack: func() {
 			defer wg.Done()
-			if reps := box.replies(t, id); len(reps) != 2 {
-				t.Errorf("%s acknowledged with %d replies queued, want accepted and succeeded", id, len(reps))
+			// Acknowledged once accepted is queued and the final reply it
+			// is owed recorded (the effects, answering it, come after).
+			if reps := box.replies(t, id); len(reps) != 1 || reps[0].Phase != apiv1.Accepted {
+				t.Errorf("%s acknowledged with replies %+v queued, want accepted", id, reps)
+			}
+			if !owes(t, st, id) {
+				t.Errorf("%s acknowledged without its pending reply recorded", id)
 			}
 		}})
 	}
@@ -432,4 +438,19 @@ func TestPipelineFallbackKeepsSignedCommands(t *testing.T) {
 	if got := r.box.replies(t, "s3"); len(got) != 1 || got[0].Phase != apiv1.Failed {
 		t.Fatalf("the same envelope under another id was not refused: %+v", got)
 	}
+}
+
+// owes reports whether the store holds a pending reply for id.
+func owes(t *testing.T, st *store.Store, id string) bool {
+	t.Helper()
+	entries, err := st.ListPending()
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, p := range entries {
+		if p.RequestID == id {
+			return true
+		}
+	}
+	return false
 }

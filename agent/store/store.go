@@ -107,9 +107,10 @@ var (
 	bucketReplyIndex = []byte("reply-index") // 8-byte time + requestID -> nothing, oldest first
 	bucketMeta       = []byte("meta")
 	bucketSeq        = []byte("seq")
-	bucketQuarantine = []byte("quarantine") // pod key -> Quarantine JSON
+	bucketQuarantine = []byte("quarantine")      // pod key -> Quarantine JSON
+	bucketPending    = []byte("pending-replies") // requestID -> PendingReply JSON
 
-	allBuckets  = [][]byte{bucketPods, bucketConfigMaps, bucketSecrets, bucketReplies, bucketReplyIndex, bucketMeta, bucketSeq, bucketQuarantine}
+	allBuckets  = [][]byte{bucketPods, bucketConfigMaps, bucketSecrets, bucketReplies, bucketReplyIndex, bucketMeta, bucketSeq, bucketQuarantine, bucketPending}
 	kindBuckets = map[string][]byte{KindPod: bucketPods, KindConfigMap: bucketConfigMaps, KindSecret: bucketSecrets}
 	kindOrder   = []string{KindPod, KindConfigMap, KindSecret}
 )

@@ -11,4 +11,9 @@ type Message struct {
 	// Coalesce keeps only the latest value per topic while offline
 	// (always true for retained messages).
 	Coalesce bool `json:"c,omitempty"`
+	// Once, when set, names the message: a later Put of a message with the
+	// same Once is a no-op, even after the first was sent, so a writer that
+	// cannot know whether its Put landed before a crash can simply put
+	// again. The newest 65,536 names are remembered.
+	Once string `json:"o,omitempty"`
 }

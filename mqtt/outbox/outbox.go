@@ -21,12 +21,19 @@ const (
 	dropLogInterval    = 10 * time.Second
 	// entryOverhead is the key bytes counted with each stored value.
 	entryOverhead = 8
+	// defaultMaxOnce bounds the remembered Message.Once names. A name is
+	// needed only until its writer records that the put landed (mqlet: the
+	// next state-store transaction, or the next start), far fewer puts than
+	// this.
+	defaultMaxOnce = 1 << 16
 )
 
 var (
 	bucketEntries = []byte("entries") // seq (big endian) -> encoded message
 	bucketLatest  = []byte("latest")  // topic -> seq of its coalesced entry
 	bucketMeta    = []byte("meta")
+	bucketOnce    = []byte("once")       // Message.Once -> seq of its put; count in the bucket's sequence
+	bucketOnceAge = []byte("once-order") // seq -> Message.Once, oldest first
 	keyDropped    = []byte("dropped")
 )
 
@@ -97,6 +104,7 @@ type Outbox struct {
 	maxBytes    int64
 	maxInflight int
 	retryDelay  time.Duration
+	maxOnce     uint64
 	wake        chan struct{}
 
 	mu          sync.Mutex // serialises writes and guards the counters below
@@ -124,13 +132,14 @@ func Open(path string, maxBytes int64, log zerolog.Logger, opts ...Option) (*Out
 		maxBytes:    maxBytes,
 		maxInflight: defaultMaxInflight,
 		retryDelay:  defaultRetryDelay,
+		maxOnce:     defaultMaxOnce,
 		wake:        make(chan struct{}, 1),
 	}
 	for _, opt := range opts {
 		opt(o)
 	}
 	err = db.Update(func(tx *bolt.Tx) error {
-		for _, name := range [][]byte{bucketEntries, bucketLatest, bucketMeta} {
+		for _, name := range [][]byte{bucketEntries, bucketLatest, bucketMeta, bucketOnce, bucketOnceAge} {
 			if _, err := tx.CreateBucketIfNotExists(name); err != nil {
 				return err
 			}
@@ -255,6 +264,9 @@ func (o *Outbox) putTx(tx *bolt.Tx, m Message, stored int64) (putCounts, error) 
 	if m.QoS > 2 {
 		return putCounts{}, fmt.Errorf("outbox put %s: QoS %d: %w", m.Topic, m.QoS, errInvalid)
 	}
+	if m.Once != "" && tx.Bucket(bucketOnce).Get([]byte(m.Once)) != nil {
+		return putCounts{}, nil // put before: stored or already sent
+	}
 	value := encode(m)
 	size := int64(len(value) + entryOverhead)
 	coalesce := m.Retained || m.Coalesce
@@ -303,10 +315,41 @@ func (o *Outbox) putTx(tx *bolt.Tx, m Message, stored int64) (putCounts, error) 
 	}
 	c.depth++
 	c.bytes += size
+	if m.Once != "" {
+		if err := rememberOnce(tx, m.Once, key, o.maxOnce); err != nil {
+			return putCounts{}, err
+		}
+	}
 	if coalesce {
 		return c, latest.Put([]byte(m.Topic), key)
 	}
 	return c, nil
+}
+
+// rememberOnce records that the message named once was put as entry key,
+// forgetting the oldest names beyond limit.
+func rememberOnce(tx *bolt.Tx, once string, key []byte, limit uint64) error {
+	names, order := tx.Bucket(bucketOnce), tx.Bucket(bucketOnceAge)
+	if err := names.Put([]byte(once), key); err != nil {
+		return err
+	}
+	if err := order.Put(key, []byte(once)); err != nil {
+		return err
+	}
+	count := names.Sequence() + 1
+	for ; count > limit; count-- {
+		k, v := order.Cursor().First()
+		if k == nil {
+			break
+		}
+		if err := names.Delete(append([]byte(nil), v...)); err != nil {
+			return err
+		}
+		if err := order.Delete(append([]byte(nil), k...)); err != nil {
+			return err
+		}
+	}
+	return names.SetSequence(count)
 }
 
 // countRefusedLocked counts a message refused for lack of room as dropped.

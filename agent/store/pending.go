@@ -1,0 +1,171 @@
+package store
+
+import (
+	"encoding/json"
+	"errors"
+	"fmt"
+	"sort"
+	"time"
+
+	bolt "go.etcd.io/bbolt"
+)
+
+// PendingWant is what an accepted command waits for on one pod: at least
+// Generation observed running or done, or (Gone) the pod gone.
+type PendingWant struct {
+	Generation int64 `json:"g,omitempty"`
+	Gone       bool  `json:"gone,omitempty"`
+}
+
+// PendingReply is a command answered accepted whose final reply
+// (succeeded or failed) is still owed. It is written in the transaction
+// that stores the command, so a kill cannot lose the promise of an answer.
+//
+// Once the final reply is decided it is kept here (FinalTopic,
+// FinalPayload) until it is known to be queued in the outbox, a separate
+// file: a start that finds a decided entry queues that reply again, under
+// OnceKey, which the outbox stores at most once.
+type PendingReply struct {
+	RequestID string                 `json:"-"`
+	Seq       uint64                 `json:"seq"` // order of acceptance, for re-registering in order
+	Verb      string                 `json:"verb"`
+	Want      map[string]PendingWant `json:"want,omitempty"`
+	Deadline  time.Time              `json:"deadline"`
+
+	FinalTopic   string `json:"finalTopic,omitempty"`
+	FinalPayload []byte `json:"finalPayload,omitempty"`
+}
+
+// Decided reports whether the final reply is recorded in the entry.
+func (p PendingReply) Decided() bool { return p.FinalTopic != "" }
+
+// OnceKey names this entry's final reply in the outbox: the request id with
+// the entry's sequence, so a command repeated under the same id (a command
+// without an id sent again) is not mistaken for the earlier one.
+func (p PendingReply) OnceKey() string { return fmt.Sprintf("final/%d/%s", p.Seq, p.RequestID) }
+
+// PutPending records (or replaces) the pending reply of p.RequestID inside
+// the batch; the entry gets the next acceptance sequence.
+func (t *Tx) PutPending(p PendingReply) error {
+	if err := t.live(); err != nil {
+		return err
+	}
+	if err := putPending(t.tx, p); err != nil {
+		return t.fail(fmt.Errorf("record pending reply %q in state store: %w", p.RequestID, err))
+	}
+	return nil
+}
+
+// PutPending is Tx.PutPending in a transaction of its own.
+func (s *Store) PutPending(p PendingReply) error {
+	err := s.db.Update(func(tx *bolt.Tx) error { return putPending(tx, p) })
+	if err != nil {
+		return fmt.Errorf("record pending reply %q in state store: %w", p.RequestID, err)
+	}
+	return nil
+}
+
+func putPending(tx *bolt.Tx, p PendingReply) error {
+	if p.RequestID == "" {
+		return errors.New("empty request id")
+	}
+	b := tx.Bucket(bucketPending)
+	seq, err := b.NextSequence()
+	if err != nil {
+		return err
+	}
+	p.Seq, p.FinalTopic, p.FinalPayload = seq, "", nil
+	raw, err := json.Marshal(p)
+	if err != nil {
+		return err
+	}
+	return b.Put([]byte(p.RequestID), raw)
+}
+
+// DecidePending keeps the final reply of requestID's pending entry (see
+// PendingReply) and returns the entry; found is false when the request has
+// no entry (nothing is written then).
+func (t *Tx) DecidePending(requestID, topic string, payload []byte) (p PendingReply, found bool, err error) {
+	if err := t.live(); err != nil {
+		return PendingReply{}, false, err
+	}
+	b := t.tx.Bucket(bucketPending)
+	raw := b.Get([]byte(requestID))
+	if raw == nil {
+		return PendingReply{}, false, nil
+	}
+	if err := json.Unmarshal(raw, &p); err != nil {
+		return PendingReply{}, false, t.fail(fmt.Errorf("read pending reply %q: %w", requestID, err))
+	}
+	p.RequestID, p.FinalTopic, p.FinalPayload = requestID, topic, payload
+	if raw, err = json.Marshal(p); err == nil {
+		err = b.Put([]byte(requestID), raw)
+	}
+	if err != nil {
+		return PendingReply{}, false, t.fail(fmt.Errorf("keep final reply of %q: %w", requestID, err))
+	}
+	return p, true, nil
+}
+
+// DropPending removes the entries of the given request ids whose sequence
+// matches (a newer entry under the same id stays).
+func (t *Tx) DropPending(entries map[string]uint64) error {
+	if err := t.live(); err != nil {
+		return err
+	}
+	if err := dropPending(t.tx, entries); err != nil {
+		return t.fail(err)
+	}
+	return nil
+}
+
+// DropPending is Tx.DropPending in a transaction of its own.
+func (s *Store) DropPending(entries map[string]uint64) error {
+	return s.db.Update(func(tx *bolt.Tx) error { return dropPending(tx, entries) })
+}
+
+func dropPending(tx *bolt.Tx, entries map[string]uint64) error {
+	b := tx.Bucket(bucketPending)
+	for id, seq := range entries {
+		raw := b.Get([]byte(id))
+		if raw == nil {
+			continue
+		}
+		var p PendingReply
+		if err := json.Unmarshal(raw, &p); err == nil && p.Seq != seq {
+			continue
+		}
+		if err := b.Delete([]byte(id)); err != nil {
+			return fmt.Errorf("drop pending reply %q: %w", id, err)
+		}
+	}
+	return nil
+}
+
+// ListPending returns every pending reply, oldest acceptance first. An
+// entry that cannot be read is skipped and named in the error (the others
+// are still returned).
+func (s *Store) ListPending() ([]PendingReply, error) {
+	var out []PendingReply
+	var bad []error
+	err := s.db.View(func(tx *bolt.Tx) error {
+		return tx.Bucket(bucketPending).ForEach(func(k, v []byte) error {
+			var p PendingReply
+			if err := json.Unmarshal(v, &p); err != nil {
+				bad = append(bad, fmt.Errorf("pending reply %q: %w", k, err))
+				return nil
+			}
+			p.RequestID = string(k)
+			out = append(out, p)
+			return nil
+		})
+	})
+	if err != nil {
+		return nil, fmt.Errorf("list pending replies in state store: %w", err)
+	}
+	sort.Slice(out, func(i, j int) bool { return out[i].Seq < out[j].Seq })
+	if len(bad) > 0 {
+		return out, fmt.Errorf("list pending replies in state store: %w", errors.Join(bad...))
+	}
+	return out, nil
+}
