@@ -22,7 +22,16 @@ type Outcome struct {
 	Done       bool  // the pod reached a verdict (running/completed or failed)
 	OK         bool  // with Done: succeeded rather than failed
 	Reason     string
+	// Terminating: the pod is being killed and, until GraceEnds, given its
+	// grace period. A delete waiting on it is not failed at its deadline
+	// before then (see Tracker.Run).
+	Terminating bool
+	GraceEnds   time.Time
 }
+
+// terminatingSlack is how long after a grace period ends a delete still
+// waits for the pod to be gone: the kill and the removal of what is left.
+const terminatingSlack = 30 * time.Second
 
 // Want is what a request waits for on one pod.
 type Want struct {
@@ -41,6 +50,9 @@ type request struct {
 	deadline time.Time
 	waiting  map[string]Want
 	results  map[string]string // key → reason, for the final message
+	// graceEnds is when the grace period of each terminating pod the
+	// request waits to be gone ends.
+	graceEnds map[string]time.Time
 }
 
 // Tracker matches outcomes to waiting requests. Safe for concurrent use.
@@ -127,6 +139,12 @@ func (t *Tracker) applyLocked(key string, out Outcome) []apiv1.Reply {
 			continue
 		}
 		switch {
+		case w.Gone && out.Terminating && !out.GraceEnds.IsZero():
+			if r.graceEnds == nil {
+				r.graceEnds = map[string]time.Time{}
+			}
+			r.graceEnds[key] = out.GraceEnds
+			continue
 		case w.Gone && out.Gone:
 			delete(r.waiting, key)
 			r.results[key] = "deleted"
@@ -239,6 +257,15 @@ func (t *Tracker) expire() time.Time {
 	var next time.Time
 	for _, r := range t.requests {
 		if !now.Before(r.deadline) {
+			if ends, ok := r.stillGraceful(now); ok {
+				// Stopping gracefully is not failing: the delete waits for
+				// the grace period and says so.
+				r.deadline = ends.Add(terminatingSlack)
+				replies = append(replies, apiv1.Reply{RequestID: r.id, Verb: r.verb, Phase: apiv1.InProgress,
+					Message: fmt.Sprintf("terminating: grace period ends at %s; waiting for %s", ends.UTC().Format(time.RFC3339), strings.Join(sortedWant(r.waiting), ", "))})
+			}
+		}
+		if !now.Before(r.deadline) {
 			keys := make([]string, 0, len(r.waiting))
 			for k := range r.waiting {
 				detail := k
@@ -258,4 +285,21 @@ func (t *Tracker) expire() time.Time {
 	t.mu.Unlock()
 	t.send(replies)
 	return next
+}
+
+// stillGraceful reports whether every pod r still waits for is one being
+// deleted within a grace period that ends after now, and when the last of
+// them ends.
+func (r *request) stillGraceful(now time.Time) (time.Time, bool) {
+	var last time.Time
+	for k, w := range r.waiting {
+		ends, ok := r.graceEnds[k]
+		if !w.Gone || !ok || !ends.After(now) {
+			return time.Time{}, false
+		}
+		if ends.After(last) {
+			last = ends
+		}
+	}
+	return last, !last.IsZero()
 }

@@ -172,3 +172,86 @@ func TestSameWantIsNotSuperseded(t *testing.T) {
 		t.Fatalf("replies %+v", s.replies)
 	}
 }
+
+// A delete whose pod is still within its grace period at the deadline is
+// answered in_progress, saying when the grace ends, and keeps waiting; it
+// succeeds when the pod is gone, or fails once the grace period and the
+// slack after it passed. A delete waiting on a pod that is not
+// terminating, or whose grace already ended, fails at its deadline.
+func TestDeleteWaitsForTheGracePeriod(t *testing.T) {
+	base := time.Date(2026, 1, 1, 12, 0, 0, 0, time.UTC)
+	cases := []struct {
+		name      string
+		observe   []Outcome
+		at        time.Time // when the deadline is looked at
+		extended  bool
+		thenGone  bool
+		wantFinal string // the final phase
+	}{
+		{name: "within grace, then gone", observe: []Outcome{{Terminating: true, GraceEnds: base.Add(2 * time.Minute)}},
+			at: base.Add(time.Minute), extended: true, thenGone: true, wantFinal: apiv1.Succeeded},
+		{name: "within grace, still there", observe: []Outcome{{Terminating: true, GraceEnds: base.Add(2 * time.Minute)}},
+			at: base.Add(time.Minute), extended: true, wantFinal: apiv1.Failed},
+		{name: "grace already over", observe: []Outcome{{Terminating: true, GraceEnds: base.Add(30 * time.Second)}},
+			at: base.Add(time.Minute), wantFinal: apiv1.Failed},
+		{name: "not terminating", at: base.Add(time.Minute), wantFinal: apiv1.Failed},
+		{name: "grace unknown", observe: []Outcome{{Terminating: true}}, at: base.Add(time.Minute), wantFinal: apiv1.Failed},
+	}
+	for _, c := range cases {
+		t.Run(c.name, func(t *testing.T) {
+			now := base
+			s := newSink()
+			tr := New(s, func() time.Time { return now })
+			tr.Add("d1", "delete", map[string]Want{"ns/slow": {Gone: true}}, base.Add(time.Minute))
+			for _, o := range c.observe {
+				tr.Observe("ns/slow", o)
+			}
+			now = c.at
+			next := tr.expire()
+			if c.extended {
+				r := <-s.got
+				if r.Phase != apiv1.InProgress || !strings.Contains(r.Message, "terminating: grace period ends at 2026-01-01T12:02:00Z") {
+					t.Fatalf("reply at the deadline %+v, want in_progress naming the end of the grace period", r)
+				}
+				if want := base.Add(2*time.Minute + terminatingSlack); !next.Equal(want) {
+					t.Fatalf("next deadline %v, want %v", next, want)
+				}
+				if c.thenGone {
+					tr.Observe("ns/slow", Outcome{Gone: true})
+				} else {
+					now = next
+					tr.expire()
+				}
+			}
+			var final apiv1.Reply
+			for r := range s.got {
+				if r.Final() {
+					final = r
+					break
+				}
+			}
+			if final.Phase != c.wantFinal {
+				t.Fatalf("final reply %+v, want %s", final, c.wantFinal)
+			}
+			if tr.Len() != 0 {
+				t.Fatal("request still tracked after its final reply")
+			}
+		})
+	}
+}
+
+// An apply is never extended by a terminating pod: it waits for a pod to
+// run, not to stop.
+func TestApplyIsNotExtendedByGrace(t *testing.T) {
+	base := time.Date(2026, 1, 1, 12, 0, 0, 0, time.UTC)
+	now := base
+	s := newSink()
+	tr := New(s, func() time.Time { return now })
+	tr.Add("a1", "apply", map[string]Want{"ns/p": {Generation: 2}}, base.Add(time.Minute))
+	tr.Observe("ns/p", Outcome{Terminating: true, GraceEnds: base.Add(time.Hour)})
+	now = base.Add(time.Minute)
+	tr.expire()
+	if r := <-s.got; r.Phase != apiv1.Failed || !strings.Contains(r.Message, "deadline passed") {
+		t.Fatalf("reply %+v, want failed: deadline passed", r)
+	}
+}

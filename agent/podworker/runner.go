@@ -45,6 +45,10 @@ type runner struct {
 type kill struct {
 	done bool
 	err  error
+	// graceEnds is when the grace period given at its start ends (zero
+	// when the grace period is not known here: the runtime then uses the
+	// one recorded on each container).
+	graceEnds time.Time
 }
 
 func newRunner(key string, policy restart.Policy) *runner {
@@ -132,22 +136,26 @@ func (r *runner) quarantineLifted() {
 }
 
 // killState returns the termination of runtime pod uid, starting it with
-// start when there is none; done and err are its outcome once finished,
-// when it is forgotten.
-func (r *runner) killState(uid string, start func(k *kill)) (done bool, err error) {
+// start (and grace, nil if unknown) when there is none; done and err are
+// its outcome once finished, when it is forgotten; until then graceEnds is
+// when its grace period ends.
+func (r *runner) killState(uid string, grace *int64, start func(k *kill)) (done bool, graceEnds time.Time, err error) {
 	r.mu.Lock()
 	defer r.mu.Unlock()
 	k, ok := r.kills[uid]
 	if !ok {
 		k = &kill{}
+		if grace != nil {
+			k.graceEnds = time.Now().Add(time.Duration(*grace) * time.Second)
+		}
 		r.kills[uid] = k
 		start(k)
 	}
 	if !k.done {
-		return false, nil
+		return false, k.graceEnds, nil
 	}
 	delete(r.kills, uid)
-	return true, k.err
+	return true, time.Time{}, k.err
 }
 
 func (r *runner) killFinished(k *kill, err error) {

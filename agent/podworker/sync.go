@@ -13,6 +13,7 @@ import (
 	"github.com/mqlet/mqlet/agent/podstatus"
 	"github.com/mqlet/mqlet/agent/store"
 	"github.com/mqlet/mqlet/cri"
+	"github.com/mqlet/mqlet/internal/faultpoint"
 )
 
 // errTerminating says a pod's old runtime pod is still terminating; the
@@ -180,6 +181,7 @@ func (p *Pool) removePod(life, ctx context.Context, r *runner, namespace, name, 
 	}
 	grace := r.grace()
 	terminating := false
+	var graceEnds time.Time // the latest of the terminations still running
 	listed := map[string]bool{}
 	for _, ref := range refs {
 		if ref.Namespace == namespace && ref.Name == name {
@@ -201,16 +203,23 @@ func (p *Pool) removePod(life, ctx context.Context, r *runner, namespace, name, 
 		if pr := p.opts.Probes; pr != nil {
 			pr.Forget(ref.UID)
 		}
-		done, err := p.killAsync(life, r, ref, grace)
+		done, ends, err := p.killAsync(life, r, ref, grace)
 		if err != nil {
 			return fmt.Errorf("removing pod %s (uid %s): %w", key, ref.UID, err)
 		}
 		if !done {
 			terminating = true
+			if ends.After(graceEnds) {
+				graceEnds = ends
+			}
 		}
 		killed = true
 	}
 	if terminating {
+		if keepUID == "" && !graceEnds.IsZero() {
+			// A delete waiting on the pod waits for the grace period too.
+			p.observe.Observe(key, pending.Outcome{Terminating: true, GraceEnds: graceEnds})
+		}
 		return errTerminating
 	}
 	if keepUID != "" {
@@ -233,14 +242,18 @@ func (p *Pool) removePod(life, ctx context.Context, r *runner, namespace, name, 
 }
 
 // killAsync starts terminating the runtime pod ref (once) beside the sync
-// slots and reports whether that has finished, with its error. The key is
+// slots and reports whether that has finished, with its error, or else
+// when its grace period ends (zero if unknown). The key is
 // queued again when it finishes.
-func (p *Pool) killAsync(life context.Context, r *runner, ref cri.PodRef, grace *int64) (bool, error) {
-	return r.killState(ref.UID, func(k *kill) {
+func (p *Pool) killAsync(life context.Context, r *runner, ref cri.PodRef, grace *int64) (bool, time.Time, error) {
+	return r.killState(ref.UID, grace, func(k *kill) {
 		p.tasks.Add(1)
 		go func() {
 			defer p.tasks.Done()
 			err := p.rt.KillPodByRef(life, ref, grace)
+			// Killed here: the runtime pod is gone and the delete waiting
+			// on it has no final reply yet.
+			faultpoint.Hit("podworker.after-kill-pod")
 			r.killFinished(k, err)
 			p.queue.Add(r.key)
 		}()

@@ -1,0 +1,62 @@
+package e2e
+
+import (
+	"fmt"
+	"strings"
+	"testing"
+	"time"
+
+	apiv1 "github.com/mqlet/mqlet/api/v1"
+)
+
+// A delete of a pod that stops gracefully for longer than
+// pods.applyDeadline is answered in_progress at the deadline, saying when
+// the grace period ends, and succeeded once the pod is gone; never failed
+// while the pod is within its grace period (issue 18).
+func TestDeleteWithinLongGracePeriodIsNotFailed(t *testing.T) {
+	e := startPodEnv(t, func(logDir string) string {
+		return fmt.Sprintf(`runtime:
+  plegPeriod: 500ms
+  podLogDir: %s
+pods:
+  applyDeadline: 4s
+telemetry:
+  metricsInterval: 0s
+`, logDir)
+	})
+	e.cleanupPods()
+	pod := fmt.Sprintf(`apiVersion: v1
+kind: Pod
+metadata:
+  name: slow
+  namespace: %s
+spec:
+  terminationGracePeriodSeconds: 14
+  containers:
+  - name: main
+    image: docker.io/mqlet/busybox:test
+    imagePullPolicy: Never
+    command: ["sh", "-c", "trap 'echo ignoring TERM' TERM; while true; do sleep 1; done"]
+`, e.ns)
+	e.apply([]byte(pod), apiv1.Succeeded, podReadyTimeout)
+	id := e.nextID("delete")
+	sent := time.Now()
+	e.mq.Command(e.node, "delete", id, fmt.Appendf(nil, `{"kind":"Pod","namespace":%q,"name":"slow"}`, e.ns))
+	waiting := e.mq.WaitReply(e.node, id, apiv1.InProgress, 60*time.Second)
+	if !strings.Contains(waiting.Message, "terminating: grace period ends at") {
+		t.Fatalf("in_progress %q, want it to say when the grace period ends", waiting.Message)
+	}
+	if len(e.cri.Running(e.ns, "slow")) == 0 {
+		t.Fatal("the pod stopped before the grace period ended: the container did not ignore SIGTERM")
+	}
+	final := e.waitFinal(id, apiv1.Succeeded, 90*time.Second)
+	if took := time.Since(sent); took < 10*time.Second {
+		t.Fatalf("succeeded after %v, before the grace period could end", took)
+	}
+	if !strings.Contains(final.Message, "deleted") {
+		t.Fatalf("final %q", final.Message)
+	}
+	if n := len(e.cri.Sandboxes(e.ns, "slow")); n != 0 {
+		t.Fatalf("%d sandboxes left after the delete succeeded", n)
+	}
+}
