@@ -36,6 +36,7 @@ import (
 	"github.com/mqlet/mqlet/agent/validate"
 	apiv1 "github.com/mqlet/mqlet/api/v1"
 	"github.com/mqlet/mqlet/cri"
+	"github.com/mqlet/mqlet/internal/crashout"
 	"github.com/mqlet/mqlet/internal/liveperiod"
 	"github.com/mqlet/mqlet/internal/redact"
 	"github.com/mqlet/mqlet/mqtt/outbox"
@@ -126,6 +127,10 @@ type Options struct {
 	// CommandMarks (one slot) and SyncMarks (Workers slots) are the
 	// in-flight mark files (agent/inflight); nil turns the poison guard off.
 	CommandMarks, SyncMarks *inflight.File
+	// Crash is the previous process's Go crash report (internal/crashout;
+	// empty when it did not crash): with SyncMarks it tells which pod's
+	// sync crashed the agent.
+	Crash crashout.Report
 	// MaxReplyBytes bounds each reply message (0: reply.DefaultMaxReplyBytes).
 	MaxReplyBytes int
 	// MaxBacklog and MaxBacklogBytes bound the commands waiting to be
@@ -206,7 +211,7 @@ func New(ctx context.Context, opts Options, deps Deps, log zerolog.Logger) (*Age
 	a.probes = prober.New(prober.Options{Exec: rt, Events: a.events, Log: log.With().Str("component", "prober").Logger(),
 		OnChange: func(uid string) { a.pool.EnqueueUID(uid) }})
 	poolOpts := podworker.Options{Workers: opts.Workers, BackoffBase: opts.Restart.Base, BackoffMax: opts.Restart.Max, Restart: opts.Restart,
-		Resync: opts.PodResync, HostIPs: opts.HostIPs, Quarantines: st, Probes: a.probes}
+		Resync: opts.PodResync, HostIPs: opts.HostIPs, Quarantines: st, Deaths: st, Probes: a.probes}
 	intakeOpts := intake.Options{Topics: opts.Topics, MaxPayloadBytes: opts.MaxPayloadBytes, Policy: opts.Policy, ApplyDeadline: opts.ApplyDeadline, MaxPods: opts.MaxPods,
 		NodeLabels: opts.NodeLabels, Allocatable: opts.Allocatable, Opener: opts.Opener, ProfilePolicy: opts.ProfilePolicy}
 	// Set only when present: a nil *inflight.File in an interface is not nil.
@@ -280,8 +285,9 @@ func (a *Agent) buildSession() error {
 func (a *Agent) BootID() string { return a.presence.BootID() }
 
 // recoverInFlight deals with what was in flight when the previous process
-// died: the command is answered failed, the pods are quarantined. The marks
-// are cleared only once that is persisted, so dying again here repeats it.
+// died: the command is answered failed; a pod proven to stop the agent
+// (podworker.Recover) is quarantined. The marks are cleared only once that
+// is persisted, so dying again here repeats it.
 func (a *Agent) recoverInFlight() {
 	if f := a.opts.CommandMarks; f != nil {
 		a.intake.Recover(f.Left())
@@ -290,7 +296,11 @@ func (a *Agent) recoverInFlight() {
 		}
 	}
 	if f := a.opts.SyncMarks; f != nil {
-		if err := a.pool.Recover(f.Left()); err != nil {
+		death := podworker.Death{Crashed: a.opts.Crash.Crashed(), Goroutines: a.opts.Crash.Goroutines()}
+		if death.Crashed {
+			a.log.Error().Uints64("goroutines", death.Goroutines).Msg("the previous mqlet crashed (Go runtime error); its report is in the log of that process")
+		}
+		if err := a.pool.Recover(f.Left(), death); err != nil {
 			a.log.Error().Err(err).Msg("quarantining pods whose sync stopped the agent; their marks are kept")
 		} else if err := f.Reset(); err != nil {
 			a.log.Error().Err(err).Msg("clearing pod sync marks")

@@ -55,7 +55,8 @@ func (k *keptStatus) Get(ns, name string) (*v1.Pod, bool) {
 	return p.DeepCopy(), true
 }
 
-func (k *keptStatus) Remove(string, string) error { return nil }
+func (k *keptStatus) Remove(string, string) error  { return nil }
+func (k *keptStatus) Retained(string, string) bool { return false }
 
 type recordedEvents struct {
 	mu      sync.Mutex

@@ -69,6 +69,7 @@ type nopStatus struct{}
 func (nopStatus) Set(*v1.Pod, v1.PodStatus) error       { return nil }
 func (nopStatus) Get(string, string) (*v1.Pod, bool)    { return nil, false }
 func (nopStatus) Remove(string, string) error           { return nil }
+func (nopStatus) Retained(string, string) bool          { return false }
 func (nopStatus) Observe(string, pending.Outcome)       {}
 func (nopStatus) Event(*v1.Pod, string, string, string) {}
 

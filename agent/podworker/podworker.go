@@ -11,7 +11,6 @@ package podworker
 
 import (
 	"context"
-	"errors"
 	"fmt"
 	"github.com/mqlet/mqlet/agent/podstatus"
 	"runtime/debug"
@@ -54,6 +53,9 @@ type StatusSink interface {
 	Set(pod *v1.Pod, status v1.PodStatus) error
 	Get(namespace, name string) (*v1.Pod, bool)
 	Remove(namespace, name string) error
+	// Retained reports whether the pod's topic holds a status retained
+	// by this or an earlier process.
+	Retained(namespace, name string) bool
 }
 
 // Observer is told each pod's outcome (the pending-command tracker).
@@ -80,8 +82,8 @@ const (
 	ReasonQuarantined      = "Quarantined"
 	ReasonQuarantineLifted = "QuarantineLifted"
 	ReasonSyncPanicked     = "SyncPanicked"
-	// MsgStoppedAgent is the quarantine reason of a pod whose sync was
-	// running when the agent died.
+	// MsgStoppedAgent starts the quarantine reason of a pod whose sync was
+	// proven to stop the agent (see Recover).
 	MsgStoppedAgent = "sync of this pod stopped the agent"
 )
 
@@ -102,6 +104,10 @@ type Options struct {
 	// Quarantines, when set, keeps pods whose sync stopped the agent from
 	// being synced again until their spec changes.
 	Quarantines Quarantines
+	// Deaths, when set, keeps each pod's count of agent deaths in a row
+	// with its sync in flight (see SuspectDeaths); without it no pod is
+	// quarantined for deaths, only for a Go crash traced to its sync.
+	Deaths Ledger
 	// Probes, when set, runs the containers' probes; without it probes
 	// are not run and a probed container is never ready.
 	Probes Probes
@@ -132,6 +138,7 @@ type Pool struct {
 	runners  runnerSet // key → the pod's runner (runner.go)
 	slots    *slotSet  // the sync slots and their in-flight marks (slots.go)
 	restarts restarts  // restart requests waiting for their pod's worker (restart.go)
+	suspects suspects  // pods with agent deaths counted against them (suspects.go)
 	counters counters
 }
 
@@ -151,40 +158,11 @@ func New(opts Options, rt Runtime, desired Desired, status StatusSink, observe O
 	limiter := workqueue.NewTypedItemExponentialFailureRateLimiter[string](opts.BackoffBase, opts.BackoffMax)
 	return &Pool{
 		opts: opts, rt: rt, desired: desired, status: status, observe: observe, events: events, log: log,
-		queue:   workqueue.NewTypedRateLimitingQueueWithConfig(limiter, workqueue.TypedRateLimitingQueueConfig[string]{Name: "pods"}),
-		slots:   newSlotSet(opts.Workers, opts.Marks, log),
-		runners: runnerSet{policy: opts.Restart, byKey: map[string]*runner{}},
+		queue:    workqueue.NewTypedRateLimitingQueueWithConfig(limiter, workqueue.TypedRateLimitingQueueConfig[string]{Name: "pods"}),
+		slots:    newSlotSet(opts.Workers, opts.Marks, log),
+		runners:  runnerSet{policy: opts.Restart, byKey: map[string]*runner{}},
+		suspects: suspects{ledger: opts.Deaths, log: log},
 	}
-}
-
-// Recover quarantines the pods whose keys were marked in flight when the
-// previous process died (their sync may have killed it): they are not
-// synced again until a new spec or a re-creation. Call it before Run.
-func (p *Pool) Recover(keys []string) error {
-	if p.opts.Quarantines == nil {
-		return nil
-	}
-	var errs []error
-	for _, key := range keys {
-		namespace, name, ok := strings.Cut(key, "/")
-		if !ok {
-			continue
-		}
-		pod, err := p.desired.DesiredPod(namespace, name)
-		if err != nil {
-			errs = append(errs, fmt.Errorf("reading pod %s to quarantine it: %w", key, err))
-			continue
-		}
-		if pod == nil {
-			continue // removed since; nothing to sync
-		}
-		p.log.Error().Str("pod", key).Str("uid", string(pod.UID)).Int64("generation", pod.Generation).Msg("this pod was being synced when the agent died; quarantining it")
-		q := store.Quarantine{UID: pod.UID, Generation: pod.Generation, Reason: MsgStoppedAgent, Since: time.Now().UTC()}
-		if err := p.opts.Quarantines.SetQuarantine(key, q); err != nil {
-			errs = append(errs, err)
-		}
-	}
-	return errors.Join(errs...)
 }
 
 // runnerFor returns key's runner, made when missing.
@@ -322,9 +300,15 @@ func (p *Pool) guarded(life, ctx context.Context, r *runner) (retryAfter time.Du
 }
 
 // withSlot runs fn holding a sync slot, with the slot's in-flight mark set
-// (a sync that kills the process quarantines the pod at the next start);
-// running says the pod was synced before (it goes before first starts).
-// It gives up with ctx's error when ctx ends first.
-func (p *Pool) withSlot(ctx context.Context, key string, running bool, fn func() error) error {
-	return p.slots.with(ctx, key, running, fn)
+// (a sync proven to kill the process quarantines the pod at a next start,
+// see Recover); fn starts in phaseRead and says when it moves on with
+// phase. running says the pod was synced before (it goes before first
+// starts). A sync that ran to its end clears the pod's death count. It
+// gives up with ctx's error when ctx ends first.
+func (p *Pool) withSlot(ctx context.Context, key string, running bool, fn func(phase func(string)) error) error {
+	return p.slots.with(ctx, key, running, func(phase func(string)) error {
+		err := fn(phase)
+		p.suspects.completed(key)
+		return err
+	})
 }

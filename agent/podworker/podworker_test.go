@@ -106,15 +106,25 @@ func (d *mapDesired) ConfigMap(string, string) (*v1.ConfigMap, error) { return n
 func (d *mapDesired) Secret(string, string) (*v1.Secret, error)       { return nil, errors.New("none") }
 
 type fakeStatus struct {
-	mu      sync.Mutex
-	set     map[string]v1.PodStatus
-	removed []string
+	mu       sync.Mutex
+	set      map[string]v1.PodStatus
+	removed  []string
+	retained map[string]bool // statuses an earlier process left at the broker
+	sets     int             // every Set
+}
+
+func (s *fakeStatus) Retained(ns, name string) bool {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	_, ok := s.set[ns+"/"+name]
+	return ok || s.retained[ns+"/"+name]
 }
 
 func (s *fakeStatus) Set(pod *v1.Pod, st v1.PodStatus) error {
 	s.mu.Lock()
 	defer s.mu.Unlock()
 	s.set[pod.Namespace+"/"+pod.Name] = st
+	s.sets++
 	return nil
 }
 func (s *fakeStatus) Get(string, string) (*v1.Pod, bool) { return nil, false }

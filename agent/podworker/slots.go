@@ -5,6 +5,8 @@ import (
 	"sync"
 
 	"github.com/rs/zerolog"
+
+	"github.com/mqlet/mqlet/internal/crashout"
 )
 
 // slotSet is the bounded number of pod syncs at once: a sync takes a free
@@ -31,26 +33,40 @@ func newSlotSet(n int, marks Marker, log zerolog.Logger) *slotSet {
 	return s
 }
 
-// with runs fn holding a slot marked with key; running says the pod was
+// with runs fn holding a slot marked with key, fn's phase (phaseRead
+// first; fn moves it on with the function it is given) and the calling
+// goroutine, which a Go crash report names; running says the pod was
 // synced before (its sync goes before first starts). It gives up with
 // ctx's error when ctx ends before a slot is free.
-func (s *slotSet) with(ctx context.Context, key string, running bool, fn func() error) error {
+func (s *slotSet) with(ctx context.Context, key string, running bool, fn func(phase func(string)) error) error {
 	slot, err := s.acquire(ctx, running)
 	if err != nil {
 		return err
 	}
 	defer s.release(slot)
-	if m := s.marks; m != nil {
-		if err := m.Set(slot, key); err != nil {
+	m := s.marks
+	if m == nil {
+		return fn(func(string) {})
+	}
+	mark := syncMark{key: key, phase: phaseRead, goroutine: crashout.CurrentGoroutine()}
+	write := func() {
+		if err := m.Set(slot, mark.String()); err != nil {
 			s.log.Error().Err(err).Str("pod", key).Msg("marking pod sync in flight; a crash in it would not be caught at restart")
 		}
-		defer func() {
-			if err := m.Clear(slot); err != nil {
-				s.log.Error().Err(err).Str("pod", key).Msg("clearing the in-flight mark of a pod sync")
-			}
-		}()
 	}
-	return fn()
+	write()
+	set := func(phase string) {
+		if phase != mark.phase {
+			mark.phase = phase
+			write()
+		}
+	}
+	defer func() {
+		if err := m.Clear(slot); err != nil {
+			s.log.Error().Err(err).Str("pod", key).Msg("clearing the in-flight mark of a pod sync")
+		}
+	}()
+	return fn(set)
 }
 
 func (s *slotSet) acquire(ctx context.Context, running bool) (int, error) {

@@ -19,7 +19,7 @@ func TestSlotGoesToARunningPodFirst(t *testing.T) {
 	}
 	order := make(chan string, 2)
 	wait := func(name string, running bool) {
-		_ = s.with(ctx, name, running, func() error { order <- name; return nil })
+		_ = s.with(ctx, name, running, func(func(string)) error { order <- name; return nil })
 	}
 	go wait("start", false)
 	waitUntil(t, "the start waiting", func() bool { _, o := s.waiters(); return o == 1 })

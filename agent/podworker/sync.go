@@ -37,8 +37,7 @@ func (p *Pool) work(life, ctx context.Context, r *runner) (time.Duration, error)
 		return 0, fmt.Errorf("reading desired pod %s: %w", key, err)
 	}
 	if q, ok := p.quarantined(r, pod); ok {
-		p.publishQuarantined(r, pod, q)
-		return 0, nil
+		return 0, p.publishQuarantined(ctx, r, pod, q)
 	}
 	if pod == nil {
 		p.dropRestarts(r.key)
@@ -51,11 +50,12 @@ func (p *Pool) work(life, ctx context.Context, r *runner) (time.Duration, error)
 	// listing included), since any of them may be what stops the agent.
 	var after time.Duration
 	// A pod this runner synced before goes before pods yet to start.
-	err = p.withSlot(ctx, key, r.hasUID(string(pod.UID)), func() error {
+	err = p.withSlot(ctx, key, r.hasUID(string(pod.UID)), func(phase func(string)) error {
 		// The pod's own status is read first: a pod whose containers are
 		// all done is reported before anything else is asked of the
 		// runtime (the listing of old runtime pods below, the sandbox stop).
 		rs, rsErr := p.rt.GetPodStatus(ctx, string(pod.UID), pod.Name, pod.Namespace)
+		phase(phaseSync)
 		if rsErr == nil && p.publishIfDone(pod, rs) && rs.Live() {
 			// What is left (sidecars, the sandbox) is stopped beside
 			// the slots: a sandbox stop takes about a second (the
@@ -68,7 +68,10 @@ func (p *Pool) work(life, ctx context.Context, r *runner) (time.Duration, error)
 		// goes first. Once the uid is known to be alone, later syncs of it
 		// (resyncs, lifecycle events) skip the listing of every runtime pod.
 		if !r.knownAlone(string(pod.UID)) {
-			if err := p.removePod(life, ctx, r, namespace, name, string(pod.UID)); errors.Is(err, errTerminating) {
+			phase(phaseRead) // the listing; the kills it starts run beside the slot
+			err := p.removePod(life, ctx, r, namespace, name, string(pod.UID))
+			phase(phaseSync)
+			if errors.Is(err, errTerminating) {
 				return nil
 			} else if err != nil {
 				return err
@@ -129,9 +132,12 @@ func (p *Pool) syncPod(ctx context.Context, pod *v1.Pod, backoff cri.RestartBack
 		if ctx.Err() != nil {
 			return 0, ctx.Err()
 		}
-		p.publish(pod, nil, podstatus.Hints{RuntimeUnreachable: true}, "")
+		p.publishUnreachable(pod)
 		return 0, fmt.Errorf("getting runtime status of pod %s: %w", key, err)
 	}
+	// Kills the agent in this pod's sync, past its runtime read (tests of
+	// the poison-pod guard arm "podworker.syncing/<namespace>/<name>").
+	faultpoint.Hit("podworker.syncing/" + key)
 	in := cri.SyncInput{Pod: pod, Status: rs, Objects: p.desired, Backoff: backoff, Events: p.events}
 	if pr := p.opts.Probes; pr != nil {
 		in.Probes = pr
@@ -281,37 +287,84 @@ func (p *Pool) quarantined(r *runner, pod *v1.Pod) (store.Quarantine, bool) {
 	if !ok {
 		return store.Quarantine{}, false
 	}
-	if pod != nil && q.Covers(pod.UID, pod.Generation) {
+	older := isOlderRule(q)
+	if pod != nil && q.Covers(pod.UID, pod.Generation) && !older {
 		return q, true
 	}
 	if err := qs.LiftQuarantine(r.key); err != nil {
 		p.log.Error().Err(err).Str("pod", r.key).Msg("lifting quarantine")
 	}
 	r.quarantineLifted()
-	if pod != nil {
+	switch {
+	case pod == nil:
+	case older && q.Covers(pod.UID, pod.Generation):
+		p.log.Info().Str("pod", r.key).Msg("quarantine lifted: set by an older mqlet for one death with the pod's sync in flight, which proves nothing")
+		p.events.Event(pod, v1.EventTypeNormal, ReasonQuarantineLifted, "quarantined by an older mqlet for one agent death during its sync, which proves nothing; syncing again")
+	default:
 		p.log.Info().Str("pod", r.key).Int64("generation", pod.Generation).Msg("quarantine lifted: the pod changed")
 		p.events.Event(pod, v1.EventTypeNormal, ReasonQuarantineLifted, fmt.Sprintf("a new spec (generation %d) or uid was applied; syncing again", pod.Generation))
 	}
 	return store.Quarantine{}, false
 }
 
-// publishQuarantined reports a quarantined pod: a status with reason
-// Quarantined (built without asking the runtime, which is what the pod's
-// sync may have crashed in), a Warning event once per process and spec, and
-// a failed outcome for the commands waiting on it.
-func (p *Pool) publishQuarantined(r *runner, pod *v1.Pod, q store.Quarantine) {
+// publishQuarantined reports a quarantined pod: its status with reason
+// Quarantined, a Warning event once per process and spec, and a failed
+// outcome for the commands waiting on it. The status is what the runtime
+// says of the pod (read under a marked slot, as in a sync), so a pod whose
+// containers run is reported running; when the agent died in this pod's
+// runtime read, or the runtime cannot be read, it is the last status this
+// process published, and nothing new when there is none and an earlier
+// process's status is retained: a running pod is never reported as not
+// started.
+func (p *Pool) publishQuarantined(ctx context.Context, r *runner, pod *v1.Pod, q store.Quarantine) error {
 	msg := fmt.Sprintf("%s (at %s); not synced until a new spec is applied or the pod is re-created", q.Reason, q.Since.Format(time.RFC3339))
 	if r.announce(pod.Generation) {
 		p.events.Event(pod, v1.EventTypeWarning, ReasonQuarantined, q.Reason)
 		p.log.Warn().Str("pod", r.key).Msg("pod is quarantined: " + msg)
 	}
-	name, _ := p.rt.RuntimeInfo()
-	st := podstatus.Build(pod, nil, podstatus.Hints{RuntimeName: name, HostIPs: p.opts.HostIPs}, time.Now())
-	st.Reason, st.Message = ReasonQuarantined, msg
-	if err := p.status.Set(pod, st); err != nil {
-		p.log.Warn().Err(err).Str("pod", r.key).Msg("publishing pod status")
+	var rs *cri.PodStatus
+	readErr := errors.New("not read: the agent died in this pod's runtime read")
+	if q.Phase != phaseRead {
+		err := p.withSlot(ctx, r.key, true, func(func(string)) error {
+			rs, readErr = p.rt.GetPodStatus(ctx, string(pod.UID), pod.Name, pod.Namespace)
+			return nil
+		})
+		if err != nil {
+			return err // ctx ended waiting for a slot
+		}
+	}
+	var st v1.PodStatus
+	switch prev, known := p.status.Get(pod.Namespace, pod.Name); {
+	case readErr == nil:
+		st = p.build(pod, rs, podstatus.Hints{})
+	case known && prev.UID == pod.UID && prev.Generation == pod.Generation:
+		st = prev.Status
+	case p.status.Retained(pod.Namespace, pod.Name):
+		st = v1.PodStatus{} // keep what the broker holds
+	default:
+		st = p.build(pod, nil, podstatus.Hints{}) // never published: nothing to keep
+	}
+	if st.Phase != "" {
+		st.Reason, st.Message = ReasonQuarantined, msg
+		if err := p.status.Set(pod, st); err != nil {
+			p.log.Warn().Err(err).Str("pod", r.key).Msg("publishing pod status")
+		}
 	}
 	p.observe.Observe(r.key, pending.Outcome{Generation: pod.Generation, Done: true, OK: false, Reason: ReasonQuarantined + ": " + q.Reason})
+	return nil
+}
+
+// publishUnreachable reports that the runtime could not be read for pod:
+// the last status this process published, not ready. A pod this process
+// has not published yet whose status an earlier process left retained
+// gets nothing new: the broker keeps that last known view (a fresh one,
+// built without the runtime, would say Pending with no container to every
+// subscriber at each start of mqlet) until the runtime is read.
+func (p *Pool) publishUnreachable(pod *v1.Pod) {
+	if _, known := p.status.Get(pod.Namespace, pod.Name); !known && p.status.Retained(pod.Namespace, pod.Name) {
+		return
+	}
+	p.publish(pod, nil, podstatus.Hints{RuntimeUnreachable: true}, "")
 }
 
 // publish sets the pod's status and tells the pending commands; definite,

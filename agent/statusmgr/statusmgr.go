@@ -50,7 +50,8 @@ type Manager struct {
 	mu   sync.Mutex
 	pods map[string]entry // key "namespace/name"
 
-	ledgerMu sync.Mutex // serialises read-modify-write of the ledger
+	ledgerMu sync.Mutex      // serialises read-modify-write of the ledger
+	earlier  map[string]bool // the ledger as this process found it, less the pods removed since; nil until read
 
 	published, skipped uint64
 }
@@ -88,6 +89,40 @@ func (m *Manager) ClearStale(isDesired func(key string) bool) (int, error) {
 	return cleared, nil
 }
 
+// Retained reports whether the pod's topic holds a retained status: one
+// this process set, or one an earlier process published (the ledger) and
+// nobody removed since. The pod workers keep that last known view instead
+// of publishing a status built without the runtime.
+func (m *Manager) Retained(namespace, name string) bool {
+	key := namespace + "/" + name
+	m.mu.Lock()
+	_, ok := m.pods[key]
+	m.mu.Unlock()
+	if ok {
+		return true
+	}
+	if m.ledger == nil {
+		return false
+	}
+	m.ledgerMu.Lock()
+	defer m.ledgerMu.Unlock()
+	if m.earlier == nil {
+		raw, found, err := m.ledger.Meta(ledgerKey)
+		if err != nil {
+			m.log.Warn().Err(err).Msg("reading the published-pods ledger")
+			return false
+		}
+		m.earlier = map[string]bool{}
+		var keys []string
+		if found && json.Unmarshal(raw, &keys) == nil {
+			for _, k := range keys {
+				m.earlier[k] = true
+			}
+		}
+	}
+	return m.earlier[key]
+}
+
 // record updates the ledger when the set of published pods changes.
 func (m *Manager) record(key string, present bool) {
 	if m.ledger == nil {
@@ -95,6 +130,9 @@ func (m *Manager) record(key string, present bool) {
 	}
 	m.ledgerMu.Lock()
 	defer m.ledgerMu.Unlock()
+	if !present && m.earlier != nil {
+		delete(m.earlier, key)
+	}
 	set := map[string]bool{}
 	if raw, ok, err := m.ledger.Meta(ledgerKey); err == nil && ok {
 		var keys []string

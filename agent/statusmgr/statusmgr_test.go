@@ -126,3 +126,37 @@ func TestStaleStatusesOfAnEarlierRunAreCleared(t *testing.T) {
 		t.Fatalf("after clearing, only keep remains in the ledger; cleared %d", n)
 	}
 }
+
+// Retained tells the pod workers which pods an earlier run left a status
+// for (the ledger), less those removed since, plus those set in this run.
+func TestRetainedFollowsTheLedgerAndThisRun(t *testing.T) {
+	ledger := &memLedger{kv: map[string][]byte{}}
+	scheme := apiv1.Scheme{Prefix: "mqlet/v1", Node: "n1"}
+	first := New(scheme, &capture{}, ledger, zerolog.Nop())
+	for _, name := range []string{"kept", "removed"} {
+		p := pod()
+		p.Name = name
+		if err := first.Set(p, v1.PodStatus{Phase: v1.PodRunning}); err != nil {
+			t.Fatal(err)
+		}
+	}
+
+	second := New(scheme, &capture{}, ledger, zerolog.Nop())
+	if !second.Retained("default", "kept") || !second.Retained("default", "removed") || second.Retained("default", "never") {
+		t.Fatal("the earlier run's statuses are not all seen as retained")
+	}
+	if err := second.Remove("default", "removed"); err != nil {
+		t.Fatal(err)
+	}
+	p := pod()
+	p.Name = "new"
+	if err := second.Set(p, v1.PodStatus{Phase: v1.PodPending}); err != nil {
+		t.Fatal(err)
+	}
+	if second.Retained("default", "removed") || !second.Retained("default", "new") || !second.Retained("default", "kept") {
+		t.Fatal("Retained does not follow this run's removals and sets")
+	}
+	if New(scheme, &capture{}, nil, zerolog.Nop()).Retained("default", "kept") {
+		t.Fatal("without a ledger nothing is retained from earlier runs")
+	}
+}

@@ -9,14 +9,21 @@ import (
 	"k8s.io/apimachinery/pkg/types"
 )
 
-// Quarantine records a pod that is not synced: its sync was running when
-// the agent died. It holds for this uid and generation only: a new spec
+// Quarantine records a pod that is not synced: its sync was proven to stop
+// the agent. It holds for this uid and generation only: a new spec
 // (generation) or a re-created pod (uid) lifts it.
 type Quarantine struct {
 	UID        types.UID `json:"uid"`
 	Generation int64     `json:"generation"`
 	Reason     string    `json:"reason"`
 	Since      time.Time `json:"since"`
+	// Evidence is what proved it (agent/podworker: a Go crash in the sync,
+	// or deaths in a row); empty in a record of an older mqlet, which
+	// quarantined for any death.
+	Evidence string `json:"evidence,omitempty"`
+	// Phase is the phase of the sync the agent last died in ("read": a
+	// runtime read, which is then not asked again for the pod).
+	Phase string `json:"phase,omitempty"`
 }
 
 // Covers reports whether the quarantine still holds for this pod version.

@@ -29,6 +29,7 @@ import (
 	apiv1 "github.com/mqlet/mqlet/api/v1"
 	"github.com/mqlet/mqlet/config"
 	"github.com/mqlet/mqlet/cri"
+	"github.com/mqlet/mqlet/internal/crashout"
 	"github.com/mqlet/mqlet/internal/lsm"
 	"github.com/mqlet/mqlet/internal/redact"
 	"github.com/mqlet/mqlet/internal/version"
@@ -100,6 +101,7 @@ type nodeState struct {
 	store                   *store.Store
 	box                     *outbox.Outbox
 	commandMarks, syncMarks *inflight.File
+	crash                   crashout.Report // the previous process's Go crash report
 	nonces                  io.Closer
 	events                  *eventlog.Log        // the events history (get Event)
 	live                    *liveconfig.Settings // the settings the config verb changes
@@ -140,6 +142,11 @@ func openState(cfg *config.Config, log zerolog.Logger) (_ *nodeState, err error)
 		return nil, fmt.Errorf("opening pod sync marks: %w", err)
 	}
 	s.closers = append(s.closers, s.syncMarks)
+	// Armed before any pod is synced: a Go crash in a sync is then told
+	// apart from an external kill at the next start.
+	if s.crash, err = crashout.Arm(filepath.Join(cfg.StateDir, "crash-output")); err != nil {
+		return nil, err
+	}
 	if s.events, err = eventlog.Open(filepath.Join(cfg.StateDir, "events.jsonl"), cfg.Events.History, log.With().Str("component", "eventlog").Logger()); err != nil {
 		return nil, err
 	}
@@ -347,6 +354,7 @@ func agentOptions(cfg *config.Config, state *nodeState) (agent.Options, error) {
 	if state.syncMarks != nil {
 		opts.SyncMarks = state.syncMarks
 	}
+	opts.Crash = state.crash
 	if state.box != nil {
 		box := state.box
 		opts.Logs.Backlog = func() int64 { return box.Stats().Bytes }

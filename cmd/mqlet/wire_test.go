@@ -86,13 +86,13 @@ images: {pullParallelism: 3, pullTimeout: 4m, pullBackoffBase: 6s, pullBackoffMa
 	}
 
 	// Every field is set: a new option left unwired shows here. HostIPs
-	// comes from the machine; the marks, the events history and the live
+	// comes from the machine; the marks, the crash report, the events history and the live
 	// settings from the opened state; LogLevel is the running logger's.
 	v := reflect.ValueOf(opts)
 	for i := 0; i < v.NumField(); i++ {
 		name := v.Type().Field(i).Name
 		switch name {
-		case "HostIPs", "CommandMarks", "SyncMarks", "EventLog", "Live", "LogLevel":
+		case "HostIPs", "CommandMarks", "SyncMarks", "Crash", "EventLog", "Live", "LogLevel":
 			continue
 		}
 		if v.Field(i).IsZero() {

@@ -4,8 +4,11 @@
 // read once: a comma-separated list of "name" (kill at the first time the
 // point is reached) or "name@N" (at the N-th time). Reaching a listed point
 // SIGKILLs the process, the same as an operator's kill -9 or the OOM killer:
-// no deferred function runs and nothing is flushed. Without the variable,
-// Hit costs a map lookup in an empty map.
+// no deferred function runs and nothing is flushed. A point listed with the
+// suffix "!panic" ("name!panic", "name@N!panic") instead crashes the Go
+// runtime with an unrecovered panic in a goroutine the caller starts, as a
+// bug in code the caller ran would. Without the variable, Hit costs a map
+// lookup in an empty map.
 //
 // The set is fixed at start (environment only, never from MQTT), so it is
 // not state a command can change.
@@ -24,8 +27,9 @@ import (
 const Env = "MQLET_FAULTPOINTS"
 
 type point struct {
-	at   int64 // the hit that kills (1 = the first)
-	hits atomic.Int64
+	at    int64 // the hit that kills (1 = the first)
+	panic bool  // crash the Go runtime instead of SIGKILL
+	hits  atomic.Int64
 }
 
 // points is parsed from the environment on first use and never changed
@@ -39,6 +43,7 @@ func parse(spec string) map[string]*point {
 		if item == "" {
 			continue
 		}
+		item, crash := strings.CutSuffix(item, "!panic")
 		name, count, found := strings.Cut(item, "@")
 		at := int64(1)
 		if found {
@@ -48,7 +53,7 @@ func parse(spec string) map[string]*point {
 			}
 			at = n
 		}
-		out[name] = &point{at: at}
+		out[name] = &point{at: at, panic: crash}
 	}
 	return out
 }
@@ -61,6 +66,12 @@ func Hit(name string) {
 		return
 	}
 	if p.hits.Add(1) == p.at {
+		if p.panic {
+			// Unrecovered in a goroutine of its own: the traceback names
+			// the caller's goroutine as its creator.
+			go func() { panic("faultpoint " + name) }()
+			select {}
+		}
 		_ = syscall.Kill(os.Getpid(), syscall.SIGKILL)
 		select {} // the signal is on its way; nothing after the point may run
 	}

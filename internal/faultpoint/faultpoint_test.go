@@ -8,13 +8,13 @@ import (
 )
 
 func TestParse(t *testing.T) {
-	got := parse(" a, b@3 ,c@0,d@x,,e@1")
-	want := map[string]int64{"a": 1, "b": 3, "e": 1}
+	got := parse(" a, b@3 ,c@0,d@x,,e@1,f!panic,g@2!panic")
+	want := map[string]int64{"a": 1, "b": 3, "e": 1, "f": 1, "g": 2}
 	if len(got) != len(want) {
 		t.Fatalf("parsed %d points, want %d: %v", len(got), len(want), got)
 	}
 	for name, at := range want {
-		if p, ok := got[name]; !ok || p.at != at {
+		if p, ok := got[name]; !ok || p.at != at || p.panic != (name == "f" || name == "g") {
 			t.Fatalf("point %s: got %+v, want at %d", name, p, at)
 		}
 	}

@@ -1,0 +1,269 @@
+package e2e
+
+import (
+	"encoding/json"
+	"fmt"
+	"path/filepath"
+	"slices"
+	"strings"
+	"syscall"
+	"testing"
+	"time"
+
+	v1 "k8s.io/api/core/v1"
+
+	"github.com/mqlet/mqlet/agent/podworker"
+	apiv1 "github.com/mqlet/mqlet/api/v1"
+)
+
+// Issue 18, findings 2 and 4: an agent death or restart never makes a
+// healthy pod look (or be) anything but what it is.
+
+// syncMarkKeys reads the pod sync marks of mqlet's state dir as the next
+// process would, and returns the pod keys they name.
+func (e *podEnv) syncMarkKeys() []string {
+	e.t.Helper()
+	var keys []string
+	for _, v := range marks(e.t.(*testing.T), filepath.Join(e.stateDir, "inflight-syncs")) {
+		keys = append(keys, strings.Fields(v)[0])
+	}
+	return keys
+}
+
+// published is what a subscriber saw of pod name's status: its running
+// container ids (by name) and restart counts.
+type published struct {
+	ids      map[string]string
+	restarts map[string]int32
+}
+
+// runningView waits for a status of pod name, at or after message from,
+// that is Running with every container running and an id, and returns it.
+func (e *podEnv) runningView(from int, name string, timeout time.Duration) published {
+	e.t.Helper()
+	var got published
+	e.mq.WaitFor(from, timeout, name+" published running", func(m Msg) bool {
+		var p v1.Pod
+		if m.Topic != e.podTopic(name) || len(m.Payload) == 0 || json.Unmarshal(m.Payload, &p) != nil || p.Status.Phase != v1.PodRunning {
+			return false
+		}
+		view := published{ids: map[string]string{}, restarts: map[string]int32{}}
+		for _, cs := range p.Status.ContainerStatuses {
+			if cs.State.Running == nil || cs.ContainerID == "" {
+				return false
+			}
+			view.ids[cs.Name], view.restarts[cs.Name] = cs.ContainerID, cs.RestartCount
+		}
+		got = view
+		return len(view.ids) > 0
+	})
+	return got
+}
+
+// regressions lists every status of pod name published at or after
+// message from that says less than before did: not Running, a container
+// missing, not running, without its id or with another one, a lower
+// restart count, or a Quarantined reason.
+func (e *podEnv) regressions(from int, name string, before published) []string {
+	e.t.Helper()
+	var bad []string
+	msgs := e.mq.Messages()
+	for i := from; i < len(msgs); i++ {
+		m := msgs[i]
+		if m.Topic != e.podTopic(name) {
+			continue
+		}
+		if len(m.Payload) == 0 {
+			bad = append(bad, "status cleared")
+			continue
+		}
+		var p v1.Pod
+		if err := json.Unmarshal(m.Payload, &p); err != nil {
+			e.t.Fatalf("pod status is not a v1.Pod: %v", err)
+		}
+		s := p.Status
+		why := []string{}
+		if s.Phase != v1.PodRunning {
+			why = append(why, "phase "+string(s.Phase))
+		}
+		if s.Reason == podworker.ReasonQuarantined {
+			why = append(why, "quarantined: "+s.Message)
+		}
+		seen := map[string]bool{}
+		for _, cs := range s.ContainerStatuses {
+			seen[cs.Name] = true
+			switch {
+			case cs.State.Running == nil:
+				why = append(why, cs.Name+" not running "+dump(cs.State))
+			case cs.ContainerID != before.ids[cs.Name]:
+				why = append(why, fmt.Sprintf("%s id %q, was %q", cs.Name, cs.ContainerID, before.ids[cs.Name]))
+			case cs.RestartCount < before.restarts[cs.Name]:
+				why = append(why, fmt.Sprintf("%s restartCount %d, was %d", cs.Name, cs.RestartCount, before.restarts[cs.Name]))
+			}
+		}
+		for c := range before.ids {
+			if !seen[c] {
+				why = append(why, c+" missing")
+			}
+		}
+		if len(why) > 0 {
+			bad = append(bad, strings.Join(why, ", "))
+		}
+	}
+	return bad
+}
+
+// noQuarantine fails if a Quarantined event was published at or after from.
+func (e *podEnv) noQuarantine(from int) {
+	e.t.Helper()
+	for _, ev := range e.events(from) {
+		if ev.Reason == podworker.ReasonQuarantined {
+			e.t.Fatalf("pod %s quarantined: %s", ev.InvolvedObject.Name, ev.Message)
+		}
+	}
+}
+
+// pauseContainerd SIGSTOPs the test containerd (its CRI calls hang); the
+// returned function continues it (once; also at cleanup).
+func pauseContainerd(t *testing.T) (resume func()) {
+	t.Helper()
+	pid := containerdPID(t)
+	if err := syscall.Kill(pid, syscall.SIGSTOP); err != nil {
+		t.Fatalf("stopping containerd: %v", err)
+	}
+	continued := false
+	resume = func() {
+		if !continued {
+			continued = true
+			if err := syscall.Kill(pid, syscall.SIGCONT); err != nil {
+				t.Errorf("continuing containerd: %v", err)
+			}
+		}
+	}
+	t.Cleanup(resume)
+	return resume
+}
+
+// Finding 4: a restart of mqlet (kill -9, SIGTERM, and a start while
+// containerd does not answer) publishes nothing that says less of a
+// running pod than the status retained before: no Pending, no container
+// without its id or with another, no restart count reset. The new process
+// publishes once it has read the runtime, the same containers running.
+func TestAgentRestartKeepsPodStatuses(t *testing.T) {
+	e := newPodEnv(t, "")
+	names := []string{"alpha", "beta"}
+	e.cleanupPods(names...)
+	for _, n := range names {
+		e.apply(e.pod(n, "Always", "sleep 3600"), apiv1.Succeeded, podReadyTimeout)
+	}
+	before := map[string]published{}
+	running := map[string]snapshot{}
+	for _, n := range names {
+		before[n] = e.runningView(0, n, podReadyTimeout)
+		running[n] = e.snapshot(n)
+	}
+	check := func(from int, when string) {
+		t.Helper()
+		for _, n := range names {
+			// The new process's first status, once it has read the runtime.
+			e.runningView(from, n, podReadyTimeout)
+			if bad := e.regressions(from, n, before[n]); len(bad) > 0 {
+				t.Fatalf("%s: pod %s was published as %q", when, n, bad)
+			}
+			e.sameAs(n, running[n], when)
+		}
+	}
+
+	for _, restart := range []struct {
+		name string
+		stop func()
+	}{{"kill -9", e.agent.Kill9}, {"SIGTERM", e.agent.Stop}} {
+		restart.stop()
+		mark := e.mq.Mark()
+		e.agent.Restart()
+		e.mq.WaitState(mark, e.node, "online", 30*time.Second)
+		check(mark, "after "+restart.name)
+	}
+
+	// containerd stopped while mqlet starts: the runtime cannot be read,
+	// every pod's sync fails (logged), and the statuses stay as they were.
+	e.agent.Kill9()
+	resume := pauseContainerd(t)
+	mark := e.mq.Mark()
+	logged := len(e.agent.Logs())
+	e.agent.Restart()
+	e.mq.WaitState(mark, e.node, "online", 30*time.Second)
+	for _, n := range names {
+		key := fmt.Sprintf("%q:%q", "pod", e.ns+"/"+n)
+		Eventually(t, 60*time.Second, "a failed sync of "+n+" while containerd is stopped", func() bool {
+			logs := e.agent.Logs()
+			for _, line := range strings.Split(logs[min(logged, len(logs)):], "\n") {
+				if strings.Contains(line, "pod sync failed") && strings.Contains(line, key) {
+					return true
+				}
+			}
+			return false
+		})
+	}
+	// A reply queued after those syncs reaches the subscriber after any
+	// status they published.
+	id := e.nextID("get")
+	e.mq.Command(e.node, "get", id, fmt.Appendf(nil, `{"kind":"Pod","namespace":%q}`, e.ns))
+	e.waitFinalAny(id, 30*time.Second)
+	for _, n := range names {
+		if bad := e.regressions(mark, n, before[n]); len(bad) > 0 {
+			t.Fatalf("while containerd was stopped at mqlet's start: pod %s was published as %q", n, bad)
+		}
+	}
+	resume()
+	check(mark, "after containerd came back")
+}
+
+// Finding 2: one death of mqlet while a running pod's sync is in flight
+// (kill -9 while containerd holds the sync, then a kill at a fault point
+// inside the sync) does not quarantine the pod: after the restart it is
+// adopted, the same containers, and never published as not started.
+func TestAgentKilledInPodSyncKeepsThePod(t *testing.T) {
+	e := newPodEnv(t, "")
+	e.cleanupPods("steady")
+	e.apply(e.pod("steady", "Always", "sleep 3600"), apiv1.Succeeded, podReadyTimeout)
+	before := e.runningView(0, "steady", podReadyTimeout)
+	running := e.snapshot("steady")
+	key := e.ns + "/steady"
+	after := func(from int, when string) {
+		t.Helper()
+		e.runningView(from, "steady", podReadyTimeout)
+		e.noQuarantine(from)
+		if bad := e.regressions(from, "steady", before); len(bad) > 0 {
+			t.Fatalf("%s: steady was published as %q", when, bad)
+		}
+		e.sameAs("steady", running, when)
+	}
+
+	// kill -9 with the sync held in flight: containerd stopped, the same
+	// spec applied again (a sync of the pod).
+	resume := pauseContainerd(t)
+	id := e.nextID("apply")
+	e.mq.Command(e.node, "apply", id, e.pod("steady", "Always", "sleep 3600"))
+	Eventually(t, 30*time.Second, "the pod's sync marked in flight", func() bool { return slices.Contains(e.syncMarkKeys(), key) })
+	e.agent.Kill9()
+	resume()
+	mark := e.mq.Mark()
+	e.agent.Restart()
+	e.mq.WaitState(mark, e.node, "online", 30*time.Second)
+	after(mark, "after a kill -9 during the sync")
+
+	// A kill inside the sync, past its runtime read, at the restart's adoption.
+	e.agent.Stop()
+	e.agent.RestartWithFaults("podworker.syncing/" + key)
+	if !e.agent.WaitExit(60 * time.Second) {
+		t.Fatal("mqlet did not die at the fault point in the pod's sync")
+	}
+	if !slices.Contains(e.syncMarkKeys(), key) {
+		t.Fatalf("the kill left marks %q, want the pod's", e.syncMarkKeys())
+	}
+	mark = e.mq.Mark()
+	e.agent.RestartWithFaults("")
+	e.mq.WaitState(mark, e.node, "online", 30*time.Second)
+	after(mark, "after a kill in the sync")
+}
