@@ -303,12 +303,19 @@ func (p *Pool) guarded(life, ctx context.Context, r *runner) (retryAfter time.Du
 // (a sync proven to kill the process quarantines the pod at a next start,
 // see Recover); fn starts in phaseRead and says when it moves on with
 // phase. running says the pod was synced before (it goes before first
-// starts). A sync that ran to its end clears the pod's death count. It
-// gives up with ctx's error when ctx ends first.
+// starts). A sync that ran to its end past its read clears the pod's death
+// count (one that could not read the runtime proves nothing). It gives up
+// with ctx's error when ctx ends first.
 func (p *Pool) withSlot(ctx context.Context, key string, running bool, fn func(phase func(string)) error) error {
 	return p.slots.with(ctx, key, running, func(phase func(string)) error {
-		err := fn(phase)
-		p.suspects.completed(key)
+		pastRead := false
+		err := fn(func(ph string) {
+			pastRead = pastRead || ph == phaseSync
+			phase(ph)
+		})
+		if pastRead {
+			p.suspects.completed(key)
+		}
 		return err
 	})
 }

@@ -457,3 +457,18 @@ func TestUnreachableRuntimeKeepsTheRetainedView(t *testing.T) {
 		t.Fatalf("a pod never reported is %s", dumpJSON(st))
 	}
 }
+
+// A sync that cannot read the runtime (at a start, before the runtime is
+// connected) proves nothing: the count stays.
+func TestUnreadSyncKeepsTheDeathCount(t *testing.T) {
+	st := openStore(t)
+	rt := unreachableRuntime{newScriptedRuntime()}
+	r := startAfterDeath(t, rt, nil, st, []string{"ns/a sync 3"}, Death{}, testPod("a"))
+	r.pool.Enqueue("ns/a")
+	waitUntil(t, "ns/a tried twice", func() bool { return r.pool.Stats().Failures >= 2 })
+	raw, _, _ := st.Meta(deathsKey)
+	var counts map[string]suspect
+	if err := json.Unmarshal(raw, &counts); err != nil || counts["ns/a"].Deaths != 1 {
+		t.Fatalf("counts after syncs that could not read the runtime: %s (%v)", raw, err)
+	}
+}

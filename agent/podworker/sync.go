@@ -55,7 +55,13 @@ func (p *Pool) work(life, ctx context.Context, r *runner) (time.Duration, error)
 		// all done is reported before anything else is asked of the
 		// runtime (the listing of old runtime pods below, the sandbox stop).
 		rs, rsErr := p.rt.GetPodStatus(ctx, string(pod.UID), pod.Name, pod.Namespace)
-		phase(phaseSync)
+		// Past the read, what the sync does counts against the pod at a
+		// death; a sync that could not read the runtime stays a read.
+		synced := phaseRead
+		if rsErr == nil {
+			synced = phaseSync
+		}
+		phase(synced)
 		if rsErr == nil && p.publishIfDone(pod, rs) && rs.Live() {
 			// What is left (sidecars, the sandbox) is stopped beside
 			// the slots: a sandbox stop takes about a second (the
@@ -70,7 +76,7 @@ func (p *Pool) work(life, ctx context.Context, r *runner) (time.Duration, error)
 		if !r.knownAlone(string(pod.UID)) {
 			phase(phaseRead) // the listing; the kills it starts run beside the slot
 			err := p.removePod(life, ctx, r, namespace, name, string(pod.UID))
-			phase(phaseSync)
+			phase(synced)
 			if errors.Is(err, errTerminating) {
 				return nil
 			} else if err != nil {

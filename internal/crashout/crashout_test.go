@@ -15,10 +15,10 @@ func TestGoroutines(t *testing.T) {
 		text string
 		want []uint64
 	}{
-		"none": {"", nil},
+		"none":                         {"", nil},
 		"panic in a started goroutine": {"panic: boom\n\ngoroutine 35 [running]:\nmain.f()\n\t/x.go:3 +0x1\ncreated by main.g in goroutine 18\n\t/x.go:9 +0x2\n", []uint64{35, 18}},
-		"fatal error, main goroutine": {"fatal error: concurrent map writes\n\ngoroutine 1 [running]:\nmain.main()\n\t/x.go:3 +0x1\n\ngoroutine 7 [chan receive]:\ncreated by main.h in goroutine 1\n", []uint64{1}},
-		"stack overflow":              {"runtime: goroutine stack exceeds 1000000000-byte limit\nfatal error: stack overflow\n\nruntime stack:\nruntime.throw()\n\ngoroutine 42 [running]:\nmain.r()\ncreated by main.s in goroutine 40\n", []uint64{42, 40}},
+		"fatal error, main goroutine":  {"fatal error: concurrent map writes\n\ngoroutine 1 [running]:\nmain.main()\n\t/x.go:3 +0x1\n\ngoroutine 7 [chan receive]:\ncreated by main.h in goroutine 1\n", []uint64{1}},
+		"stack overflow":               {"runtime: goroutine stack exceeds 1000000000-byte limit\nfatal error: stack overflow\n\nruntime stack:\nruntime.throw()\n\ngoroutine 42 [running]:\nmain.r()\ncreated by main.s in goroutine 40\n", []uint64{42, 40}},
 	} {
 		t.Run(name, func(t *testing.T) {
 			if got := (Report{Text: tc.text}).Goroutines(); !slices.Equal(got, tc.want) {

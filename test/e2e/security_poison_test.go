@@ -221,54 +221,56 @@ func containerdPID(t *testing.T) int {
 	return pid
 }
 
-// A pod whose sync was running when mqlet died is quarantined at the next
-// start. The sync is held in flight by stopping containerd (SIGSTOP: its
-// CRI calls hang), mqlet is killed while the worker's mark names the pod,
-// containerd continues, and the restarted mqlet does not sync the pod: a
-// Warning Quarantined event, its status and get say why, containerd never
-// sees it. A changed spec lifts the quarantine and the pod runs.
+// A pod whose sync stops mqlet at every start is quarantined once that is
+// proven: its sync killed mid-way (a fault point past its runtime read, as
+// an OOM kill would) at SuspectDeaths starts in a row. The next start does
+// not sync it: a Warning Quarantined event, its status and get say why,
+// and the status is what runs (Running, the same container, never
+// Pending). A crash of the Go runtime in its sync quarantines at the first
+// death. The same spec again stays quarantined; a new spec lifts it.
 func TestPoisonPodSyncQuarantined(t *testing.T) {
 	e := newPodEnv(t, "")
-	e.cleanupPods("stuck")
-	Eventually(t, 30*time.Second, "mqlet connected to containerd", func() bool { return strings.Contains(e.agent.Logs(), "container runtime ready") })
-	pid := containerdPID(t)
-	if err := syscall.Kill(pid, syscall.SIGSTOP); err != nil {
-		t.Fatalf("stopping containerd: %v", err)
-	}
-	continued := false
-	resume := func() {
-		if !continued {
-			continued = true
-			if err := syscall.Kill(pid, syscall.SIGCONT); err != nil {
-				t.Errorf("continuing containerd: %v", err)
-			}
+	e.cleanupPods("stuck", "crasher")
+	e.apply(e.pod("stuck", "Always", "sleep 3600"), apiv1.Succeeded, podReadyTimeout)
+	e.apply(e.pod("crasher", "Always", "sleep 3600"), apiv1.Succeeded, podReadyTimeout)
+	before := e.runningView(0, "stuck", podReadyTimeout)
+	running := e.snapshot("stuck")
+
+	// Killed in the pod's sync at every start, one death short of the rule
+	// and then the last one.
+	e.agent.Stop()
+	for death := 1; death <= podworker.SuspectDeaths; death++ {
+		e.agent.RestartWithFaults("podworker.syncing/" + e.ns + "/stuck")
+		if !e.agent.WaitExit(60 * time.Second) {
+			t.Fatalf("mqlet did not die in the pod's sync at start %d", death)
 		}
 	}
-	t.Cleanup(resume)
-
-	id := e.nextID("apply")
-	e.mq.Command(e.node, "apply", id, e.pod("stuck", "Always", "sleep 3600"))
-	e.mq.WaitReply(e.node, id, apiv1.Accepted, 30*time.Second)
-	key := e.ns + "/stuck"
-	syncMarks := filepath.Join(e.stateDir, "inflight-syncs")
-	Eventually(t, 30*time.Second, "the pod's sync marked in flight", func() bool { return slices.Contains(marks(t, syncMarks), key) })
-	e.agent.Kill9()
-	resume()
-
 	mark := e.mq.Mark()
-	e.agent.Restart()
+	e.agent.RestartWithFaults("")
 	e.mq.WaitState(mark, e.node, "online", 30*time.Second)
 	e.waitEvent(mark, podworker.ReasonQuarantined, 60*time.Second)
 	st := e.waitStatus("stuck", 30*time.Second, "reported quarantined", func(p *v1.Pod) bool { return p.Status.Reason == podworker.ReasonQuarantined })
-	if !strings.Contains(st.Status.Message, podworker.MsgStoppedAgent) {
+	if !strings.Contains(st.Status.Message, podworker.MsgStoppedAgent) || !strings.Contains(st.Status.Message, "in a row") {
 		t.Fatalf("quarantine status message %q", st.Status.Message)
 	}
+	if st.Status.Phase != v1.PodRunning || len(st.Status.ContainerStatuses) != 1 || st.Status.ContainerStatuses[0].ContainerID != before.ids["main"] || st.Status.ContainerStatuses[0].State.Running == nil {
+		t.Fatalf("the quarantined pod runs %v but is published as %s", running.containers, dump(st.Status))
+	}
+	e.sameAs("stuck", running, "quarantined")
 	res := e.getPods()
-	if len(res.Pods) != 1 || res.Pods[0].Status.Reason != podworker.ReasonQuarantined {
+	var got *v1.Pod
+	for _, p := range res.Pods {
+		if p.Name == "stuck" {
+			got = p
+		}
+	}
+	if got == nil || got.Status.Reason != podworker.ReasonQuarantined {
 		t.Fatalf("get shows %s", dump(res.Pods))
 	}
-	if n := len(e.cri.Sandboxes(e.ns, "stuck")); n != 0 {
-		t.Fatalf("the quarantined pod has %d sandboxes", n)
+	for _, p := range res.Pods {
+		if p.Name == "crasher" && p.Status.Reason == podworker.ReasonQuarantined {
+			t.Fatal("a pod whose sync was never in flight at a death is quarantined")
+		}
 	}
 
 	// The same spec again stays quarantined; a new spec lifts it.
@@ -278,6 +280,21 @@ func TestPoisonPodSyncQuarantined(t *testing.T) {
 	e.waitEvent(mark, podworker.ReasonQuarantineLifted, 10*time.Second)
 	if len(e.cri.Running(e.ns, "stuck")) != 1 {
 		t.Fatal("the pod does not run after its quarantine was lifted")
+	}
+
+	// A Go crash (an unrecovered panic in a goroutine the sync started)
+	// quarantines at the first death: the crash report names the sync.
+	e.agent.Stop()
+	e.agent.RestartWithFaults("podworker.syncing/" + e.ns + "/crasher!panic")
+	if code := e.agent.ExitCode(60 * time.Second); code != 2 {
+		t.Fatalf("mqlet exited %d at the panic, want 2 (a Go crash)", code)
+	}
+	mark = e.mq.Mark()
+	e.agent.RestartWithFaults("")
+	e.mq.WaitState(mark, e.node, "online", 30*time.Second)
+	st = e.waitStatus("crasher", 60*time.Second, "reported quarantined", func(p *v1.Pod) bool { return p.Status.Reason == podworker.ReasonQuarantined })
+	if !strings.Contains(st.Status.Message, "Go runtime error") || st.Status.Phase != v1.PodRunning {
+		t.Fatalf("crasher published as %s", dump(st.Status))
 	}
 }
 
