@@ -4,7 +4,7 @@ GO      ?= go
 VERSION ?= $(shell git describe --tags --always --dirty 2>/dev/null || echo dev)
 LDFLAGS := -s -w -X github.com/mqlet/mqlet/internal/version.Version=$(VERSION)
 
-.PHONY: build test unit bench demo fmt vet fuzz clean release deb release-test
+.PHONY: build test unit bench demo fmt vet fuzz clean release deb release-test chaos
 
 build:
 	CGO_ENABLED=0 $(GO) build -trimpath -ldflags '$(LDFLAGS)' -o bin/mqlet ./cmd/mqlet
@@ -14,6 +14,11 @@ build:
 # runs unit, integration and end-to-end tests, then stops what it started.
 test:
 	test/run-tests.sh
+
+# The long fault-injection run: 20 minutes, at least 100 kills of the agent,
+# a report of every invariant (test/run-chaos.sh).
+chaos:
+	test/run-chaos.sh
 
 # Unit tests only (no broker, no containerd needed).
 unit:

@@ -20,11 +20,19 @@ fi
 go vet ./...
 
 export MQLET_TEST_DIR=/run/mqlet-ci
-cleanup() { test/env/containerd-down.sh >/dev/null 2>&1 || true; }
+# The fault-injection run (test/chaos) has a containerd, bridge and subnet of
+# its own: it pauses that containerd and kills only the mqlet it started, so
+# it runs beside the serial packages without touching them.
+chaos_env() { env MQLET_TEST_DIR=/run/mqlet-ci-chaos MQLET_TEST_BRIDGE=mqlcic0 MQLET_TEST_SUBNET=10.88.88.0/24 "$@"; }
+cleanup() {
+	test/env/containerd-down.sh >/dev/null 2>&1 || true
+	chaos_env test/env/containerd-down.sh >/dev/null 2>&1 || true
+}
 trap cleanup EXIT INT TERM
 echo "== starting a private containerd"
 MQLET_TEST_CRI_ENDPOINT=$(test/env/containerd-up.sh)
 export MQLET_TEST_CRI_ENDPOINT
+CHAOS_CRI_ENDPOINT=$(chaos_env test/env/containerd-up.sh)
 export MQLET_TEST_BIN_DIR="$WORK/bin"
 make -s build >/dev/null
 mkdir -p "$MQLET_TEST_BIN_DIR" && cp bin/mqlet* "$MQLET_TEST_BIN_DIR/"
@@ -32,12 +40,21 @@ mkdir -p "$MQLET_TEST_BIN_DIR" && cp bin/mqlet* "$MQLET_TEST_BIN_DIR/"
 # Packages that stop and start the shared containerd run one at a time, after
 # the rest (which run in parallel).
 serial="github.com/mqlet/mqlet/cri github.com/mqlet/mqlet/test/e2e"
-parallel=$(go list ./... | grep -v -x -F -e github.com/mqlet/mqlet/cri -e github.com/mqlet/mqlet/test/e2e)
+# test/chaos runs on its own containerd, beside the serial phase.
+parallel=$(go list ./... | grep -v -x -F -e github.com/mqlet/mqlet/cri -e github.com/mqlet/mqlet/test/e2e -e github.com/mqlet/mqlet/test/chaos)
 status=0
 echo "== go test -race (unit and integration)"
 go test -race -count=1 -timeout 20m -v $parallel >"$WORK/test.log" 2>&1 || status=$?
+echo "== fault-injection run (test/chaos, ~3 min, its own containerd) in the background"
+rm -rf "$WORK/chaos" && mkdir -p "$WORK/chaos"
+chaos_env MQLET_TEST_CRI_ENDPOINT="$CHAOS_CRI_ENDPOINT" MQLET_CHAOS_WORKDIR="$WORK/chaos" MQLET_CHAOS_REPORT="$WORK/chaos/report.txt" \
+	go test -race -count=1 -timeout 30m -v ./test/chaos/ >"$WORK/chaos.log" 2>&1 &
+chaos_pid=$!
 echo "== go test -race (runtime and end-to-end, one package at a time)"
 go test -race -count=1 -timeout 40m -p 1 -v $serial >>"$WORK/test.log" 2>&1 || status=$?
+wait "$chaos_pid" || status=$?
+cat "$WORK/chaos.log" >>"$WORK/test.log"
+if [ -f "$WORK/chaos/report.txt" ]; then cat "$WORK/chaos/report.txt"; else echo "chaos: no report:"; tail -30 "$WORK/chaos.log"; fi
 grep -E '^(ok|FAIL|---|panic:)|^\s+--- FAIL' "$WORK/test.log" | grep -v -- '--- PASS' || true
 
 echo "== release: cross builds under qemu, the .deb installed with a pod, upgrade, purge"
