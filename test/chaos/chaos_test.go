@@ -280,7 +280,19 @@ func (r *run) doRound() {
 		wait(r.uniform(2500 * time.Millisecond))
 		killed = r.kill(mode)
 	case "pod-start":
+		// Half the time at the first new pod cgroup (made before the
+		// sandbox), else at the first new sandbox or container in CRI.
+		atCgroup := r.rng.IntN(2) == 0
+		cgroupsBefore := r.podCgroups()
 		r.until(10*time.Second, func(s snapshot) bool {
+			if atCgroup {
+				for _, d := range r.podCgroups() {
+					if !slices.Contains(cgroupsBefore, d) {
+						return true
+					}
+				}
+				return false
+			}
 			for id := range s.ids() {
 				if !before.ids()[id] {
 					return true
@@ -288,6 +300,9 @@ func (r *run) doRound() {
 			}
 			return false
 		})
+		if atCgroup {
+			mode = "pod-start-cgroup"
+		}
 		killed = r.kill(mode)
 	case "delete":
 		var deleted []string
@@ -476,4 +491,11 @@ func phasesOrNone(replies []apiv1.Reply) string {
 		return "none"
 	}
 	return phases(replies)
+}
+
+// podCgroups lists the pod cgroups of the run under every hierarchy.
+func (r *run) podCgroups() []string {
+	a, _ := filepath.Glob(filepath.Join("/sys/fs/cgroup", "*", r.cgroupRoot, "pod*"))
+	b, _ := filepath.Glob(filepath.Join("/sys/fs/cgroup", r.cgroupRoot, "pod*"))
+	return append(a, b...)
 }
