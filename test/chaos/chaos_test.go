@@ -434,6 +434,7 @@ func (r *run) quiet(killed bool) {
 		}
 	} else {
 		r.notConverged++
+		r.t.Logf("round %d: not converged within %v: %v", r.round, r.cfg.quietBound, probs)
 		for _, p := range probs {
 			r.v.add(r.round, p.inv, "pod "+p.pod, "%s (not converged %v after the agent's last start)", p.detail, r.cfg.quietBound)
 			r.excluded[p.pod] = true
