@@ -69,24 +69,28 @@ func removeCgroupTree(dir string) error {
 	return nil
 }
 
-// podCgroupUIDs lists the uids of pod cgroups under the cgroup root (as
-// seen in the memory hierarchy, or the v2 tree).
+// podCgroupUIDs lists the uids of pod cgroups under the cgroup root in
+// every hierarchy: each cgroup v1 controller (a pod without pod-level
+// resources has a cgroup of its own only in the pids hierarchy until its
+// sandbox exists), the v2 'unified' mount beside them, and a v2 tree.
 func (m *Manager) podCgroupUIDs() []string {
+	bases, _ := filepath.Glob(filepath.Join(m.cfg.CgroupFS, "*", m.cfg.CgroupRoot))
+	bases = append(bases, filepath.Join(m.cfg.CgroupFS, m.cfg.CgroupRoot))
+	seen := map[string]bool{}
 	var uids []string
-	for _, base := range []string{filepath.Join(m.cfg.CgroupFS, "memory", m.cfg.CgroupRoot), filepath.Join(m.cfg.CgroupFS, m.cfg.CgroupRoot)} {
+	for _, base := range bases {
 		entries, err := os.ReadDir(base)
 		if err != nil {
 			continue
 		}
 		for _, e := range entries {
-			if uid, ok := strings.CutPrefix(e.Name(), "pod"); ok && e.IsDir() && IsUID(uid) {
+			if uid, ok := strings.CutPrefix(e.Name(), "pod"); ok && e.IsDir() && IsUID(uid) && !seen[uid] {
+				seen[uid] = true
 				uids = append(uids, uid)
 			}
 		}
-		if len(uids) > 0 {
-			break
-		}
 	}
+	slices.Sort(uids)
 	return uids
 }
 

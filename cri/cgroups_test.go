@@ -85,3 +85,49 @@ func must(t *testing.T, err error) {
 		t.Fatal(err)
 	}
 }
+
+// The collector lists pod cgroups in every hierarchy mqlet or the runtime
+// writes: a pod killed before its sandbox has one only in the pids
+// hierarchy (cgroup v1), and the v2 'unified' mount of a hybrid host holds
+// others; each uid is listed once.
+func TestPodCgroupUIDsListsEveryHierarchy(t *testing.T) {
+	const (
+		pidsOnly = "0b6c1a52-7d1e-4c55-9a3e-2f1d8e4b7a11"
+		unified  = "0b6c1a52-7d1e-4c55-9a3e-2f1d8e4b7a12"
+		everyV1  = "0b6c1a52-7d1e-4c55-9a3e-2f1d8e4b7a13"
+		v2Tree   = "0b6c1a52-7d1e-4c55-9a3e-2f1d8e4b7a14"
+	)
+	root := t.TempDir()
+	m := NewManager(Config{CgroupFS: root, CgroupRoot: "/edge"}, zerolog.Nop())
+	for _, d := range []string{
+		"pids/edge/pod" + pidsOnly,
+		"unified/edge/pod" + unified,
+		"memory/edge/pod" + everyV1, "pids/edge/pod" + everyV1, "cpu,cpuacct/edge/pod" + everyV1, "unified/edge/pod" + everyV1,
+		"edge/pod" + v2Tree,
+		"memory/mqlet/pod0b6c1a52-7d1e-4c55-9a3e-2f1d8e4b7a15", // another root: not ours
+		"pids/edge/podnot-a-uid",
+	} {
+		must(t, os.MkdirAll(filepath.Join(root, d), 0o755))
+	}
+	got := m.podCgroupUIDs()
+	want := []string{pidsOnly, unified, everyV1, v2Tree}
+	if len(got) != len(want) {
+		t.Fatalf("pod cgroup uids %v, want %v", got, want)
+	}
+	for i := range want {
+		if got[i] != want[i] {
+			t.Fatalf("pod cgroup uids %v, want %v", got, want)
+		}
+	}
+	for _, uid := range want {
+		must(t, m.removePodCgroup(uid))
+	}
+	if left := m.podCgroupUIDs(); len(left) != 0 {
+		t.Fatalf("left after removal: %v", left)
+	}
+	for _, h := range []string{"pids", "unified", "memory", "cpu,cpuacct"} {
+		if _, err := os.Stat(filepath.Join(root, h, "edge")); err != nil {
+			t.Fatalf("the cgroup root of %s went with its pods: %v", h, err)
+		}
+	}
+}

@@ -43,6 +43,11 @@ func (m *Manager) GarbageCollect(ctx context.Context, policy GCPolicy, isDesired
 		return err
 	}
 	ctx = quietContext(ctx)
+	m.gcMu.Lock()
+	defer m.gcMu.Unlock()
+	// Taken after the caller read the desired pods: a pod applied since
+	// then is synced after this mark, and what its sync made stays.
+	since := m.syncing.mark()
 	var errs []error
 	if err := m.gcContainers(ctx, svc, policy, isDesired); err != nil {
 		errs = append(errs, err)
@@ -50,7 +55,7 @@ func (m *Manager) GarbageCollect(ctx context.Context, policy GCPolicy, isDesired
 	if err := m.gcSandboxes(ctx, svc, isDesired); err != nil {
 		errs = append(errs, err)
 	}
-	if err := m.gcPodDirs(ctx, svc, isDesired); err != nil {
+	if err := m.gcPodDirs(ctx, svc, isDesired, since); err != nil {
 		errs = append(errs, err)
 	}
 	if err := m.gcImages(ctx, svc, policy); err != nil {
@@ -147,9 +152,13 @@ func (m *Manager) gcSandboxes(ctx context.Context, svc *services, isDesired func
 	return errors.Join(errs...)
 }
 
-// gcPodDirs removes volume and log directories of pods that are neither
-// desired nor present in the runtime.
-func (m *Manager) gcPodDirs(ctx context.Context, svc *services, isDesired func(string) bool) error {
+// gcPodDirs removes volume and log directories, and pod cgroups in every
+// hierarchy, of pods that are neither desired nor present in the runtime:
+// what an agent killed between making them and creating the sandbox
+// leaves, which no delete finds (there is nothing to kill). A pod being
+// killed (its grace period), or synced since this collection began (its
+// sandbox about to be made), keeps them.
+func (m *Manager) gcPodDirs(ctx context.Context, svc *services, isDesired func(string) bool, since uint64) error {
 	present := map[string]bool{}
 	sandboxes, err := svc.runtime.ListPodSandbox(ctx, &runtimeapi.PodSandboxFilter{LabelSelector: managedSelector()})
 	if err != nil {
@@ -164,13 +173,18 @@ func (m *Manager) gcPodDirs(ctx context.Context, svc *services, isDesired func(s
 		return IsUID(uid) && !present[uid] && !isDesired(uid) && !m.terminating.active(uid)
 	}
 	var errs []error
+	// remove runs fn for uid unless a sync of it is under way or began
+	// since the mark; no sync can begin while it runs.
+	remove := func(uid string, fn func() error) {
+		m.syncing.ifQuiet(uid, since, func() { errs = append(errs, fn()) })
+	}
 	if entries, err := os.ReadDir(m.cfg.PodDir); err == nil {
 		for _, e := range entries {
 			if !e.IsDir() || !orphan(e.Name()) {
 				continue
 			}
 			if dir, err := m.podDir(e.Name()); err == nil {
-				errs = append(errs, removeAllUnmounted(dir))
+				remove(e.Name(), func() error { return removeAllUnmounted(dir) })
 			}
 		}
 	}
@@ -181,18 +195,21 @@ func (m *Manager) gcPodDirs(ctx context.Context, svc *services, isDesired func(s
 				continue
 			}
 			if dir, err := m.podLogDir(parts[0], parts[1], parts[2]); err == nil && dir == filepath.Join(m.cfg.PodLogDir, e.Name()) {
-				errs = append(errs, os.RemoveAll(dir))
+				remove(parts[2], func() error { return os.RemoveAll(dir) })
 			}
 		}
 	}
-	// Empty pod cgroups left behind (e.g. mqlet was killed mid-removal);
-	// a cgroup still in use refuses the rmdir and stays.
+	// A cgroup still in use refuses the rmdir and stays.
 	for _, uid := range m.podCgroupUIDs() {
-		if orphan(uid) {
-			if err := m.removePodCgroup(uid); err != nil && !errors.Is(err, syscall.EBUSY) {
-				errs = append(errs, fmt.Errorf("gc: pod cgroup %s: %w", uid, err))
-			}
+		if !orphan(uid) {
+			continue
 		}
+		remove(uid, func() error {
+			if err := m.removePodCgroup(uid); err != nil && !errors.Is(err, syscall.EBUSY) {
+				return fmt.Errorf("gc: pod cgroup %s: %w", uid, err)
+			}
+			return nil
+		})
 	}
 	return errors.Join(errs...)
 }

@@ -75,15 +75,20 @@ type env struct {
 	objects fakeObjects
 }
 
-func newEnv(t *testing.T) *env {
+func newEnv(t *testing.T) *env { t.Helper(); return newEnvConfig(t, func(*Config) {}) }
+
+// newEnvConfig is newEnv with the manager's config changed by tweak.
+func newEnvConfig(t *testing.T, tweak func(*Config)) *env {
 	t.Helper()
 	endpoint := containerd.Endpoint(t)
 	dir := t.TempDir()
-	m := NewManager(Config{
+	cfg := Config{
 		Endpoint: endpoint, ExitEvents: true, PodLogDir: filepath.Join(dir, "logs"), PodDir: filepath.Join(dir, "pods"),
 		RuntimeRetryMin: 50 * time.Millisecond, RuntimeRetryMax: 200 * time.Millisecond, HealthInterval: 200 * time.Millisecond,
 		RequestTimeout: 30 * time.Second,
-	}, zerolog.New(zerolog.NewTestWriter(t)).Level(zerolog.InfoLevel))
+	}
+	tweak(&cfg)
+	m := NewManager(cfg, zerolog.New(zerolog.NewTestWriter(t)).Level(zerolog.InfoLevel))
 	ctx, cancel := context.WithCancel(context.Background())
 	done := make(chan struct{})
 	go func() { defer close(done); m.Run(ctx) }()

@@ -2,6 +2,7 @@ package cri
 
 import (
 	"context"
+	"sync"
 
 	"github.com/rs/zerolog"
 )
@@ -13,9 +14,13 @@ type Manager struct {
 	log         zerolog.Logger
 	conn        *connection
 	terminating terminations
-	puller      *imagePuller
-	imageUse    imageUses
-	statfs      func(path string) (capacity, used int64, err error)
+	syncing     syncs
+	// gcMu makes collections one at a time (each marks the syncs begun
+	// since it started).
+	gcMu     sync.Mutex
+	puller   *imagePuller
+	imageUse imageUses
+	statfs   func(path string) (capacity, used int64, err error)
 	// afterResolve, set only by tests, runs between resolving a hostPath's
 	// existing ancestor and creating beneath it (where a pod would race).
 	afterResolve func()

@@ -43,6 +43,7 @@ func (m *Manager) SyncPod(ctx context.Context, in SyncInput) error {
 // the containers after it are started at once, in a step of their own on
 // a fresh runtime status, instead of on the next sync.
 func (m *Manager) syncPod(ctx context.Context, in SyncInput, force forced) error {
+	defer m.syncing.begin(string(in.Pod.UID))()
 	for step := 0; ; step++ {
 		more := false
 		err := m.syncStep(ctx, in, force, &more)
@@ -139,6 +140,9 @@ func (m *Manager) syncStep(ctx context.Context, in SyncInput, force forced, more
 		if err := m.createPodDirs(pod); err != nil {
 			return err
 		}
+		// cri.after-pod-cgroups: the pod's cgroups and directories exist,
+		// its sandbox does not (nothing a delete would find to kill).
+		faultpoint.Hit("cri.after-pod-cgroups")
 		log.Info().Str("reason", act.reasonText()).Uint32("attempt", act.SandboxAttempt).Msg("creating sandbox")
 		sandboxID, err = svc.runtime.RunPodSandbox(ctx, sandboxCfg, "")
 		if err != nil {
