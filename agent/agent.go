@@ -23,6 +23,7 @@ import (
 	"github.com/mqlet/mqlet/agent/inflight"
 	"github.com/mqlet/mqlet/agent/intake"
 	"github.com/mqlet/mqlet/agent/liveconfig"
+	"github.com/mqlet/mqlet/agent/outboxdrops"
 	"github.com/mqlet/mqlet/agent/pending"
 	"github.com/mqlet/mqlet/agent/podworker"
 	"github.com/mqlet/mqlet/agent/presence"
@@ -186,6 +187,7 @@ type Agent struct {
 	owed     []string // pod keys that final replies owed at start wait on
 	probes   *prober.Manager
 	streams  *streams.Manager
+	drops    *outboxdrops.Reporter // nil: the outbox signals no drops
 }
 
 // New builds the agent and everything it runs; Run starts it.
@@ -253,6 +255,9 @@ func New(ctx context.Context, opts Options, deps Deps, log zerolog.Logger) (*Age
 		return nil, fmt.Errorf("setting up telemetry: %w", err)
 	}
 	a.tel = tel
+	if src, ok := deps.Outbox.(outboxdrops.Source); ok {
+		a.drops = outboxdrops.New(src, a.events, 0, 0, log.With().Str("component", "outbox").Logger())
+	}
 	return a, nil
 }
 
@@ -394,6 +399,9 @@ func (a *Agent) Run(ctx context.Context) error {
 	}
 	spawn("mqtt", a.sess.Run)
 	spawn("outbox", func(ctx context.Context) error { return a.box.Run(ctx, a.sess) })
+	if a.drops != nil {
+		spawn("outbox-drops", loop(a.drops.Run))
+	}
 	spawn("telemetry", a.tel.Run)
 	if a.opts.Preload != nil && a.opts.Preload.Dir != "" {
 		spawn("preload", cri.NewPreloader(*a.opts.Preload, a.events, a.log).Run)

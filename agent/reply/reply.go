@@ -147,11 +147,17 @@ func (s *Sender) SendUnrecorded(r apiv1.Reply) error {
 
 // Resend publishes a reply payload recorded earlier.
 func (s *Sender) Resend(requestID string, payload []byte) error {
-	return s.put(requestID, []outbox.Message{s.message(requestID, payload)})
+	var r struct {
+		Phase string `json:"phase"`
+	}
+	_ = json.Unmarshal(payload, &r) // unreadable: queued as not final
+	return s.put(requestID, []outbox.Message{s.message(requestID, payload, apiv1.Reply{Phase: r.Phase}.Final())})
 }
 
-func (s *Sender) message(requestID string, payload []byte) outbox.Message {
-	return outbox.Message{Topic: s.topics.Reply(requestID), Payload: payload, QoS: 1}
+// message is one reply message; final marks a final reply and the parts
+// of its result, which a full outbox drops last.
+func (s *Sender) message(requestID string, payload []byte, final bool) outbox.Message {
+	return outbox.Message{Topic: s.topics.Reply(requestID), Payload: payload, QoS: 1, Final: final}
 }
 
 func (s *Sender) put(requestID string, msgs []outbox.Message) error {
@@ -183,7 +189,7 @@ func (s *Sender) encode(r apiv1.Reply) ([]outbox.Message, []byte, error) {
 		return nil, nil, fmt.Errorf("encoding reply to %s: %w", r.RequestID, err)
 	}
 	if len(payload) <= s.maxReply {
-		return []outbox.Message{s.message(r.RequestID, payload)}, payload, nil
+		return []outbox.Message{s.message(r.RequestID, payload, r.Final())}, payload, nil
 	}
 	var msgs []outbox.Message
 	if r.Result != nil {
@@ -210,7 +216,7 @@ func (s *Sender) encode(r apiv1.Reply) ([]outbox.Message, []byte, error) {
 	if payload, err = s.fit(r); err != nil {
 		return nil, nil, err
 	}
-	return append(msgs, s.message(r.RequestID, payload)), payload, nil
+	return append(msgs, s.message(r.RequestID, payload, r.Final())), payload, nil
 }
 
 // parts cuts result into in_progress replies that each fit the bound.
@@ -233,7 +239,7 @@ func (s *Sender) parts(r apiv1.Reply, result []byte) ([]outbox.Message, error) {
 		if err != nil {
 			return nil, fmt.Errorf("encoding reply part to %s: %w", r.RequestID, err)
 		}
-		msgs = append(msgs, s.message(r.RequestID, p))
+		msgs = append(msgs, s.message(r.RequestID, p, r.Final()))
 	}
 	return msgs, nil
 }

@@ -158,3 +158,45 @@ func TestResultBeyondMaxResultBytesIsNotSent(t *testing.T) {
 		t.Fatalf("%d messages, reply %+v", len(b.msgs), got)
 	}
 }
+
+// A final reply and every part of its result are marked Final, which a
+// full outbox drops last; accepted and in-progress replies are not; a
+// recorded reply sent again keeps its mark.
+func TestFinalRepliesAreMarkedFinal(t *testing.T) {
+	b := &box{}
+	s := NewSender(apiv1.Scheme{Prefix: "mqlet/v1", Node: "n"}, b, records{}, nil, zerolog.Nop(), WithMaxReplyBytes(1024))
+	send := func(r apiv1.Reply) []outbox.Message {
+		t.Helper()
+		b.msgs = nil
+		if err := s.Send(r); err != nil {
+			t.Fatal(err)
+		}
+		return b.msgs
+	}
+	for _, tc := range []struct {
+		reply apiv1.Reply
+		final bool
+	}{
+		{apiv1.Reply{RequestID: "a", Phase: apiv1.Accepted}, false},
+		{apiv1.Reply{RequestID: "p", Phase: apiv1.InProgress}, false},
+		{apiv1.Reply{RequestID: "f", Phase: apiv1.Failed, Message: "no"}, true},
+		{apiv1.Reply{RequestID: "s", Phase: apiv1.Succeeded, Result: strings.Repeat("x", 5000)}, true},
+	} {
+		msgs := send(tc.reply)
+		for i, m := range msgs {
+			if m.Final != tc.final {
+				t.Errorf("%s reply, message %d of %d: Final %v, want %v", tc.reply.Phase, i+1, len(msgs), m.Final, tc.final)
+			}
+		}
+		b.msgs = nil
+		if err := s.Resend(tc.reply.RequestID, msgs[len(msgs)-1].Payload); err != nil {
+			t.Fatal(err)
+		}
+		if b.msgs[0].Final != tc.final {
+			t.Errorf("%s reply resent: Final %v, want %v", tc.reply.Phase, b.msgs[0].Final, tc.final)
+		}
+	}
+	if msgs := send(apiv1.Reply{RequestID: "s2", Phase: apiv1.Succeeded, Result: strings.Repeat("x", 5000)}); len(msgs) < 3 {
+		t.Fatalf("%d messages, want the result in parts", len(msgs))
+	}
+}

@@ -39,6 +39,7 @@ func Counters(agent CounterSource, box OutboxStats, sess SessionStats) CounterSo
 			out["outbox_depth"] = uint64(max(s.Depth, 0))
 			out["outbox_bytes"] = uint64(max(s.Bytes, 0))
 			out["outbox_dropped"] = s.Dropped
+			out["outbox_dropped_final_replies"] = s.DroppedFinal
 			out["outbox_sent"] = s.Sent
 		}
 		if sess != nil {

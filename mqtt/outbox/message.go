@@ -16,4 +16,8 @@ type Message struct {
 	// cannot know whether its Put landed before a crash can simply put
 	// again. The newest 65,536 names are remembered.
 	Once string `json:"o,omitempty"`
+	// Final marks a command's final reply (phase succeeded or failed) and
+	// the parts of its result: when the outbox must drop, it drops these
+	// last, after telemetry, events, statuses and in-progress replies.
+	Final bool `json:"f,omitempty"`
 }

@@ -35,10 +35,11 @@ var (
 	bucketOnce    = []byte("once")       // Message.Once -> seq of its put; count in the bucket's sequence
 	bucketOnceAge = []byte("once-order") // seq -> Message.Once, oldest first
 	keyDropped    = []byte("dropped")
+	keyDropFinal  = []byte("droppedFinal")
 )
 
 // ErrFull is returned by Put when the message cannot be stored within the
-// byte bound even after dropping every non-coalesced entry.
+// byte bound even after dropping every entry it may displace (see Put).
 var ErrFull = errors.New("outbox full")
 
 // errConnectionLost ends a drain when the publisher's connection goes away.
@@ -69,7 +70,10 @@ type Stats struct {
 	Depth   int    // entries stored, sent or not yet acknowledged
 	Bytes   int64  // bytes they take, counted against the bound
 	Dropped uint64 // entries dropped for lack of room, since the store was created
-	Sent    uint64 // entries acknowledged and removed, since Open
+	// DroppedFinal counts the final replies (and their parts) among Dropped.
+	DroppedFinal uint64
+	Sent         uint64 // entries acknowledged and removed, since Open
+	MaxBytes     int64  // the bound of Bytes
 }
 
 // Option tunes an Outbox.
@@ -111,9 +115,12 @@ type Outbox struct {
 	depth       int
 	bytes       int64
 	dropped     uint64
+	dropFinal   uint64
 	sent        uint64
 	lastDropLog time.Time
 	unlogged    uint64
+	// drops is signalled (without blocking) after entries were dropped.
+	drops chan struct{}
 }
 
 // Open opens (or creates) the outbox file at path. maxBytes <= 0 means
@@ -134,6 +141,7 @@ func Open(path string, maxBytes int64, log zerolog.Logger, opts ...Option) (*Out
 		retryDelay:  defaultRetryDelay,
 		maxOnce:     defaultMaxOnce,
 		wake:        make(chan struct{}, 1),
+		drops:       make(chan struct{}, 1),
 	}
 	for _, opt := range opts {
 		opt(o)
@@ -146,6 +154,9 @@ func Open(path string, maxBytes int64, log zerolog.Logger, opts ...Option) (*Out
 		}
 		if v := tx.Bucket(bucketMeta).Get(keyDropped); len(v) == 8 {
 			o.dropped = binary.BigEndian.Uint64(v)
+		}
+		if v := tx.Bucket(bucketMeta).Get(keyDropFinal); len(v) == 8 {
+			o.dropFinal = binary.BigEndian.Uint64(v)
 		}
 		return tx.Bucket(bucketEntries).ForEach(func(k, v []byte) error {
 			o.depth++
@@ -175,14 +186,23 @@ func (o *Outbox) Close() error {
 func (o *Outbox) Stats() Stats {
 	o.mu.Lock()
 	defer o.mu.Unlock()
-	return Stats{Depth: o.depth, Bytes: o.bytes, Dropped: o.dropped, Sent: o.sent}
+	return Stats{Depth: o.depth, Bytes: o.bytes, Dropped: o.dropped, DroppedFinal: o.dropFinal, Sent: o.sent, MaxBytes: o.maxBytes}
 }
+
+// Drops is signalled after entries were dropped (or refused) for lack of
+// room; one pending signal stands for any number of drops, which Stats
+// counts. It lets one watcher report drops without polling.
+func (o *Outbox) Drops() <-chan struct{} { return o.drops }
 
 // Put stores m for sending. A retained or Coalesce message replaces the
 // stored value of its topic and takes the position of this Put, so it is
 // never followed by an older value. When the byte bound would be exceeded,
-// the oldest non-coalesced entries are dropped (and counted); if that is not
-// enough, m itself is refused with ErrFull.
+// entries are dropped (and counted), least valued first and the oldest
+// first within a kind: telemetry (events, metrics, accepted and in-progress
+// replies), then retained state (statuses), then final replies. A message
+// only displaces entries of its own kind or below, so no status or event
+// ever pushes out a final reply; when that frees too little, m itself is
+// refused with ErrFull (and counted as dropped).
 func (o *Outbox) Put(m Message) error {
 	return o.PutBatch([]Message{m})
 }
@@ -197,15 +217,17 @@ func (o *Outbox) PutBatch(msgs []Message) error {
 	o.mu.Lock()
 	defer o.mu.Unlock()
 	var (
-		refusals []error
-		ch       putCounts
+		refusals     []error
+		refusedFinal []bool
+		ch           putCounts
 	)
 	err := o.db.Update(func(tx *bolt.Tx) error {
-		refusals, ch = nil, putCounts{}
+		refusals, refusedFinal, ch = nil, nil, putCounts{}
 		for _, m := range msgs {
 			c, err := o.putTx(tx, m, o.bytes+ch.bytes)
 			if errors.Is(err, ErrFull) || errors.Is(err, errInvalid) {
 				refusals = append(refusals, err)
+				refusedFinal = append(refusedFinal, m.Final)
 				continue
 			}
 			if err != nil {
@@ -214,6 +236,9 @@ func (o *Outbox) PutBatch(msgs []Message) error {
 			ch.add(c)
 		}
 		if ch.dropped > 0 {
+			if err := putUint64(tx.Bucket(bucketMeta), keyDropFinal, o.dropFinal+uint64(ch.droppedFinal)); err != nil {
+				return err
+			}
 			return putUint64(tx.Bucket(bucketMeta), keyDropped, o.dropped+uint64(ch.dropped))
 		}
 		return nil
@@ -225,11 +250,18 @@ func (o *Outbox) PutBatch(msgs []Message) error {
 	o.bytes += ch.bytes
 	if ch.dropped > 0 {
 		o.dropped += uint64(ch.dropped)
+		o.dropFinal += uint64(ch.droppedFinal)
 		o.logDropLocked(uint64(ch.dropped))
 	}
-	for _, r := range refusals {
+	for i, r := range refusals {
 		if errors.Is(r, ErrFull) {
-			o.countRefusedLocked()
+			o.countRefusedLocked(refusedFinal[i])
+		}
+	}
+	if ch.dropped > 0 || len(refusals) > 0 {
+		select {
+		case o.drops <- struct{}{}:
+		default:
 		}
 	}
 	if ch.depth > 0 || ch.bytes != 0 {
@@ -241,17 +273,20 @@ func (o *Outbox) PutBatch(msgs []Message) error {
 // errInvalid marks a message Put refuses without storing anything.
 var errInvalid = errors.New("invalid message")
 
-// putCounts is what a put changed: entries and bytes (net), entries dropped.
+// putCounts is what a put changed: entries and bytes (net), entries
+// dropped, final replies among them.
 type putCounts struct {
-	depth   int
-	bytes   int64
-	dropped int
+	depth        int
+	bytes        int64
+	dropped      int
+	droppedFinal int
 }
 
 func (c *putCounts) add(d putCounts) {
 	c.depth += d.depth
 	c.bytes += d.bytes
 	c.dropped += d.dropped
+	c.droppedFinal += d.droppedFinal
 }
 
 // putTx stores one message inside tx, given the bytes stored so far
@@ -285,12 +320,25 @@ func (o *Outbox) putTx(tx *bolt.Tx, m Message, stored int64) (putCounts, error) 
 	}
 	var c putCounts
 	if need := stored - replacedBytes + size - o.maxBytes; need > 0 {
-		victims, freed := oldestNonCoalesced(entries, need)
+		victims, freed := dropVictims(entries, need, rankOf(value), old)
 		if freed < need {
 			return putCounts{}, fmt.Errorf("outbox put %s: no room within %d bytes: %w", m.Topic, o.maxBytes, ErrFull)
 		}
 		for _, k := range victims {
-			c.bytes -= int64(len(entries.Get(k)) + entryOverhead)
+			v := entries.Get(k)
+			c.bytes -= int64(len(v) + entryOverhead)
+			if rankOf(v) == rankFinal {
+				c.droppedFinal++
+			}
+			if isCoalesced(v) {
+				if dm, err := decode(v); err == nil {
+					if cur := latest.Get([]byte(dm.Topic)); cur != nil && string(cur) == string(k) {
+						if err := latest.Delete([]byte(dm.Topic)); err != nil {
+							return putCounts{}, err
+						}
+					}
+				}
+			}
 			if err := entries.Delete(k); err != nil {
 				return putCounts{}, err
 			}
@@ -353,9 +401,15 @@ func rememberOnce(tx *bolt.Tx, once string, key []byte, limit uint64) error {
 }
 
 // countRefusedLocked counts a message refused for lack of room as dropped.
-func (o *Outbox) countRefusedLocked() {
+func (o *Outbox) countRefusedLocked(final bool) {
 	o.dropped++
+	if final {
+		o.dropFinal++
+	}
 	err := o.db.Update(func(tx *bolt.Tx) error {
+		if err := putUint64(tx.Bucket(bucketMeta), keyDropFinal, o.dropFinal); err != nil {
+			return err
+		}
 		return putUint64(tx.Bucket(bucketMeta), keyDropped, o.dropped)
 	})
 	if err != nil {
@@ -373,7 +427,7 @@ func (o *Outbox) logDropLocked(n uint64) {
 		return
 	}
 	o.log.Warn().Uint64("dropped", o.unlogged).Uint64("droppedTotal", o.dropped).
-		Int64("maxBytes", o.maxBytes).Msg("outbox full: dropped oldest non-coalesced messages")
+		Uint64("droppedFinalTotal", o.dropFinal).Int64("maxBytes", o.maxBytes).Msg("outbox full: dropped the least valued, oldest messages")
 	o.lastDropLog, o.unlogged = now, 0
 }
 
@@ -385,16 +439,40 @@ func (o *Outbox) signal() {
 	}
 }
 
-// oldestNonCoalesced picks the oldest entries that are not coalesced until
-// they free at least need bytes (or none are left).
-func oldestNonCoalesced(entries *bolt.Bucket, need int64) (keys [][]byte, freed int64) {
-	c := entries.Cursor()
-	for k, v := c.First(); k != nil && freed < need; k, v = c.Next() {
-		if isCoalesced(v) {
-			continue
+// Ranks of stored entries, in the order they are dropped.
+const (
+	rankTelemetry = iota // events, metrics, accepted and in-progress replies
+	rankState            // retained messages: pod and node status, presence
+	rankFinal            // final replies and their parts
+)
+
+func rankOf(v []byte) int {
+	switch {
+	case len(v) == 0:
+		return rankTelemetry
+	case v[0]&flagFinal != 0:
+		return rankFinal
+	case v[0]&flagRetained != 0:
+		return rankState
+	}
+	return rankTelemetry
+}
+
+// dropVictims picks entries to drop until they free at least need bytes
+// (or none are left): those of the lowest rank first, the oldest first
+// within a rank, never one ranked above upTo, nor skip (the entry the new
+// message replaces, counted already). One pass over the entries per rank;
+// a rank is only read when the ones below freed too little.
+func dropVictims(entries *bolt.Bucket, need int64, upTo int, skip []byte) (keys [][]byte, freed int64) {
+	for rank := rankTelemetry; rank <= upTo && freed < need; rank++ {
+		c := entries.Cursor()
+		for k, v := c.First(); k != nil && freed < need; k, v = c.Next() {
+			if rankOf(v) != rank || (skip != nil && string(k) == string(skip)) {
+				continue
+			}
+			keys = append(keys, append([]byte(nil), k...))
+			freed += int64(len(v) + entryOverhead)
 		}
-		keys = append(keys, append([]byte(nil), k...))
-		freed += int64(len(v) + entryOverhead)
 	}
 	return keys, freed
 }
@@ -592,6 +670,7 @@ func putUint64(b *bolt.Bucket, key []byte, v uint64) error {
 const (
 	flagRetained = 1 << iota
 	flagCoalesce
+	flagFinal
 )
 
 func encode(m Message) []byte {
@@ -601,6 +680,9 @@ func encode(m Message) []byte {
 	}
 	if m.Coalesce {
 		flags |= flagCoalesce
+	}
+	if m.Final {
+		flags |= flagFinal
 	}
 	buf := make([]byte, 0, 2+binary.MaxVarintLen64+len(m.Topic)+len(m.Payload))
 	buf = append(buf, flags, m.QoS)
@@ -630,5 +712,6 @@ func decode(v []byte) (Message, error) {
 		QoS:      qos,
 		Retained: flags&flagRetained != 0,
 		Coalesce: flags&flagCoalesce != 0,
+		Final:    flags&flagFinal != 0,
 	}, nil
 }

@@ -233,22 +233,115 @@ func TestOverflowDropsOldestNonCoalesced(t *testing.T) {
 	}
 }
 
-func TestFullOfCoalescedRefusesAndCounts(t *testing.T) {
-	m := Message{Topic: "n/pods/a/b", Payload: make([]byte, 100), QoS: 1, Coalesce: true}
-	o := openTest(t, filepath.Join(t.TempDir(), "ob.db"), int64(len(encode(m))+entryOverhead))
+// Full of final replies, the outbox refuses (and counts) a status and an
+// event rather than drop a final reply for them; a message larger than
+// the bound is refused too.
+func TestFullOfFinalRepliesRefusesTelemetryAndCounts(t *testing.T) {
+	f := final("r1", 100)
+	o := openTest(t, filepath.Join(t.TempDir(), "ob.db"), int64(len(encode(f))+entryOverhead))
 	defer o.Close()
-	mustPut(t, o, m)
-	mustPut(t, o, m) // replacing the same topic fits
-	m2 := m
-	m2.Topic = "n/pods/a/c"
-	if err := o.Put(m2); !errors.Is(err, ErrFull) {
-		t.Fatalf("Put over the bound = %v, want ErrFull", err)
+	mustPut(t, o, f)
+	status := Message{Topic: "n/pods/a/c", Payload: make([]byte, 100), QoS: 1, Retained: true, Coalesce: true}
+	if err := o.Put(status); !errors.Is(err, ErrFull) {
+		t.Fatalf("a status Put over a bound full of final replies = %v, want ErrFull", err)
 	}
-	if err := o.Put(Message{Topic: "big", Payload: make([]byte, 1000)}); !errors.Is(err, ErrFull) {
+	if err := o.Put(event(1)); !errors.Is(err, ErrFull) {
+		t.Fatalf("an event Put over a bound full of final replies = %v, want ErrFull", err)
+	}
+	if err := o.Put(Message{Topic: "big", Payload: make([]byte, 1000), Final: true}); !errors.Is(err, ErrFull) {
 		t.Fatalf("Put larger than the bound = %v, want ErrFull", err)
 	}
-	if st := o.Stats(); st.Dropped != 2 || st.Depth != 1 {
-		t.Fatalf("stats = %+v, want 2 dropped, depth 1", st)
+	if st := o.Stats(); st.Dropped != 3 || st.DroppedFinal != 1 || st.Depth != 1 {
+		t.Fatalf("stats = %+v, want 3 dropped (1 final), depth 1", st)
+	}
+}
+
+func final(id string, size int) Message {
+	return Message{Topic: "n/reply/" + id, Payload: append([]byte(id+"="), make([]byte, size)...), QoS: 1, Final: true}
+}
+
+func progress(id string) Message {
+	return Message{Topic: "n/reply/" + id, Payload: []byte(id + "-accepted"), QoS: 1}
+}
+
+// When the outbox must drop, it drops telemetry (events, metrics, accepted
+// and in-progress replies) first, then retained statuses, and final
+// replies last, the oldest first within each kind; each kind displaces
+// only its own kind or below. Every drop is counted, final replies apart.
+func TestDropOrderKeepsFinalRepliesLast(t *testing.T) {
+	metrics := Message{Topic: "n/metrics", Payload: []byte("mm"), QoS: 0, Coalesce: true}
+	status := func(pod string) Message {
+		return Message{Topic: "n/pods/ns/" + pod, Payload: []byte(pod), QoS: 1, Retained: true, Coalesce: true}
+	}
+	size := func(ms ...Message) (n int64) {
+		for _, m := range ms {
+			n += int64(len(encode(m)) + entryOverhead)
+		}
+		return n
+	}
+	f1, f2, f3 := final("f1", 20), final("f2", 20), final("f3", 200)
+	stored := []Message{f1, event(1), status("a"), progress("p1"), metrics, f2, status("b"), event(2)}
+	// Each case's bound is what it keeps: the put must drop the rest.
+	cases := []struct {
+		name         string
+		stored, keep []Message // keep ends with the message put
+		dropped      uint64
+		droppedFinal uint64
+	}{
+		{"an event displaces the oldest telemetry only", stored,
+			[]Message{f1, status("a"), progress("p1"), metrics, f2, status("b"), event(2), event(3)}, 1, 0},
+		{"a final reply displaces all telemetry before any status or final reply", stored,
+			[]Message{f1, status("a"), f2, status("b"), f3}, 4, 0},
+		{"a final reply displaces statuses, the oldest first, before final replies", stored,
+			[]Message{f1, f2, status("b"), f3}, 5, 0},
+		{"a final reply displaces the oldest final reply last", stored,
+			[]Message{f2, f3}, 7, 1},
+	}
+	for _, tc := range cases {
+		t.Run(tc.name, func(t *testing.T) {
+			o := openTest(t, filepath.Join(t.TempDir(), "ob.db"), size(tc.keep...))
+			defer o.Close()
+			if err := o.PutBatch(tc.stored); err != nil {
+				t.Fatal(err)
+			}
+			if st := o.Stats(); st.Dropped != 0 {
+				t.Fatalf("the bound is too small for the stored messages: %+v", st)
+			}
+			mustPut(t, o, tc.keep[len(tc.keep)-1])
+			entries, err := o.readFrom(0, 100)
+			if err != nil {
+				t.Fatal(err)
+			}
+			var got, want []string
+			for _, e := range entries {
+				got = append(got, e.msg.Topic+"="+string(e.msg.Payload[:2]))
+			}
+			for _, m := range tc.keep {
+				want = append(want, m.Topic+"="+string(m.Payload[:2]))
+			}
+			if fmt.Sprint(got) != fmt.Sprint(want) {
+				t.Fatalf("kept %v, want %v", got, want)
+			}
+			if st := o.Stats(); st.Dropped != tc.dropped || st.DroppedFinal != tc.droppedFinal || st.Bytes > o.maxBytes {
+				t.Fatalf("stats %+v, want %d dropped, %d final, within %d bytes", st, tc.dropped, tc.droppedFinal, o.maxBytes)
+			}
+			select {
+			case <-o.Drops():
+			default:
+				t.Fatal("no drop signal after a drop")
+			}
+		})
+	}
+	// Full of final replies, a status is refused: no final reply goes for it.
+	o := openTest(t, filepath.Join(t.TempDir(), "ob.db"), size(f1, f2))
+	defer o.Close()
+	mustPut(t, o, f1)
+	mustPut(t, o, f2)
+	if err := o.Put(status("c")); !errors.Is(err, ErrFull) {
+		t.Fatalf("a status over a bound full of final replies: %v, want ErrFull", err)
+	}
+	if st := o.Stats(); st.Dropped != 1 || st.DroppedFinal != 0 || st.Depth != 2 {
+		t.Fatalf("stats %+v, want the status alone refused and both final replies kept", st)
 	}
 }
 
@@ -407,12 +500,13 @@ func TestEncodeRoundTrip(t *testing.T) {
 		{Topic: "a/b", Payload: []byte("x"), QoS: 1, Retained: true},
 		{Topic: "a/c", Payload: nil, QoS: 0, Coalesce: true},
 		{Topic: "ü/ev", Payload: []byte{0, 1, 2}, QoS: 2},
+		{Topic: "n/reply/x", Payload: []byte("{}"), QoS: 1, Final: true},
 	} {
 		got, err := decode(encode(m))
 		if err != nil {
 			t.Fatal(err)
 		}
-		if got.Topic != m.Topic || string(got.Payload) != string(m.Payload) || got.QoS != m.QoS || got.Retained != m.Retained || got.Coalesce != m.Coalesce {
+		if got.Topic != m.Topic || string(got.Payload) != string(m.Payload) || got.QoS != m.QoS || got.Retained != m.Retained || got.Coalesce != m.Coalesce || got.Final != m.Final {
 			t.Fatalf("round trip %+v -> %+v", m, got)
 		}
 	}
