@@ -121,6 +121,11 @@ type Outbox struct {
 	unlogged    uint64
 	// drops is signalled (without blocking) after entries were dropped.
 	drops chan struct{}
+	// sentBelow: entries below this sequence still stored were handed to
+	// the publisher on the current connection and wait for their
+	// acknowledgement; they are never dropped (they are on their way, and
+	// dropping one would count a message that arrives as lost). 0: none.
+	sentBelow uint64
 }
 
 // Open opens (or creates) the outbox file at path. maxBytes <= 0 means
@@ -320,7 +325,7 @@ func (o *Outbox) putTx(tx *bolt.Tx, m Message, stored int64) (putCounts, error) 
 	}
 	var c putCounts
 	if need := stored - replacedBytes + size - o.maxBytes; need > 0 {
-		victims, freed := dropVictims(entries, need, rankOf(value), old)
+		victims, freed := dropVictims(entries, need, rankOf(value), old, o.sentBelow)
 		if freed < need {
 			return putCounts{}, fmt.Errorf("outbox put %s: no room within %d bytes: %w", m.Topic, o.maxBytes, ErrFull)
 		}
@@ -461,12 +466,13 @@ func rankOf(v []byte) int {
 // dropVictims picks entries to drop until they free at least need bytes
 // (or none are left): those of the lowest rank first, the oldest first
 // within a rank, never one ranked above upTo, nor skip (the entry the new
-// message replaces, counted already). One pass over the entries per rank;
-// a rank is only read when the ones below freed too little.
-func dropVictims(entries *bolt.Bucket, need int64, upTo int, skip []byte) (keys [][]byte, freed int64) {
+// message replaces, counted already), nor one in flight (below sentBelow).
+// One pass over the entries per rank; a rank is only read when the ones
+// below freed too little.
+func dropVictims(entries *bolt.Bucket, need int64, upTo int, skip []byte, sentBelow uint64) (keys [][]byte, freed int64) {
 	for rank := rankTelemetry; rank <= upTo && freed < need; rank++ {
 		c := entries.Cursor()
-		for k, v := c.First(); k != nil && freed < need; k, v = c.Next() {
+		for k, v := c.Seek(seqKey(sentBelow)); k != nil && freed < need; k, v = c.Next() {
 			if rankOf(v) != rank || (skip != nil && string(k) == string(skip)) {
 				continue
 			}
@@ -589,6 +595,7 @@ func (o *Outbox) drain(ctx context.Context, pub Publisher, down <-chan struct{})
 		next   uint64 // every unconfirmed entry is resent on a new connection
 		window []inflight
 	)
+	defer o.setSentBelow(0) // nothing is in flight once the connection is gone
 	for {
 		// Fill the window in order.
 		for len(window) < o.maxInflight {
@@ -606,6 +613,7 @@ func (o *Outbox) drain(ctx context.Context, pub Publisher, down <-chan struct{})
 				}
 				window = append(window, inflight{seq: e.seq, d: d})
 				next = e.seq + 1
+				o.setSentBelow(next)
 			}
 		}
 		var wake <-chan struct{}
@@ -643,6 +651,12 @@ func (o *Outbox) drain(ctx context.Context, pub Publisher, down <-chan struct{})
 			return fmt.Errorf("publish: %w", failed)
 		}
 	}
+}
+
+func (o *Outbox) setSentBelow(seq uint64) {
+	o.mu.Lock()
+	o.sentBelow = seq
+	o.mu.Unlock()
 }
 
 func isClosed(ch <-chan struct{}) bool {

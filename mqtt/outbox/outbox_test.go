@@ -543,3 +543,70 @@ func TestPutBatchAsSequentialPuts(t *testing.T) {
 		t.Fatalf("sent %v, want %v", got, want)
 	}
 }
+
+// Entries handed to the publisher and waiting for their acknowledgement
+// are on their way: a full outbox drops the ones not yet sent, or refuses,
+// never those (a drop would count as lost a message that arrives). Once
+// the connection is gone they count as unsent again.
+func TestInflightEntriesAreNotDropped(t *testing.T) {
+	f := func(i int) Message { return final(fmt.Sprintf("r%d", i), 20) }
+	one := int64(len(encode(f(0))) + entryOverhead)
+	o := openTest(t, filepath.Join(t.TempDir(), "ob.db"), 3*one, WithMaxInflight(2))
+	defer o.Close()
+	for i := range 3 {
+		mustPut(t, o, f(i))
+	}
+	pub := newFakePublisher(false)
+	runOutbox(t, o, pub)
+	pub.connect()
+	waitUntil(t, "two entries in flight", func() bool { return pub.sentCount() == 2 })
+	mustPut(t, o, f(3)) // drops r2, the oldest not in flight
+	mustPut(t, o, f(4)) // drops r3
+	stored := func() string {
+		entries, err := o.readFrom(0, 10)
+		if err != nil {
+			t.Fatal(err)
+		}
+		var got []string
+		for _, e := range entries {
+			got = append(got, strings.TrimPrefix(e.msg.Topic, "n/reply/"))
+		}
+		return fmt.Sprint(got)
+	}
+	if got, want := stored(), "[r0 r1 r4]"; got != want {
+		t.Fatalf("stored %v, want %s", got, want)
+	}
+	if st := o.Stats(); st.Dropped != 2 || st.DroppedFinal != 2 {
+		t.Fatalf("stats %+v, want r2 and r3 dropped", st)
+	}
+	pub.disconnect()
+	waitUntil(t, "nothing in flight after the connection is lost", func() bool {
+		o.mu.Lock()
+		defer o.mu.Unlock()
+		return o.sentBelow == 0
+	})
+	mustPut(t, o, f(5)) // r0 is no longer on its way: the oldest goes
+	if got, want := stored(), "[r1 r4 r5]"; got != want {
+		t.Fatalf("stored %v, want %s", got, want)
+	}
+}
+
+// With only entries in flight left to drop, a message is refused.
+func TestFullOfInflightEntriesRefuses(t *testing.T) {
+	f := func(i int) Message { return final(fmt.Sprintf("r%d", i), 20) }
+	one := int64(len(encode(f(0))) + entryOverhead)
+	o := openTest(t, filepath.Join(t.TempDir(), "ob.db"), 2*one, WithMaxInflight(2))
+	defer o.Close()
+	mustPut(t, o, f(0))
+	mustPut(t, o, f(1))
+	pub := newFakePublisher(false)
+	runOutbox(t, o, pub)
+	pub.connect()
+	waitUntil(t, "two entries in flight", func() bool { return pub.sentCount() == 2 })
+	if err := o.Put(f(2)); !errors.Is(err, ErrFull) {
+		t.Fatalf("Put with only entries in flight to drop: %v, want ErrFull", err)
+	}
+	if st := o.Stats(); st.Dropped != 1 || st.DroppedFinal != 1 || st.Depth != 2 {
+		t.Fatalf("stats %+v, want the new reply refused, both in flight kept", st)
+	}
+}
