@@ -34,7 +34,7 @@ func (g *Group) RestorePending(st PendingStore, tracker Tracker) ([]string, erro
 	keys := map[string]bool{}
 	for _, p := range entries {
 		if p.Decided() {
-			msgs = append(msgs, outbox.Message{Topic: p.FinalTopic, Payload: p.FinalPayload, QoS: 1, Once: p.OnceKey()})
+			msgs = append(msgs, outbox.Message{Topic: p.FinalTopic, Payload: p.FinalPayload, QoS: 1, Once: p.OnceKey(), Final: true})
 			decided[p.RequestID] = p.Seq
 			continue
 		}

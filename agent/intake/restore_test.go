@@ -129,8 +129,8 @@ func TestRestorePending(t *testing.T) {
 	if len(keys) != 2 || keys[0] != "ns/a" || keys[1] != "ns/b" {
 		t.Fatalf("keys %v", keys)
 	}
-	if len(box.msgs) != 1 || box.msgs[0].Once != done.OnceKey() || box.msgs[0].Topic != "mqlet/v1/n1/reply/done" {
-		t.Fatalf("queued %+v, want the decided reply under its once-key", box.msgs)
+	if len(box.msgs) != 1 || box.msgs[0].Once != done.OnceKey() || box.msgs[0].Topic != "mqlet/v1/n1/reply/done" || !box.msgs[0].Final {
+		t.Fatalf("queued %+v, want the decided reply under its once-key, marked final", box.msgs)
 	}
 	if _, ok := pendingEntry(t, st, "done"); ok {
 		t.Fatal("the decided entry was kept after its reply was queued")
