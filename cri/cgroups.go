@@ -8,6 +8,7 @@ import (
 	"slices"
 	"strconv"
 	"strings"
+	"time"
 )
 
 // podCgroupDirs lists the directories of the pod's cgroup under every
@@ -92,6 +93,20 @@ func (m *Manager) podCgroupUIDs() []string {
 	}
 	slices.Sort(uids)
 	return uids
+}
+
+// podCgroupYoungerThan reports whether any of the pod's cgroup directories
+// changed within age.
+func (m *Manager) podCgroupYoungerThan(uid string, age time.Duration) bool {
+	if age <= 0 {
+		return false
+	}
+	for _, dir := range m.podCgroupDirs(uid) {
+		if st, err := os.Stat(dir); err == nil && time.Since(st.ModTime()) < age {
+			return true
+		}
+	}
+	return false
 }
 
 // limitPodPids makes the pod's cgroup in the pids hierarchy before its

@@ -55,7 +55,7 @@ func (m *Manager) GarbageCollect(ctx context.Context, policy GCPolicy, isDesired
 	if err := m.gcSandboxes(ctx, svc, isDesired); err != nil {
 		errs = append(errs, err)
 	}
-	if err := m.gcPodDirs(ctx, svc, isDesired, since); err != nil {
+	if err := m.gcPodDirs(ctx, svc, isDesired, since, policy.MinAge); err != nil {
 		errs = append(errs, err)
 	}
 	if err := m.gcImages(ctx, svc, policy); err != nil {
@@ -157,8 +157,10 @@ func (m *Manager) gcSandboxes(ctx context.Context, svc *services, isDesired func
 // what an agent killed between making them and creating the sandbox
 // leaves, which no delete finds (there is nothing to kill). A pod being
 // killed (its grace period), or synced since this collection began (its
-// sandbox about to be made), keeps them.
-func (m *Manager) gcPodDirs(ctx context.Context, svc *services, isDesired func(string) bool, since uint64) error {
+// sandbox about to be made), keeps them; so does a pod cgroup younger than
+// minAge (another process's pod about to get its sandbox, when two share
+// a cgroup root, as tests on one host do).
+func (m *Manager) gcPodDirs(ctx context.Context, svc *services, isDesired func(string) bool, since uint64, minAge time.Duration) error {
 	present := map[string]bool{}
 	sandboxes, err := svc.runtime.ListPodSandbox(ctx, &runtimeapi.PodSandboxFilter{LabelSelector: managedSelector()})
 	if err != nil {
@@ -201,7 +203,7 @@ func (m *Manager) gcPodDirs(ctx context.Context, svc *services, isDesired func(s
 	}
 	// A cgroup still in use refuses the rmdir and stays.
 	for _, uid := range m.podCgroupUIDs() {
-		if !orphan(uid) {
+		if !orphan(uid) || m.podCgroupYoungerThan(uid, minAge) {
 			continue
 		}
 		remove(uid, func() error {

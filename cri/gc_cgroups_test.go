@@ -42,6 +42,12 @@ func TestGarbageCollectRemovesCgroupsLeftBeforeTheSandbox(t *testing.T) {
 	defer endSync()
 
 	desired := func(uid string) bool { return uid == string(running.UID) }
+	// A cgroup younger than the minimum age may be another process's pod
+	// about to get its sandbox (two agents on one cgroup root): kept.
+	must(t, e.m.GarbageCollect(e.ctx, GCPolicy{MaxPerPodContainer: 1, MinAge: time.Hour}, desired))
+	if dirs := e.m.podCgroupDirs(string(orphan.UID)); len(dirs) == 0 {
+		t.Error("GC removed a pod cgroup younger than the minimum age")
+	}
 	must(t, e.m.GarbageCollect(e.ctx, GCPolicy{MaxPerPodContainer: 1}, desired))
 
 	if dirs := e.m.podCgroupDirs(string(orphan.UID)); len(dirs) != 0 {

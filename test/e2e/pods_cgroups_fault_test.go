@@ -76,7 +76,7 @@ func TestPodCgroupsLeftByAKillBeforeTheSandboxAreRemoved(t *testing.T) {
 	var logDir string
 	e := startPodEnv(t, func(dir string) string {
 		logDir = dir
-		return fmt.Sprintf("runtime:\n  plegPeriod: 500ms\n  podLogDir: %s\n  cgroupRoot: %s\npods:\n  pidsLimit: 256\ntelemetry:\n  metricsInterval: 0s\ngc:\n  interval: 1s\n  imageGCHighPercent: 0\n", dir, root)
+		return fmt.Sprintf("runtime:\n  plegPeriod: 500ms\n  podLogDir: %s\n  cgroupRoot: %s\npods:\n  pidsLimit: 256\ntelemetry:\n  metricsInterval: 0s\ngc:\n  interval: 1s\n  minDeadAge: 1s\n  imageGCHighPercent: 0\n", dir, root)
 	})
 
 	// 1. The agent dies between the pod's cgroups and its sandbox.
