@@ -13,8 +13,8 @@ import (
 //	1  stores written before the version was recorded: any uid a client
 //	   sent, and no quarantine bucket
 //	2  uids are UUIDs owned by mqlet (migrateUIDs), every bucket exists
-//	3  the pending-replies bucket: commands accepted and not yet given
-//	   their final reply (created empty by the migration)
+//	3  the pending-replies and pending-finals buckets: commands accepted
+//	   and not yet given their final reply (created empty by the migration)
 //
 // A newer mqlet migrates an older store after copying it aside; an older
 // mqlet refuses a newer store rather than misread it.

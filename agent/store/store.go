@@ -108,9 +108,10 @@ var (
 	bucketMeta       = []byte("meta")
 	bucketSeq        = []byte("seq")
 	bucketQuarantine = []byte("quarantine")      // pod key -> Quarantine JSON
-	bucketPending    = []byte("pending-replies") // requestID -> PendingReply JSON
+	bucketPending    = []byte("pending-replies") // requestID -> 8-byte seq + PendingReply JSON
+	bucketFinals     = []byte("pending-finals")  // requestID -> 8-byte seq + uvarint topic length + topic + payload
 
-	allBuckets  = [][]byte{bucketPods, bucketConfigMaps, bucketSecrets, bucketReplies, bucketReplyIndex, bucketMeta, bucketSeq, bucketQuarantine, bucketPending}
+	allBuckets  = [][]byte{bucketPods, bucketConfigMaps, bucketSecrets, bucketReplies, bucketReplyIndex, bucketMeta, bucketSeq, bucketQuarantine, bucketPending, bucketFinals}
 	kindBuckets = map[string][]byte{KindPod: bucketPods, KindConfigMap: bucketConfigMaps, KindSecret: bucketSecrets}
 	kindOrder   = []string{KindPod, KindConfigMap, KindSecret}
 )
