@@ -151,3 +151,49 @@ func BenchmarkPipeline(b *testing.B) {
 		})
 	}
 }
+
+// BenchmarkFinalReplies is the tracker's final replies through the Group,
+// flushed 256 at a time (a burst of pods reaching Running): Plain is how
+// they went before pending replies were persisted (record + outbox put);
+// Persisted also decides each request's pending entry in the same store
+// transaction, names the reply in the outbox and drops the entry in the
+// next store transaction.
+func BenchmarkFinalReplies(b *testing.B) {
+	for _, persisted := range []bool{false, true} {
+		name := "Plain"
+		if persisted {
+			name = "Persisted"
+		}
+		b.Run(name, func(b *testing.B) {
+			r := newBenchRig(b)
+			g := NewGroup(r.st, r.box, zerolog.Nop())
+			send := r.sender.With(g.Publisher(), g.Recorder()).Send
+			if persisted {
+				send = g.Finals(r.sender).Send
+				for i := 0; i < b.N; i += 256 {
+					err := r.st.Batch(func(tx *store.Tx) error {
+						for j := i; j < min(i+256, b.N); j++ {
+							p := store.PendingReply{RequestID: fmt.Sprintf("r%d", j), Verb: "apply", Deadline: time.Now().Add(time.Minute),
+								Want: map[string]store.PendingWant{fmt.Sprintf("default/web-%d", j): {Generation: 1}}}
+							if err := tx.PutPending(p); err != nil {
+								return err
+							}
+						}
+						return nil
+					})
+					if err != nil {
+						b.Fatal(err)
+					}
+				}
+			}
+			b.ResetTimer()
+			for i := 0; i < b.N; i++ {
+				_ = send(apiv1.Reply{RequestID: fmt.Sprintf("r%d", i), Verb: "apply", Phase: apiv1.Succeeded, Message: fmt.Sprintf("default/web-%d: running", i)})
+				if i%256 == 255 {
+					g.Flush()
+				}
+			}
+			g.Flush()
+		})
+	}
+}
