@@ -129,3 +129,41 @@ func BenchmarkPutLogChunk(b *testing.B) {
 		}
 	}
 }
+
+// BenchmarkPutFull measures a Put into a full outbox (16 MiB of 200-byte
+// messages) that must drop to make room: into telemetry, the oldest goes;
+// into final replies only, a final reply finds none below it to drop first.
+func BenchmarkPutFull(b *testing.B) {
+	payload := make([]byte, 200)
+	for _, tc := range []struct {
+		name string
+		fill Message
+	}{
+		{"events", Message{Topic: "n/events", Payload: payload, QoS: 1}},
+		{"final-replies", Message{Topic: "n/reply/x", Payload: payload, QoS: 1, Final: true}},
+	} {
+		b.Run(tc.name, func(b *testing.B) {
+			o, err := Open(filepath.Join(b.TempDir(), "ob.db"), DefaultMaxBytes, zerolog.Nop())
+			if err != nil {
+				b.Fatal(err)
+			}
+			defer o.Close()
+			batch := make([]Message, 1000)
+			for i := range batch {
+				batch[i] = tc.fill
+			}
+			for o.Stats().Dropped == 0 {
+				if err := o.PutBatch(batch); err != nil {
+					b.Fatal(err)
+				}
+			}
+			b.ReportMetric(float64(o.Stats().Depth), "entries")
+			m := Message{Topic: "n/reply/y", Payload: payload, QoS: 1, Final: true}
+			for b.Loop() {
+				if err := o.Put(m); err != nil {
+					b.Fatal(err)
+				}
+			}
+		})
+	}
+}

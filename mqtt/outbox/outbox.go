@@ -31,6 +31,7 @@ const (
 var (
 	bucketEntries = []byte("entries") // seq (big endian) -> encoded message
 	bucketLatest  = []byte("latest")  // topic -> seq of its coalesced entry
+	bucketRanks   = []byte("ranks")   // rank byte + seq -> empty: the entries of each rank, oldest first
 	bucketMeta    = []byte("meta")
 	bucketOnce    = []byte("once")       // Message.Once -> seq of its put; count in the bucket's sequence
 	bucketOnceAge = []byte("once-order") // seq -> Message.Once, oldest first
@@ -152,8 +153,17 @@ func Open(path string, maxBytes int64, log zerolog.Logger, opts ...Option) (*Out
 		opt(o)
 	}
 	err = db.Update(func(tx *bolt.Tx) error {
-		for _, name := range [][]byte{bucketEntries, bucketLatest, bucketMeta, bucketOnce, bucketOnceAge} {
+		indexed := tx.Bucket(bucketRanks) != nil
+		for _, name := range [][]byte{bucketEntries, bucketLatest, bucketMeta, bucketOnce, bucketOnceAge, bucketRanks} {
 			if _, err := tx.CreateBucketIfNotExists(name); err != nil {
+				return err
+			}
+		}
+		if !indexed { // a store from before the index
+			ranks := tx.Bucket(bucketRanks)
+			if err := tx.Bucket(bucketEntries).ForEach(func(k, v []byte) error {
+				return ranks.Put(rankKey(rankOf(v), k), []byte{})
+			}); err != nil {
 				return err
 			}
 		}
@@ -313,19 +323,20 @@ func (o *Outbox) putTx(tx *bolt.Tx, m Message, stored int64) (putCounts, error) 
 	if size > o.maxBytes {
 		return putCounts{}, fmt.Errorf("outbox put %s: message of %d bytes exceeds the bound of %d: %w", m.Topic, size, o.maxBytes, ErrFull)
 	}
-	entries, latest := tx.Bucket(bucketEntries), tx.Bucket(bucketLatest)
+	entries, latest, ranks := tx.Bucket(bucketEntries), tx.Bucket(bucketLatest), tx.Bucket(bucketRanks)
 	var old []byte
+	var oldFlags byte // its flags byte, which names its rank
 	var replacedBytes int64
 	if coalesce {
 		if k := latest.Get([]byte(m.Topic)); k != nil {
 			if v := entries.Get(k); v != nil {
-				old, replacedBytes = append([]byte(nil), k...), int64(len(v)+entryOverhead)
+				old, oldFlags, replacedBytes = append([]byte(nil), k...), v[0], int64(len(v)+entryOverhead)
 			}
 		}
 	}
 	var c putCounts
 	if need := stored - replacedBytes + size - o.maxBytes; need > 0 {
-		victims, freed := dropVictims(entries, need, rankOf(value), old, o.sentBelow)
+		victims, freed := dropVictims(entries, ranks, need, rankOf(value), old, o.sentBelow)
 		if freed < need {
 			return putCounts{}, fmt.Errorf("outbox put %s: no room within %d bytes: %w", m.Topic, o.maxBytes, ErrFull)
 		}
@@ -344,7 +355,7 @@ func (o *Outbox) putTx(tx *bolt.Tx, m Message, stored int64) (putCounts, error) 
 					}
 				}
 			}
-			if err := entries.Delete(k); err != nil {
+			if err := deleteEntry(entries, ranks, k, v); err != nil {
 				return putCounts{}, err
 			}
 		}
@@ -352,7 +363,7 @@ func (o *Outbox) putTx(tx *bolt.Tx, m Message, stored int64) (putCounts, error) 
 		c.dropped = len(victims)
 	}
 	if old != nil {
-		if err := entries.Delete(old); err != nil {
+		if err := deleteEntry(entries, ranks, old, []byte{oldFlags}); err != nil {
 			return putCounts{}, err
 		}
 		c.depth--
@@ -364,6 +375,9 @@ func (o *Outbox) putTx(tx *bolt.Tx, m Message, stored int64) (putCounts, error) 
 	}
 	key := seqKey(seq)
 	if err := entries.Put(key, value); err != nil {
+		return putCounts{}, err
+	}
+	if err := ranks.Put(rankKey(rankOf(value), key), []byte{}); err != nil {
 		return putCounts{}, err
 	}
 	c.depth++
@@ -467,13 +481,18 @@ func rankOf(v []byte) int {
 // (or none are left): those of the lowest rank first, the oldest first
 // within a rank, never one ranked above upTo, nor skip (the entry the new
 // message replaces, counted already), nor one in flight (below sentBelow).
-// One pass over the entries per rank; a rank is only read when the ones
-// below freed too little.
-func dropVictims(entries *bolt.Bucket, need int64, upTo int, skip []byte, sentBelow uint64) (keys [][]byte, freed int64) {
+// The rank index reads only the candidates, so a Put into an outbox full
+// of final replies does not walk every entry.
+func dropVictims(entries, ranks *bolt.Bucket, need int64, upTo int, skip []byte, sentBelow uint64) (keys [][]byte, freed int64) {
 	for rank := rankTelemetry; rank <= upTo && freed < need; rank++ {
-		c := entries.Cursor()
-		for k, v := c.Seek(seqKey(sentBelow)); k != nil && freed < need; k, v = c.Next() {
-			if rankOf(v) != rank || (skip != nil && string(k) == string(skip)) {
+		c := ranks.Cursor()
+		for rk, _ := c.Seek(rankKey(rank, seqKey(sentBelow))); rk != nil && rk[0] == byte(rank) && freed < need; rk, _ = c.Next() {
+			k := rk[1:]
+			if skip != nil && string(k) == string(skip) {
+				continue
+			}
+			v := entries.Get(k)
+			if v == nil {
 				continue
 			}
 			keys = append(keys, append([]byte(nil), k...))
@@ -481,6 +500,20 @@ func dropVictims(entries *bolt.Bucket, need int64, upTo int, skip []byte, sentBe
 		}
 	}
 	return keys, freed
+}
+
+// rankKey is an entry's key in the rank index.
+func rankKey(rank int, key []byte) []byte {
+	return append([]byte{byte(rank)}, key...)
+}
+
+// deleteEntry removes the entry at key (whose stored value is v, or at
+// least its flags byte) and its rank index key.
+func deleteEntry(entries, ranks *bolt.Bucket, key, v []byte) error {
+	if err := ranks.Delete(rankKey(rankOf(v), key)); err != nil {
+		return err
+	}
+	return entries.Delete(key)
 }
 
 type entry struct {
@@ -519,7 +552,7 @@ func (o *Outbox) remove(seqs []uint64) error {
 	var n int
 	var freed int64
 	err := o.db.Update(func(tx *bolt.Tx) error {
-		entries, latest := tx.Bucket(bucketEntries), tx.Bucket(bucketLatest)
+		entries, latest, ranks := tx.Bucket(bucketEntries), tx.Bucket(bucketLatest), tx.Bucket(bucketRanks)
 		for _, seq := range seqs {
 			key := seqKey(seq)
 			v := entries.Get(key)
@@ -537,7 +570,7 @@ func (o *Outbox) remove(seqs []uint64) error {
 			}
 			n++
 			freed += int64(len(v) + entryOverhead)
-			if err := entries.Delete(key); err != nil {
+			if err := deleteEntry(entries, ranks, key, v); err != nil {
 				return err
 			}
 		}

@@ -11,6 +11,7 @@ import (
 	"time"
 
 	"github.com/rs/zerolog"
+	bolt "go.etcd.io/bbolt"
 )
 
 const waitFor = 5 * time.Second
@@ -609,4 +610,91 @@ func TestFullOfInflightEntriesRefuses(t *testing.T) {
 	if st := o.Stats(); st.Dropped != 1 || st.DroppedFinal != 1 || st.Depth != 2 {
 		t.Fatalf("stats %+v, want the new reply refused, both in flight kept", st)
 	}
+}
+
+// A store written before the rank index gets it at Open: drops then go in
+// rank order as in a new one.
+func TestRankIndexBuiltForAnOlderStore(t *testing.T) {
+	path := filepath.Join(t.TempDir(), "ob.db")
+	f1 := final("f1", 20)
+	one := int64(len(encode(f1)) + entryOverhead)
+	o := openTest(t, path, 0)
+	mustPut(t, o, f1)
+	mustPut(t, o, event(1))
+	if err := o.db.Update(func(tx *bolt.Tx) error { return tx.DeleteBucket(bucketRanks) }); err != nil {
+		t.Fatal(err)
+	}
+	if err := o.Close(); err != nil {
+		t.Fatal(err)
+	}
+	o = openTest(t, path, one+int64(len(encode(event(1)))+entryOverhead))
+	defer o.Close()
+	mustPut(t, o, event(2)) // drops event 1, not the older final reply
+	entries, err := o.readFrom(0, 10)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if len(entries) != 2 || entries[0].msg.Topic != "n/reply/f1" || string(entries[1].msg.Payload) != "e2" {
+		t.Fatalf("stored %+v, want f1 and e2", entries)
+	}
+	if st := o.Stats(); st.Dropped != 1 || st.DroppedFinal != 0 {
+		t.Fatalf("stats %+v", st)
+	}
+}
+
+// Through puts of every kind, coalescing, drops and acknowledgements, the
+// rank index names exactly the stored entries.
+func TestRankIndexFollowsTheEntries(t *testing.T) {
+	o := openTest(t, filepath.Join(t.TempDir(), "ob.db"), 4096, WithMaxInflight(3))
+	defer o.Close()
+	pub := newFakePublisher(false)
+	runOutbox(t, o, pub)
+	check := func(when string) {
+		t.Helper()
+		err := o.db.View(func(tx *bolt.Tx) error {
+			entries, ranks := tx.Bucket(bucketEntries), tx.Bucket(bucketRanks)
+			n := 0
+			if err := entries.ForEach(func(k, v []byte) error {
+				n++
+				if ranks.Get(rankKey(rankOf(v), k)) == nil {
+					t.Errorf("%s: entry %x has no index key", when, k)
+				}
+				return nil
+			}); err != nil {
+				return err
+			}
+			if got := ranks.Stats().KeyN; got != n {
+				t.Errorf("%s: %d index keys for %d entries", when, got, n)
+			}
+			return nil
+		})
+		if err != nil {
+			t.Fatal(err)
+		}
+	}
+	for i := range 200 {
+		var m Message
+		switch i % 4 {
+		case 0:
+			m = event(i)
+		case 1:
+			m = Message{Topic: fmt.Sprintf("n/pods/ns/p%d", i%7), Payload: make([]byte, 40), QoS: 1, Retained: true}
+		case 2:
+			m = Message{Topic: "n/metrics", Payload: make([]byte, 60), Coalesce: true}
+		case 3:
+			m = final(fmt.Sprintf("r%d", i), 30)
+		}
+		_ = o.Put(m) // some are refused when only final replies are left
+		switch i {
+		case 50:
+			pub.connect()
+		case 120:
+			pub.disconnect()
+		}
+		if i > 50 && i < 120 && i%5 == 0 {
+			pub.ackOldest()
+		}
+	}
+	pub.disconnect()
+	check("after the puts")
 }
