@@ -39,6 +39,9 @@ type Group struct {
 	// final reply is in the outbox; the next store transaction drops them.
 	// Guarded by flushing.
 	landed map[string]uint64
+	// deadlines are the pending entries' deadlines the tracker moved,
+	// written with the next records. Guarded by mu.
+	deadlines map[string]time.Time
 }
 
 // queued is one message gathered; final names the request whose final
@@ -88,10 +91,10 @@ func (g *Group) Flush() {
 	g.flushing.Lock()
 	defer g.flushing.Unlock()
 	g.mu.Lock()
-	records, msgs := g.records, g.msgs
-	g.records, g.msgs = nil, nil
+	records, msgs, deadlines := g.records, g.msgs, g.deadlines
+	g.records, g.msgs, g.deadlines = nil, nil, nil
 	g.mu.Unlock()
-	g.write(records, msgs)
+	g.write(records, msgs, deadlines)
 }
 
 // write persists one flush. A final reply of the tracker is first kept in
@@ -101,9 +104,9 @@ func (g *Group) Flush() {
 // leaves either an undecided entry (the request is followed again at the
 // next start) or a decided one (its reply is queued again, and the outbox
 // stores it at most once): exactly one final reply either way.
-func (g *Group) write(records []record, msgs []queued) {
+func (g *Group) write(records []record, msgs []queued, deadlines map[string]time.Time) {
 	decided := map[int]store.PendingReply{} // index in msgs -> its entry
-	if len(records) > 0 {
+	if len(records) > 0 || len(deadlines) > 0 {
 		err := g.st.Batch(func(tx *store.Tx) error {
 			clear(decided)
 			for _, r := range records {
@@ -120,6 +123,11 @@ func (g *Group) write(records []record, msgs []queued) {
 					g.log.Error().Err(err).Str("requestId", q.final).Msg("keeping a final reply with its pending entry")
 				} else if found {
 					decided[i] = p
+				}
+			}
+			for id, d := range deadlines {
+				if err := tx.KeepPendingDeadline(id, d); err != nil {
+					g.log.Error().Err(err).Str("requestId", id).Msg("keeping a moved deadline")
 				}
 			}
 			if len(g.landed) > 0 {
@@ -243,6 +251,18 @@ func (f *FinalSender) Send(r apiv1.Reply) error {
 	err := f.s.With(c, c).Send(r)
 	f.g.add(c.records, wrap(c.msgs, r.RequestID))
 	return err
+}
+
+// KeepDeadline has the deadline the tracker moved for requestID written
+// to its pending entry with the next flush (before the in_progress reply
+// that says so is queued).
+func (f *FinalSender) KeepDeadline(requestID string, deadline time.Time) {
+	f.g.mu.Lock()
+	if f.g.deadlines == nil {
+		f.g.deadlines = map[string]time.Time{}
+	}
+	f.g.deadlines[requestID] = deadline
+	f.g.mu.Unlock()
 }
 
 // collector holds what one Send records and publishes, so the Group

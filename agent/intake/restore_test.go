@@ -139,3 +139,32 @@ func TestRestorePending(t *testing.T) {
 		t.Fatal("an undecided entry was dropped at restore")
 	}
 }
+
+// A deadline the tracker moves (a delete waiting out a grace period) is
+// written to the pending entry with the next flush, so a restart follows
+// the request until then.
+func TestGroupKeepsAMovedDeadline(t *testing.T) {
+	st, err := store.Open(filepath.Join(t.TempDir(), "state.db"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer st.Close()
+	g := NewGroup(st, &recordingBox{}, zerolog.Nop())
+	finals := g.Finals(reply.NewSender(apiv1.Scheme{Prefix: "mqlet/v1", Node: "n1"}, nil, nil, nil, zerolog.Nop()))
+	first := time.Date(2026, 1, 1, 12, 0, 0, 0, time.UTC)
+	if err := st.PutPending(store.PendingReply{RequestID: "d1", Verb: "delete", Deadline: first, Want: map[string]store.PendingWant{"ns/slow": {Gone: true}}}); err != nil {
+		t.Fatal(err)
+	}
+	moved := first.Add(2 * time.Minute)
+	finals.KeepDeadline("d1", moved)
+	finals.KeepDeadline("nobody", moved) // no entry: nothing written
+	_ = finals.Send(apiv1.Reply{RequestID: "d1", Verb: "delete", Phase: apiv1.InProgress, Message: "terminating"})
+	g.Flush()
+	p, ok := pendingEntry(t, st, "d1")
+	if !ok || !p.Deadline.Equal(moved) || p.Want["ns/slow"] != (store.PendingWant{Gone: true}) || p.Decided() {
+		t.Fatalf("entry %+v (found %v), want the moved deadline %v and the rest as it was", p, ok, moved)
+	}
+	if _, ok := pendingEntry(t, st, "nobody"); ok {
+		t.Fatal("a moved deadline created an entry")
+	}
+}

@@ -44,6 +44,13 @@ type Sender interface {
 	Send(r apiv1.Reply) error
 }
 
+// deadlineKeeper is a Sender that also persists a request's deadline when
+// the tracker moves it (a delete waiting out a grace period), so a restart
+// does not fail the request at the deadline it had before.
+type deadlineKeeper interface {
+	KeepDeadline(requestID string, deadline time.Time)
+}
+
 type request struct {
 	id       string
 	verb     string
@@ -261,6 +268,9 @@ func (t *Tracker) expire() time.Time {
 				// Stopping gracefully is not failing: the delete waits for
 				// the grace period and says so.
 				r.deadline = ends.Add(terminatingSlack)
+				if k, ok := t.sender.(deadlineKeeper); ok {
+					k.KeepDeadline(r.id, r.deadline)
+				}
 				replies = append(replies, apiv1.Reply{RequestID: r.id, Verb: r.verb, Phase: apiv1.InProgress,
 					Message: fmt.Sprintf("terminating: grace period ends at %s; waiting for %s", ends.UTC().Format(time.RFC3339), strings.Join(sortedWant(r.waiting), ", "))})
 			}

@@ -205,3 +205,30 @@ func (s *Store) ListPending() ([]PendingReply, error) {
 	}
 	return out, nil
 }
+
+// KeepPendingDeadline replaces the deadline of requestID's pending entry
+// (a delete waiting out a grace period); an id without entry is left alone.
+func (t *Tx) KeepPendingDeadline(requestID string, deadline time.Time) error {
+	if err := t.live(); err != nil {
+		return err
+	}
+	b := t.tx.Bucket(bucketPending)
+	v := b.Get([]byte(requestID))
+	seq, ok := entrySeq(v)
+	if !ok {
+		return nil
+	}
+	var p PendingReply
+	if err := json.Unmarshal(v[8:], &p); err != nil {
+		return t.fail(fmt.Errorf("read pending reply %q: %w", requestID, err))
+	}
+	p.Deadline = deadline
+	raw, err := json.Marshal(p)
+	if err == nil {
+		err = b.Put([]byte(requestID), append(binary.BigEndian.AppendUint64(make([]byte, 0, 8+len(raw)), seq), raw...))
+	}
+	if err != nil {
+		return t.fail(fmt.Errorf("keep the deadline of pending reply %q: %w", requestID, err))
+	}
+	return nil
+}
