@@ -180,6 +180,11 @@ pods:
   backoffMax: 4s
 telemetry:
   metricsInterval: 0s
+gc:
+  # What a kill leaves before a sandbox exists (cgroups, pod dirs) has no
+  # runtime pod to remove; GC collects it. The final check waits 60 s.
+  interval: 10s
+  minDeadAge: 5s
 `, logDir, r.cgroupRoot), 0o600); err != nil {
 		t.Fatal(err)
 	}
