@@ -151,3 +151,22 @@ func TestFinalReplyKilledAroundQueueing(t *testing.T) {
 		})
 	}
 }
+
+// Killed while the pod is being started (its cgroups made, its sandbox
+// not yet): after the restart the pod is started and the apply answered
+// succeeded, once.
+func TestFinalReplyOfApplyKilledWhilePodStarts(t *testing.T) {
+	e := newPodEnv(t, "")
+	e.cleanupPods("starting")
+	const point = "cri.after-pod-cgroups"
+	e.rearm(point)
+	id := e.nextID("apply")
+	e.mq.Command(e.node, "apply", id, e.pod("starting", "Always", "sleep 3600"))
+	e.waitKilled(point)
+	if f := e.finals(id); len(f) != 0 {
+		t.Fatalf("final reply %s before the pod ever ran", dump(f))
+	}
+	e.restartArmed("")
+	e.waitFinal(id, apiv1.Succeeded, podReadyTimeout)
+	e.exactlyOneFinal(id, apiv1.Succeeded)
+}
