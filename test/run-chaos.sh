@@ -10,7 +10,7 @@ cd "$(dirname "$0")/.."
 export PATH=/usr/local/go/bin:$PATH
 WORK=$(pwd)/test/.work/chaos
 # An interrupted earlier run may have left pod volume mounts in its state dir.
-grep -o " $WORK/[^ ]*" /proc/self/mountinfo | sort -r | while read -r m; do umount -l "$m" 2>/dev/null || true; done
+{ grep -o " $WORK/[^ ]*" /proc/self/mountinfo || true; } | sort -r | while read -r m; do umount -l "$m" 2>/dev/null || true; done
 rm -rf "$WORK" && mkdir -p "$WORK"
 
 test/env/install-deps.sh

@@ -46,7 +46,7 @@ status=0
 echo "== go test -race (unit and integration)"
 go test -race -count=1 -timeout 20m -v $parallel >"$WORK/test.log" 2>&1 || status=$?
 echo "== fault-injection run (test/chaos, ~3 min, its own containerd) in the background"
-grep -o " $WORK/chaos/[^ ]*" /proc/self/mountinfo | sort -r | while read -r m; do umount -l "$m" 2>/dev/null || true; done
+{ grep -o " $WORK/chaos/[^ ]*" /proc/self/mountinfo || true; } | sort -r | while read -r m; do umount -l "$m" 2>/dev/null || true; done
 rm -rf "$WORK/chaos" && mkdir -p "$WORK/chaos"
 chaos_env MQLET_TEST_CRI_ENDPOINT="$CHAOS_CRI_ENDPOINT" MQLET_CHAOS_WORKDIR="$WORK/chaos" MQLET_CHAOS_REPORT="$WORK/chaos/report.txt" \
 	go test -race -count=1 -timeout 30m -v ./test/chaos/ >"$WORK/chaos.log" 2>&1 &
