@@ -1,9 +1,12 @@
 package chaos
 
 import (
+	"bytes"
+	"encoding/json"
 	"fmt"
 	"os"
 	"path/filepath"
+	"slices"
 	"sort"
 	"strings"
 	"sync"
@@ -78,11 +81,18 @@ func (v *violations) all() []violation {
 
 // replyProblem checks the replies of one request in arrival order: phases
 // never go back (accepted, in_progress, final), exactly one final reply,
-// nothing after it. final says whether a final reply came at all.
+// nothing after it. final says whether a final reply came at all. An exact
+// copy of the final reply (same phase, message, result and timestamp) is
+// QoS 1 delivering one message twice (the outbox resends what a kill left
+// unacknowledged), not a second answer.
 func replyProblem(replies []apiv1.Reply) (inv, detail string, final bool) {
 	finals, rank := 0, 0
+	var first apiv1.Reply
 	for i, r := range replies {
 		if finals > 0 {
+			if sameReply(r, first) {
+				continue
+			}
 			if r.Final() {
 				return invDuplicateFinal, fmt.Sprintf("final replies %s", phases(replies)), true
 			}
@@ -95,9 +105,18 @@ func replyProblem(replies []apiv1.Reply) (inv, detail string, final bool) {
 		}
 		if r.Final() {
 			finals++
+			first = r
 		}
 	}
 	return "", "", finals > 0
+}
+
+// sameReply reports whether a and b are one message delivered twice.
+func sameReply(a, b apiv1.Reply) bool {
+	ra, _ := json.Marshal(a.Result)
+	rb, _ := json.Marshal(b.Result)
+	return a.Phase == b.Phase && a.Message == b.Message && a.Seq == b.Seq && a.TS.Equal(b.TS) &&
+		slices.Equal(a.Errors, b.Errors) && bytes.Equal(ra, rb)
 }
 
 func phases(replies []apiv1.Reply) string {

@@ -2,6 +2,7 @@ package chaos
 
 import (
 	"testing"
+	"time"
 
 	v1 "k8s.io/api/core/v1"
 
@@ -30,7 +31,9 @@ func TestReplyProblem(t *testing.T) {
 		{"in order", rep(a, ip, ip, ok), "", true},
 		{"failed at once", rep(no), "", true},
 		{"accepted twice (a redelivery answered)", rep(a, a, ok), "", true},
-		{"two finals", rep(a, ok, ok), invDuplicateFinal, true},
+		{"two finals", append(rep(a, ok), apiv1.Reply{Phase: ok, Message: "decided again"}), invDuplicateFinal, true},
+		{"two finals a moment apart", append(rep(a, ok), apiv1.Reply{Phase: ok, TS: time.Unix(1, 0)}), invDuplicateFinal, true},
+		{"one final delivered twice (QoS 1)", rep(a, ip, ok, ok), "", true},
 		{"succeeded then failed", rep(a, ok, no), invDuplicateFinal, true},
 		{"progress after the final", rep(a, no, ip), invAfterFinal, true},
 		{"accepted after in_progress", rep(a, ip, a, ok), invPhaseOrder, false},
