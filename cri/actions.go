@@ -231,6 +231,28 @@ func replacing(pod *v1.Pod, apps map[string]*ContainerStatus) bool {
 	return false
 }
 
+// ranCurrentSpec reports whether a container of the pod's current spec
+// has run: it runs or has exited. Attempts of an older spec and attempts
+// created but never started do not count.
+func ranCurrentSpec(pod *v1.Pod, status *PodStatus) bool {
+	for i := range status.Containers {
+		s := &status.Containers[i]
+		if s.State != ContainerRunning && s.State != ContainerExited {
+			continue
+		}
+		list := pod.Spec.Containers
+		if s.Init {
+			list = pod.Spec.InitContainers
+		}
+		for j := range list {
+			if list[j].Name == s.Name && !OfOlderSpec(&list[j], s) {
+				return true
+			}
+		}
+	}
+	return false
+}
+
 // probeFailure is why a running container must be killed for its probes,
 // or ReasonNone: a failed liveness probe of a started container, or a
 // failed startup probe (results of probes the spec lacks are ignored).
@@ -281,9 +303,12 @@ func computePodActions(pod *v1.Pod, status *PodStatus, probes ProbeResults) podA
 
 	if act.CreateSandbox {
 		act.KillPod = len(status.Sandboxes) > 0 || len(status.Containers) > 0
-		// A finished pod that must not restart gets no new sandbox.
+		// A finished pod that must not restart gets no new sandbox: one
+		// whose containers of the current spec have run. A container only
+		// created (the agent died before starting it, and the sandbox with
+		// it) has not, nor has one of an older spec.
 		if pod.Spec.RestartPolicy == v1.RestartPolicyNever && act.SandboxAttempt != 0 &&
-			len(status.Containers) > 0 && act.Reason == ReasonSandboxNotReady && !replacing(pod, apps) {
+			act.Reason == ReasonSandboxNotReady && !replacing(pod, apps) && ranCurrentSpec(pod, status) {
 			act.CreateSandbox = false
 			return act
 		}

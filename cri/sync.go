@@ -149,6 +149,9 @@ func (m *Manager) syncStep(ctx context.Context, in SyncInput, force forced, more
 			events.Event(pod, v1.EventTypeWarning, "FailedCreatePodSandBox", fmt.Sprintf("Failed to create pod sandbox: %v", err))
 			return fmt.Errorf("create sandbox of pod %s/%s: %w", pod.Namespace, pod.Name, err)
 		}
+		// cri.after-run-sandbox: the pod's new sandbox runs, none of its
+		// containers is created yet.
+		faultpoint.Hit("cri.after-run-sandbox")
 	} else {
 		// Reuse the attempt of the live sandbox so the config matches it.
 		sandboxCfg.Metadata.Attempt = status.Sandboxes[0].Attempt
@@ -361,6 +364,8 @@ func (m *Manager) startContainer(ctx context.Context, svc *services, r startRequ
 		return fail("CreateContainerError", fmt.Errorf("create %s: %w", what, err))
 	}
 	r.events.Event(pod, v1.EventTypeNormal, "Created", "Created container "+c.Name)
+	// cri.after-create-container: a container is created, not started.
+	faultpoint.Hit("cri.after-create-container")
 	if err := svc.runtime.StartContainer(ctx, id); err != nil {
 		r.events.Event(pod, v1.EventTypeWarning, "Failed", fmt.Sprintf("Error: %v", err))
 		return fail("RunContainerError", fmt.Errorf("start %s: %w", what, err))

@@ -221,14 +221,22 @@ func shouldRestart(pod *v1.Pod, spec *v1.Container, newest *cri.ContainerStatus)
 	}
 }
 
-// replacedContainers names the app containers whose newest attempt was
-// made from an older spec (see phase).
+// replacedContainers names the app containers whose current spec has not
+// finished a run (see phase): the newest attempt was made from an older
+// spec, or it is the current spec's, created but never started (the agent
+// died between CreateContainer and StartContainer), after an attempt of an
+// older spec: the exit shown as its last termination is the old spec's.
 func replacedContainers(pod *v1.Pod, rs *cri.PodStatus) map[string]bool {
 	var out map[string]bool
 	newest := attemptsByName(rs, false)
 	for i := range pod.Spec.Containers {
 		spec := &pod.Spec.Containers[i]
-		if tries := newest[spec.Name]; len(tries) > 0 && cri.OfOlderSpec(spec, &tries[0]) {
+		tries := newest[spec.Name]
+		if len(tries) == 0 {
+			continue
+		}
+		notStarted := tries[0].State == cri.ContainerCreated || tries[0].State == cri.ContainerUnknown
+		if cri.OfOlderSpec(spec, &tries[0]) || (notStarted && len(tries) > 1 && cri.OfOlderSpec(spec, &tries[1])) {
 			if out == nil {
 				out = map[string]bool{}
 			}

@@ -672,3 +672,19 @@ func TestEqualComparesValues(t *testing.T) {
 		t.Fatal("the same instant in another zone compared unequal")
 	}
 }
+
+// An agent killed between creating the new spec's container and starting
+// it leaves that container created, after the old spec's graceful exit 0:
+// the exit is the old spec's, so neither OnFailure nor Never finishes the
+// pod on it (once Failed, a pod stays Failed).
+func TestBuildNewSpecCreatedAfterOldExitIsNotFinished(t *testing.T) {
+	for _, policy := range []v1.RestartPolicy{v1.RestartPolicyOnFailure, v1.RestartPolicyNever} {
+		p := newPod(policy, "main")
+		created := cri.ContainerStatus{ID: "c2", Name: "main", State: cri.ContainerCreated, CreatedAt: at(20), Image: "busybox:main"}
+		old := ofOlderSpec(exited("main", "c1", 0, 0, ""))
+		st := Build(p, rsOf([]cri.SandboxStatus{readySandbox("10.0.0.1")}, created, old), Hints{}, at(30))
+		if st.Phase == v1.PodFailed || st.Phase == v1.PodSucceeded {
+			t.Errorf("%s: phase %s, want the pod not finished", policy, st.Phase)
+		}
+	}
+}
