@@ -14,31 +14,7 @@ import (
 // the grace period ends, and succeeded once the pod is gone; never failed
 // while the pod is within its grace period (issue 18).
 func TestDeleteWithinLongGracePeriodIsNotFailed(t *testing.T) {
-	e := startPodEnv(t, func(logDir string) string {
-		return fmt.Sprintf(`runtime:
-  plegPeriod: 500ms
-  podLogDir: %s
-pods:
-  applyDeadline: 4s
-telemetry:
-  metricsInterval: 0s
-`, logDir)
-	})
-	e.cleanupPods()
-	pod := fmt.Sprintf(`apiVersion: v1
-kind: Pod
-metadata:
-  name: slow
-  namespace: %s
-spec:
-  terminationGracePeriodSeconds: 14
-  containers:
-  - name: main
-    image: docker.io/mqlet/busybox:test
-    imagePullPolicy: Never
-    command: ["sh", "-c", "trap 'echo ignoring TERM' TERM; while true; do sleep 1; done"]
-`, e.ns)
-	e.apply([]byte(pod), apiv1.Succeeded, podReadyTimeout)
+	e := startSlowToStopPod(t)
 	id := e.nextID("delete")
 	sent := time.Now()
 	e.mq.Command(e.node, "delete", id, fmt.Appendf(nil, `{"kind":"Pod","namespace":%q,"name":"slow"}`, e.ns))
@@ -66,6 +42,23 @@ spec:
 // pending reply, so the restarted mqlet answers succeeded once the pod is
 // gone, not failed at the deadline the delete had before.
 func TestDeleteWithinGracePeriodSurvivesAKill(t *testing.T) {
+	e := startSlowToStopPod(t)
+	id := e.nextID("delete")
+	e.mq.Command(e.node, "delete", id, fmt.Appendf(nil, `{"kind":"Pod","namespace":%q,"name":"slow"}`, e.ns))
+	e.mq.WaitReply(e.node, id, apiv1.InProgress, 60*time.Second)
+	e.agent.Kill9()
+	e.restartArmed("")
+	e.waitFinal(id, apiv1.Succeeded, 90*time.Second)
+	e.exactlyOneFinal(id, apiv1.Succeeded)
+	if n := len(e.cri.Sandboxes(e.ns, "slow")); n != 0 {
+		t.Fatalf("%d sandboxes left after the delete succeeded", n)
+	}
+}
+
+// startSlowToStopPod starts mqlet with a 4 s applyDeadline and runs pod
+// "slow", whose container ignores SIGTERM for its 14 s grace period.
+func startSlowToStopPod(t *testing.T) *podEnv {
+	t.Helper()
 	e := startPodEnv(t, func(logDir string) string {
 		return fmt.Sprintf(`runtime:
   plegPeriod: 500ms
@@ -91,14 +84,5 @@ spec:
     command: ["sh", "-c", "trap 'echo ignoring TERM' TERM; while true; do sleep 1; done"]
 `, e.ns)
 	e.apply([]byte(pod), apiv1.Succeeded, podReadyTimeout)
-	id := e.nextID("delete")
-	e.mq.Command(e.node, "delete", id, fmt.Appendf(nil, `{"kind":"Pod","namespace":%q,"name":"slow"}`, e.ns))
-	e.mq.WaitReply(e.node, id, apiv1.InProgress, 60*time.Second)
-	e.agent.Kill9()
-	e.restartArmed("")
-	e.waitFinal(id, apiv1.Succeeded, 90*time.Second)
-	e.exactlyOneFinal(id, apiv1.Succeeded)
-	if n := len(e.cri.Sandboxes(e.ns, "slow")); n != 0 {
-		t.Fatalf("%d sandboxes left after the delete succeeded", n)
-	}
+	return e
 }
