@@ -4,45 +4,15 @@ import (
 	"fmt"
 	"os"
 	"os/exec"
-	"path/filepath"
-	"sync"
 	"syscall"
 	"testing"
 	"time"
+
+	"github.com/mqlet/mqlet/internal/testutil/mqletbin"
 )
 
-var (
-	binOnce sync.Once
-	binPath string
-	binErr  error
-)
-
-// mqletBin returns $MQLET_TEST_BIN_DIR/mqlet when set (make test builds
-// it), else a binary built once for this run.
-func mqletBin(t testing.TB) string {
-	t.Helper()
-	binOnce.Do(func() {
-		if dir := os.Getenv("MQLET_TEST_BIN_DIR"); dir != "" {
-			binPath = filepath.Join(dir, "mqlet")
-			_, binErr = os.Stat(binPath)
-			return
-		}
-		dir, err := os.MkdirTemp("", "mqlet-chaos-bin")
-		if err != nil {
-			binErr = err
-			return
-		}
-		binPath = filepath.Join(dir, "mqlet")
-		out, err := exec.Command("go", "build", "-o", binPath, "github.com/mqlet/mqlet/cmd/mqlet").CombinedOutput()
-		if err != nil {
-			binErr = fmt.Errorf("building mqlet: %v: %s", err, out)
-		}
-	})
-	if binErr != nil {
-		t.Fatalf("mqlet binary: %v", binErr)
-	}
-	return binPath
-}
+// mqletBin returns the mqlet binary the test runs.
+func mqletBin(t testing.TB) string { t.Helper(); return mqletbin.Path(t) }
 
 // agentProc is the one mqlet process of a run, restartable with the same
 // arguments. Only this process is ever killed: the run never signals a

@@ -28,42 +28,13 @@ import (
 	"k8s.io/klog/v2"
 
 	"github.com/mqlet/mqlet/internal/testutil/containerd"
+	"github.com/mqlet/mqlet/internal/testutil/mqletbin"
 )
 
 const prefix = "mqlet/v1"
 
-var (
-	binOnce sync.Once
-	binPath string
-	binErr  error
-)
-
-// mqletBin returns the mqlet binary: $MQLET_TEST_BIN_DIR/mqlet when set
-// (make test builds it), else one built once for this test run.
-func mqletBin(t testing.TB) string {
-	t.Helper()
-	binOnce.Do(func() {
-		if dir := os.Getenv("MQLET_TEST_BIN_DIR"); dir != "" {
-			binPath = filepath.Join(dir, "mqlet")
-			_, binErr = os.Stat(binPath)
-			return
-		}
-		dir, err := os.MkdirTemp("", "mqlet-e2e-bin")
-		if err != nil {
-			binErr = err
-			return
-		}
-		binPath = filepath.Join(dir, "mqlet")
-		out, err := exec.Command("go", "build", "-o", binPath, "github.com/mqlet/mqlet/cmd/mqlet").CombinedOutput()
-		if err != nil {
-			binErr = fmt.Errorf("building mqlet: %v: %s", err, out)
-		}
-	})
-	if binErr != nil {
-		t.Fatalf("mqlet binary: %v", binErr)
-	}
-	return binPath
-}
+// mqletBin returns the mqlet binary the test runs.
+func mqletBin(t testing.TB) string { t.Helper(); return mqletbin.Path(t) }
 
 // syncBuffer is readable while its writer writes.
 type syncBuffer = syncbuf.Buffer
