@@ -121,6 +121,9 @@ type Probes interface {
 	Track(pod *v1.Pod, rs *cri.PodStatus)
 	Forget(podUID string)
 	States(podUID string) map[string]podstatus.Probed
+	// Unchecked says a readiness or startup probe of the pod's running
+	// containers has not run yet (its result is the initial one).
+	Unchecked(podUID string) bool
 }
 
 // Pool owns the queue, the runners and the sync slots.

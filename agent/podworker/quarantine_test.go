@@ -4,9 +4,11 @@ import (
 	"context"
 	"encoding/json"
 	"errors"
+	"fmt"
 	"path/filepath"
 	"strings"
 	"sync"
+	"sync/atomic"
 	"testing"
 	"time"
 
@@ -15,6 +17,7 @@ import (
 
 	"github.com/mqlet/mqlet/agent/inflight"
 	"github.com/mqlet/mqlet/agent/pending"
+	"github.com/mqlet/mqlet/agent/podstatus"
 	"github.com/mqlet/mqlet/agent/store"
 	"github.com/mqlet/mqlet/cri"
 )
@@ -471,4 +474,70 @@ func TestUnreadSyncKeepsTheDeathCount(t *testing.T) {
 	if err := json.Unmarshal(raw, &counts); err != nil || counts["ns/a"].Deaths != 1 {
 		t.Fatalf("counts after syncs that could not read the runtime: %s (%v)", raw, err)
 	}
+}
+
+// unprobed is a prober whose probes have not run until ran is set.
+type unprobed struct{ ran atomic.Bool }
+
+func (u *unprobed) Get(string, cri.ProbeType) cri.ProbeResult { return cri.ProbeSuccess }
+func (u *unprobed) Track(*v1.Pod, *cri.PodStatus)             {}
+func (u *unprobed) Forget(string)                             {}
+func (u *unprobed) Unchecked(string) bool                     { return !u.ran.Load() }
+func (u *unprobed) States(string) map[string]podstatus.Probed {
+	return map[string]podstatus.Probed{"cid-a": {Started: true, Ready: u.ran.Load()}}
+}
+
+// TestFirstStatusWaitsForTheFirstProbes: after a restart, a pod whose
+// status an earlier process retained is not published as not ready just
+// because its readiness probe has not run again yet; it is published once
+// the probe has run, and after the probes' timeouts at the latest.
+func TestFirstStatusWaitsForTheFirstProbes(t *testing.T) {
+	for _, probeRuns := range []bool{true, false} {
+		t.Run(fmt.Sprintf("probe runs %v", probeRuns), func(t *testing.T) {
+			pod := testPod("a")
+			pod.Spec.Containers[0].ReadinessProbe = &v1.Probe{TimeoutSeconds: 1}
+			d := &mapDesired{pods: map[string]*v1.Pod{"ns/a": pod}}
+			status := &fakeStatus{set: map[string]v1.PodStatus{}, retained: map[string]bool{"ns/a": true}}
+			pr := &unprobed{}
+			rt := runningRuntime{newScriptedRuntime()}
+			pool := New(Options{Workers: 1, Probes: pr}, rt, d, status, &outcomes{got: map[string][]pending.Outcome{}}, noEvents{}, zerolog.Nop())
+			ctx, cancel := context.WithCancel(context.Background())
+			done := make(chan struct{})
+			go func() { pool.Run(ctx); close(done) }()
+			t.Cleanup(func() { cancel(); <-done })
+			began := time.Now()
+			pool.Enqueue("ns/a")
+			waitUntil(t, "a synced", func() bool { return pool.Stats().Syncs >= 1 })
+			status.mu.Lock()
+			early := status.sets
+			status.mu.Unlock()
+			if early != 0 {
+				t.Fatalf("published before the first probe ran")
+			}
+			if probeRuns {
+				pr.ran.Store(true)
+				pool.Enqueue("ns/a") // the prober's OnChange
+			}
+			waitUntil(t, "a published", func() bool { status.mu.Lock(); defer status.mu.Unlock(); return status.sets > 0 })
+			status.mu.Lock()
+			st := status.set["ns/a"]
+			status.mu.Unlock()
+			took := time.Since(began)
+			if probeRuns && (!podReady(st) || took > time.Second) {
+				t.Fatalf("after the probe ran: published %s after %v", dumpJSON(st.Conditions), took)
+			}
+			if !probeRuns && took < 2*time.Second {
+				t.Fatalf("published %v after the first sync, before the probe's timeout and a second", took)
+			}
+		})
+	}
+}
+
+func podReady(st v1.PodStatus) bool {
+	for _, c := range st.Conditions {
+		if c.Type == v1.PodReady {
+			return c.Status == v1.ConditionTrue
+		}
+	}
+	return false
 }

@@ -33,6 +33,9 @@ type runner struct {
 	// only ones of the pod's name: syncs of that uid need not list again.
 	alone    string
 	deadline time.Time // when deadlineTimer fires
+	// heldSince is when this process first held back the pod's status
+	// for its first probe results (holdForFirstProbes; zero before).
+	heldSince time.Time
 	// deadlineTimer queues the pod at its activeDeadlineSeconds; stopped
 	// when the runner is dropped or the pool stops.
 	deadlineTimer *time.Timer
@@ -248,4 +251,15 @@ func (r *runner) stopDeadline() {
 		r.deadlineTimer.Stop()
 	}
 	r.deadline, r.deadlineTimer = time.Time{}, nil
+}
+
+// held is how long this process has held back the pod's status for its
+// first probe results; the first call starts the hold.
+func (r *runner) held(now time.Time) time.Duration {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	if r.heldSince.IsZero() {
+		r.heldSince = now
+	}
+	return now.Sub(r.heldSince)
 }

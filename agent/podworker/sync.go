@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"slices"
 	"strings"
 	"time"
 
@@ -88,7 +89,7 @@ func (p *Pool) work(life, ctx context.Context, r *runner) (time.Duration, error)
 		if failed, err := p.enforceDeadline(life, r, pod, rs); failed || err != nil {
 			return err
 		}
-		after, err = p.syncPod(ctx, pod, backoff, rs, rsErr)
+		after, err = p.syncPod(ctx, r, pod, backoff, rs, rsErr)
 		return err
 	})
 	return after, err
@@ -132,7 +133,7 @@ func (p *Pool) stopAsync(life context.Context, r *runner, pod *v1.Pod) {
 
 // syncPod is one sync of a desired pod, holding a slot, given the pod's
 // runtime status read in the same slot (rs, or the error reading it).
-func (p *Pool) syncPod(ctx context.Context, pod *v1.Pod, backoff cri.RestartBackoff, rs *cri.PodStatus, err error) (time.Duration, error) {
+func (p *Pool) syncPod(ctx context.Context, r *runner, pod *v1.Pod, backoff cri.RestartBackoff, rs *cri.PodStatus, err error) (time.Duration, error) {
 	key := pod.Namespace + "/" + pod.Name
 	if err != nil {
 		if ctx.Err() != nil {
@@ -159,12 +160,25 @@ func (p *Pool) syncPod(ctx context.Context, pod *v1.Pod, backoff cri.RestartBack
 		after = rs
 	}
 	hints := podstatus.Hints{Waiting: waitingFrom(syncErr)}
+	var hold time.Duration
 	if pr := p.opts.Probes; pr != nil {
 		pr.Track(pod, after)
 		hints.Probes = pr.States(string(pod.UID))
+		hold = p.holdForFirstProbes(r, pod, pr)
 	}
-	p.publish(pod, after, hints, definiteFrom(syncErr))
+	if hold == 0 {
+		p.publish(pod, after, hints, definiteFrom(syncErr))
+	}
+	retry, err := p.retryAfter(key, syncErr)
+	if hold > 0 && err == nil && (retry == 0 || hold < retry) {
+		retry = hold // the probes' first results queue the pod sooner
+	}
+	return retry, err
+}
 
+// retryAfter is when a pod is looked at again after a sync that ended
+// with syncErr, or the error to retry it with backoff.
+func (p *Pool) retryAfter(key string, syncErr error) (time.Duration, error) {
 	var be *cri.BackoffError
 	switch wait, ok := retryFrom(syncErr); {
 	case syncErr == nil:
@@ -178,6 +192,39 @@ func (p *Pool) syncPod(ctx context.Context, pod *v1.Pod, backoff cri.RestartBack
 	default:
 		return 0, fmt.Errorf("syncing pod %s: %w", key, syncErr)
 	}
+}
+
+// holdForFirstProbes is how much longer the pod's status waits for the
+// first run of its readiness and startup probes. After a restart of mqlet
+// a running container's probes start over at not ready (not started), so a
+// status published before they run would flip a ready pod to not ready
+// for every subscriber and back a moment later. Only a pod this process
+// has not published yet, whose status an earlier process left retained,
+// is held, and for at most its probes' timeouts (plus a second) in all.
+func (p *Pool) holdForFirstProbes(r *runner, pod *v1.Pod, pr Probes) time.Duration {
+	if _, known := p.status.Get(pod.Namespace, pod.Name); known || !p.status.Retained(pod.Namespace, pod.Name) || !pr.Unchecked(string(pod.UID)) {
+		return 0
+	}
+	return max(firstProbesWait(pod)-r.held(time.Now()), 0)
+}
+
+// firstProbesWait bounds how long the first runs of a pod's readiness and
+// startup probes take: a container adopted at a start is probed at once.
+func firstProbesWait(pod *v1.Pod) time.Duration {
+	wait := time.Second
+	for _, c := range slices.Concat(pod.Spec.InitContainers, pod.Spec.Containers) {
+		for _, pr := range []*v1.Probe{c.StartupProbe, c.ReadinessProbe} {
+			if pr == nil {
+				continue
+			}
+			t := pr.TimeoutSeconds
+			if t <= 0 {
+				t = 1
+			}
+			wait += time.Duration(t) * time.Second
+		}
+	}
+	return wait
 }
 
 // removePod kills every runtime pod named like r's pod whose UID is not

@@ -95,6 +95,7 @@ type Manager struct {
 	stopped bool
 	workers map[key]*worker
 	results map[key]Result
+	checked map[key]bool               // probes that have run at least once
 	pods    map[string]map[string]bool // pod UID → container IDs with workers
 }
 
@@ -107,7 +108,7 @@ func New(opts Options) *Manager {
 	}
 	ctx, cancel := context.WithCancel(context.Background())
 	m := &Manager{opts: opts, clock: c, ctx: ctx, cancel: cancel,
-		workers: map[key]*worker{}, results: map[key]Result{}, pods: map[string]map[string]bool{}}
+		workers: map[key]*worker{}, results: map[key]Result{}, checked: map[key]bool{}, pods: map[string]map[string]bool{}}
 	m.check = m.runHandler
 	return m
 }
@@ -210,6 +211,7 @@ func (m *Manager) removeLocked(uid, id string) {
 			delete(m.workers, k)
 		}
 		delete(m.results, k)
+		delete(m.checked, k)
 	}
 	delete(m.pods[uid], id)
 	if len(m.pods[uid]) == 0 {
@@ -268,6 +270,33 @@ func (m *Manager) Get(containerID string, probe cri.ProbeType) cri.ProbeResult {
 	}
 }
 
+// Unchecked reports whether a readiness or startup probe of one of the
+// pod's running containers has not run yet: its result is then the
+// initial one (not ready, not started), not a verdict on the container.
+func (m *Manager) Unchecked(podUID string) bool {
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	for id := range m.pods[podUID] {
+		for _, kind := range []Kind{Readiness, Startup} {
+			k := key{id, kind}
+			if _, ok := m.workers[k]; ok && !m.checked[k] {
+				return true
+			}
+		}
+	}
+	return false
+}
+
+// ran records that a worker's probe ran (whatever its result).
+func (m *Manager) ran(w *worker) {
+	k := key{w.containerID, w.kind}
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	if m.workers[k] == w {
+		m.checked[k] = true
+	}
+}
+
 // set stores a worker's result; a change is reported to OnChange.
 func (m *Manager) set(w *worker, r Result) {
 	k := key{w.containerID, w.kind}
@@ -278,6 +307,7 @@ func (m *Manager) set(w *worker, r Result) {
 	}
 	changed := m.results[k] != r
 	m.results[k] = r
+	m.checked[k] = true
 	m.mu.Unlock()
 	if changed {
 		m.opts.Log.Debug().Str("pod", w.pod.Namespace+"/"+w.pod.Name).Str("container", w.container.Name).

@@ -241,6 +241,8 @@ func TestReadinessThresholds(t *testing.T) {
 		t.Fatalf("before any check: %+v, want started and not ready", st)
 	}
 	h.until("first check", func() bool { return h.checks.count(Readiness) == 1 })
+	// Checked once, though below its threshold: a verdict, not the initial result.
+	h.until("the probe counted as run", func() bool { return !h.m.Unchecked("uid-1") })
 	if st := h.m.States("uid-1")["c1"]; st.Ready {
 		t.Fatal("ready after one success with successThreshold 2")
 	}
@@ -267,11 +269,12 @@ func TestInitialDelay(t *testing.T) {
 	h.m.Track(pod, running("c1", t0))
 	h.step(1, 24*time.Second)
 	h.step(1, 0) // the timer was not yet due: the worker still waits on it
-	if n := h.checks.count(Readiness); n != 0 {
-		t.Fatalf("%d checks before the initial delay", n)
+	if n := h.checks.count(Readiness); n != 0 || !h.m.Unchecked("uid-1") {
+		t.Fatalf("%d checks before the initial delay (unchecked %v)", n, h.m.Unchecked("uid-1"))
 	}
 	h.clk.Step(time.Second)
 	h.until("first check", func() bool { return h.checks.count(Readiness) == 1 })
+	h.until("the probe counted as run", func() bool { return !h.m.Unchecked("uid-1") })
 	if at := h.checks.snapshot()[0].at; at.Before(t0.Add(30 * time.Second)) {
 		t.Fatalf("first check at %v, before started+30s", at.Sub(t0))
 	}

@@ -159,9 +159,10 @@ func (w *worker) probe() {
 	}
 	if r == Failure && w.streak < threshold(w.spec.FailureThreshold, defaultFailureThreshold) ||
 		r == Success && w.streak < threshold(w.spec.SuccessThreshold, defaultSuccessThreshold) {
+		w.m.ran(w)
 		return
 	}
-	w.m.set(w, r)
+	w.m.set(w, r) // marks it run too, before a sync hears of the change
 	if r == Failure && (w.kind == Liveness || w.kind == Startup) {
 		w.onHold, w.streak = true, 0
 	}

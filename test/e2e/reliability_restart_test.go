@@ -64,9 +64,9 @@ func (e *podEnv) runningView(from int, name string, timeout time.Duration) publi
 }
 
 // regressions lists every status of pod name published at or after
-// message from that says less than before did: not Running, a container
-// missing, not running, without its id or with another one, a lower
-// restart count, or a Quarantined reason.
+// message from that says less than before did: not Running, not Ready, a
+// container missing, not running, without its id or with another one, a
+// lower restart count, or a Quarantined reason.
 func (e *podEnv) regressions(from int, name string, before published) []string {
 	e.t.Helper()
 	var bad []string
@@ -91,6 +91,9 @@ func (e *podEnv) regressions(from int, name string, before published) []string {
 		}
 		if s.Reason == podworker.ReasonQuarantined {
 			why = append(why, "quarantined: "+s.Message)
+		}
+		if podCondition(&p, v1.PodReady) != v1.ConditionTrue {
+			why = append(why, "not Ready")
 		}
 		seen := map[string]bool{}
 		for _, cs := range s.ContainerStatuses {
@@ -173,19 +176,28 @@ func pauseContainerd(t *testing.T) (resume func()) {
 // Finding 4: a restart of mqlet (kill -9, SIGTERM, and a start while
 // containerd does not answer) publishes nothing that says less of a
 // running pod than the status retained before: no Pending, no container
-// without its id or with another, no restart count reset. The new process
-// publishes once it has read the runtime, the same containers running.
+// without its id or with another, no restart count reset, not Ready (also
+// for a pod whose readiness probe runs again after the start). The new
+// process publishes once it has read the runtime, the same containers
+// running.
 func TestAgentRestartKeepsPodStatuses(t *testing.T) {
 	e := newPodEnv(t, "")
-	names := []string{"alpha", "beta"}
+	names := []string{"alpha", "beta", "probed"}
 	e.cleanupPods(names...)
-	for _, n := range names {
+	for _, n := range names[:2] {
 		e.apply(e.pod(n, "Always", "sleep 3600"), apiv1.Succeeded, podReadyTimeout)
 	}
+	// Its readiness probe starts over at each start of mqlet.
+	e.apply(e.probePod("probed", "Always", "exec sleep 3600", `    readinessProbe:
+      exec:
+        command: ["true"]
+      periodSeconds: 2
+`), apiv1.Succeeded, podReadyTimeout)
 	before := map[string]published{}
 	running := map[string]snapshot{}
 	for _, n := range names {
 		before[n] = e.runningView(0, n, podReadyTimeout)
+		e.waitStatus(n, podReadyTimeout, "Ready", func(p *v1.Pod) bool { return podCondition(p, v1.PodReady) == v1.ConditionTrue })
 		running[n] = e.snapshot(n)
 	}
 	check := func(from int, since time.Time, sinceWhat, when string) {
