@@ -232,12 +232,12 @@ func replacing(pod *v1.Pod, apps map[string]*ContainerStatus) bool {
 }
 
 // ranCurrentSpec reports whether a container of the pod's current spec
-// has run: it runs or has exited. Attempts of an older spec and attempts
-// created but never started do not count.
+// has run. Attempts of an older spec and attempts created but never
+// started do not count; one in an unknown state does (it may have run).
 func ranCurrentSpec(pod *v1.Pod, status *PodStatus) bool {
 	for i := range status.Containers {
 		s := &status.Containers[i]
-		if s.State != ContainerRunning && s.State != ContainerExited {
+		if s.State == ContainerCreated {
 			continue
 		}
 		list := pod.Spec.Containers

@@ -235,7 +235,7 @@ func replacedContainers(pod *v1.Pod, rs *cri.PodStatus) map[string]bool {
 		if len(tries) == 0 {
 			continue
 		}
-		notStarted := tries[0].State == cri.ContainerCreated || tries[0].State == cri.ContainerUnknown
+		notStarted := tries[0].State == cri.ContainerCreated
 		if cri.OfOlderSpec(spec, &tries[0]) || (notStarted && len(tries) > 1 && cri.OfOlderSpec(spec, &tries[1])) {
 			if out == nil {
 				out = map[string]bool{}
