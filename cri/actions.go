@@ -267,7 +267,9 @@ func probeFailure(c *v1.Container, s *ContainerStatus, probes ProbeResults) Reas
 }
 
 // computePodActions is a lean version of the kubelet's computePodActions.
-func computePodActions(pod *v1.Pod, status *PodStatus, probes ProbeResults) podActions {
+// finished says the pod's current spec has finished (see SyncInput): like
+// the kubelet's terminal pods, it is never given a new sandbox.
+func computePodActions(pod *v1.Pod, status *PodStatus, probes ProbeResults, finished bool) podActions {
 	if status == nil {
 		status = &PodStatus{}
 	}
@@ -303,6 +305,10 @@ func computePodActions(pod *v1.Pod, status *PodStatus, probes ProbeResults) podA
 
 	if act.CreateSandbox {
 		act.KillPod = len(status.Sandboxes) > 0 || len(status.Containers) > 0
+		if finished {
+			act.CreateSandbox = false
+			return act
+		}
 		// A finished pod that must not restart gets no new sandbox: one
 		// whose containers of the current spec have run. A container only
 		// created (the agent died before starting it, and the sandbox with

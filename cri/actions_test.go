@@ -303,7 +303,7 @@ func TestComputePodActions(t *testing.T) {
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
 			st := tt.status
-			got := computePodActions(tt.pod, &st, tt.probes)
+			got := computePodActions(tt.pod, &st, tt.probes, false)
 			if got.KillPod != tt.want.KillPod || got.CreateSandbox != tt.want.CreateSandbox ||
 				got.SandboxAttempt != tt.want.SandboxAttempt || got.SandboxID != tt.want.SandboxID ||
 				got.PodFailed != tt.want.PodFailed || !slices.Equal(got.InitToStart, tt.want.InitToStart) ||
@@ -589,5 +589,54 @@ func TestSidecarOrder(t *testing.T) {
 		if got := parseSidecar(v); got != want {
 			t.Errorf("parseSidecar(%q) = %d, want %d", v, got, want)
 		}
+	}
+}
+
+// A finished pod (SyncInput.Finished) gets no new sandbox whatever the
+// runtime lists, in particular once its exited containers were removed
+// (GC, an operator) and only the stopped sandbox is left; the same
+// listing of a pod not finished gets one (its first run was lost).
+func TestFinishedPodGetsNoNewSandbox(t *testing.T) {
+	never := testPod(v1.RestartPolicyNever, nil, "a")
+	onFailure := testPod(v1.RestartPolicyOnFailure, nil, "a")
+	always := testPod(v1.RestartPolicyAlways, nil, "a")
+	stopped := func(pod *v1.Pod, cs ...ContainerStatus) PodStatus {
+		return PodStatus{Sandboxes: []SandboxStatus{{ID: "sb1", Ready: false, SpecHash: HashSandbox(pod)}}, Containers: cs}
+	}
+	tests := []struct {
+		name     string
+		pod      *v1.Pod
+		status   PodStatus
+		finished bool
+		want     podActions
+	}{
+		{"Never, containers removed, finished", never, stopped(never), true,
+			podActions{KillPod: true, SandboxAttempt: 1, Reason: ReasonSandboxNotReady}},
+		{"OnFailure, containers removed, finished", onFailure, stopped(onFailure), true,
+			podActions{KillPod: true, SandboxAttempt: 1, Reason: ReasonSandboxNotReady}},
+		{"Always past its deadline, sandbox stopped, finished", always, stopped(always, exited("a", 137, false)), true,
+			podActions{KillPod: true, SandboxAttempt: 1, Reason: ReasonSandboxNotReady}},
+		{"sandbox and containers removed, finished", never, PodStatus{}, true,
+			podActions{Reason: ReasonNoSandbox}},
+		{"Never, exited of an older spec listed, finished", never, stopped(never, older(exited("a", 0, false))), true,
+			podActions{KillPod: true, SandboxAttempt: 1, Reason: ReasonSandboxNotReady}},
+		{"Never, containers removed, not finished: the first run was lost", never, stopped(never), false,
+			podActions{KillPod: true, CreateSandbox: true, SandboxAttempt: 1, ContainersToStart: []int{0}, Initialized: true, Reason: ReasonSandboxNotReady}},
+		{"OnFailure, containers removed, not finished", onFailure, stopped(onFailure), false,
+			podActions{KillPod: true, CreateSandbox: true, SandboxAttempt: 1, ContainersToStart: []int{0}, Initialized: true, Reason: ReasonSandboxNotReady}},
+		{"ready sandbox, finished: nothing new", never, PodStatus{Sandboxes: []SandboxStatus{readySandbox(never)}, Containers: []ContainerStatus{exited("a", 0, false)}}, true,
+			podActions{SandboxID: "sb1", KillPod: true, Reason: ReasonAllTerminated}},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			st := tt.status
+			got := computePodActions(tt.pod, &st, nil, tt.finished)
+			if got.KillPod != tt.want.KillPod || got.CreateSandbox != tt.want.CreateSandbox ||
+				got.SandboxAttempt != tt.want.SandboxAttempt || got.SandboxID != tt.want.SandboxID ||
+				got.Reason != tt.want.Reason || !slices.Equal(got.InitToStart, tt.want.InitToStart) ||
+				!slices.Equal(got.ContainersToStart, tt.want.ContainersToStart) || len(got.ContainersToKill) != 0 {
+				t.Fatalf("got %+v\nwant %+v", got, tt.want)
+			}
+		})
 	}
 }

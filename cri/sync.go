@@ -27,6 +27,12 @@ type SyncInput struct {
 	Objects ObjectSource
 	Backoff RestartBackoff
 	Events  EventRecorder
+	// Finished says the pod's current spec has finished: its status last
+	// published for this generation is Succeeded or Failed. Such a pod gets
+	// no new sandbox, whatever the runtime lists: its exited containers may
+	// be gone (GC, an operator, another agent's GC on a shared runtime), and
+	// a stopped sandbox alone does not show that the pod ran.
+	Finished bool
 }
 
 // SyncPod moves the pod towards its spec given its runtime status and probe
@@ -77,7 +83,7 @@ func (m *Manager) syncStep(ctx context.Context, in SyncInput, force forced, more
 		return err
 	}
 	ctx = quietContext(ctx)
-	act := computePodActions(pod, status, in.Probes)
+	act := computePodActions(pod, status, in.Probes, in.Finished)
 	backoff = force.apply(pod, status, &act, backoff)
 	log := m.log.With().Str("pod", pod.Namespace+"/"+pod.Name).Str("uid", string(pod.UID)).Logger()
 

@@ -63,7 +63,11 @@ func (p *Pool) work(life, ctx context.Context, r *runner) (time.Duration, error)
 			synced = phaseSync
 		}
 		phase(synced)
-		if rsErr == nil && p.publishIfDone(pod, rs) && rs.Live() {
+		// A finished pod (its current spec ran to Succeeded or Failed, as
+		// published) is stopped and never run again, even when the runtime
+		// no longer lists the containers that ran.
+		finished := rsErr == nil && p.publishIfDone(pod, rs)
+		if finished && rs.Live() {
 			// What is left (sidecars, the sandbox) is stopped beside
 			// the slots: a sandbox stop takes about a second (the
 			// network teardown), and finished pods holding every slot
@@ -89,7 +93,7 @@ func (p *Pool) work(life, ctx context.Context, r *runner) (time.Duration, error)
 		if failed, err := p.enforceDeadline(life, r, pod, rs); failed || err != nil {
 			return err
 		}
-		after, err = p.syncPod(ctx, r, pod, backoff, rs, rsErr)
+		after, err = p.syncPod(ctx, r, pod, backoff, rs, rsErr, finished)
 		return err
 	})
 	return after, err
@@ -132,8 +136,9 @@ func (p *Pool) stopAsync(life context.Context, r *runner, pod *v1.Pod) {
 }
 
 // syncPod is one sync of a desired pod, holding a slot, given the pod's
-// runtime status read in the same slot (rs, or the error reading it).
-func (p *Pool) syncPod(ctx context.Context, r *runner, pod *v1.Pod, backoff cri.RestartBackoff, rs *cri.PodStatus, err error) (time.Duration, error) {
+// runtime status read in the same slot (rs, or the error reading it);
+// finished says its current spec has finished (cri.SyncInput.Finished).
+func (p *Pool) syncPod(ctx context.Context, r *runner, pod *v1.Pod, backoff cri.RestartBackoff, rs *cri.PodStatus, err error, finished bool) (time.Duration, error) {
 	key := pod.Namespace + "/" + pod.Name
 	if err != nil {
 		if ctx.Err() != nil {
@@ -145,7 +150,7 @@ func (p *Pool) syncPod(ctx context.Context, r *runner, pod *v1.Pod, backoff cri.
 	// Kills the agent in this pod's sync, past its runtime read (tests of
 	// the poison-pod guard arm "podworker.syncing/<namespace>/<name>").
 	faultpoint.Hit("podworker.syncing/" + key)
-	in := cri.SyncInput{Pod: pod, Status: rs, Objects: p.desired, Backoff: backoff, Events: p.events}
+	in := cri.SyncInput{Pod: pod, Status: rs, Objects: p.desired, Backoff: backoff, Events: p.events, Finished: finished}
 	if pr := p.opts.Probes; pr != nil {
 		in.Probes = pr
 	}
