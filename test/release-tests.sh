@@ -261,6 +261,7 @@ before=$(ids)
 tasks_before=$(ctr -a $SOCK -n k8s.io tasks ls | awk 'NR>1{print $1, $2, $3}' | sort)
 grep -c RUNNING <<<"$tasks_before" | grep -qx 6 || fail "expected 3 sandboxes + 3 containers running: $tasks_before"
 go build -o "$WORK/oldstore" ./test/release/oldstore
+SCHEMA=$("$WORK/oldstore" -current)
 log "upgrade: stopping A (systemctl stop: SIGTERM to mqlet only), making its store schema 1"
 stop_pid "$mpid"
 "$WORK/oldstore" /var/lib/mqlet/state.db || fail "making the store schema 1"
@@ -289,7 +290,7 @@ tasks_after=$(ctr -a $SOCK -n k8s.io tasks ls | awk 'NR>1{print $1, $2, $3}' | s
 [ "$before" = "$after" ] || fail "pods changed across the upgrade:\nbefore:\n$before\nafter:\n$after"
 [ "$tasks_before" = "$tasks_after" ] || fail "containerd tasks changed across the upgrade:\n$tasks_before\n--\n$tasks_after"
 grep -q '"reason":"\(Killing\|Created\|Started\)"' "$WORK/events-B.log" && fail "B killed, created or started a container: $(cat "$WORK/events-B.log")"
-log "  same 3 containers running (ids, pids, restartCount 0), store migrated 1 -> 2 with backup state.db.schema-1.bak"
+log "  same 3 containers running (ids, pids, restartCount 0), store migrated 1 -> $SCHEMA with backup state.db.schema-1.bak"
 while read -r name id restarts state; do
 	[ "$restarts" = 0 ] && [ "$state" = running ] || fail "$name: restarts $restarts state $state"
 done <<<"$after"
@@ -298,7 +299,7 @@ done <<<"$after"
 log "dpkg -r (services stopped by hand first, as prerm's systemctl stop would)"
 stop_pid "$mpid"
 stop_pid "$cpid"
-[ "$("$WORK/oldstore" -print /var/lib/mqlet/state.db)" = 2 ] || fail "store not at schema 2 after B"
+[ "$("$WORK/oldstore" -print /var/lib/mqlet/state.db)" = "$SCHEMA" ] || fail "store not at schema $SCHEMA after B"
 # A store from a newer mqlet is refused, clearly, and left as it was.
 mkdir -p "$WORK/future"
 cp /var/lib/mqlet/state.db "$WORK/future/state.db"

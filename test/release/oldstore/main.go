@@ -2,7 +2,8 @@
 // schema 1 (as mqlets before schema versioning left it: no version key, no
 // quarantine bucket), for the upgrade test; with -print it prints the
 // store's recorded schema version ("none" when absent); with -set N it
-// records version N (e.g. one from the future, to see it refused).
+// records version N (e.g. one from the future, to see it refused); with
+// -current it prints the schema this tree's mqlet writes.
 package main
 
 import (
@@ -13,12 +14,19 @@ import (
 	"time"
 
 	bolt "go.etcd.io/bbolt"
+
+	"github.com/mqlet/mqlet/agent/store"
 )
 
 func main() {
 	print := flag.Bool("print", false, "print the schema version instead of changing the store")
 	set := flag.String("set", "", "record this schema version instead of making the store schema 1")
+	current := flag.Bool("current", false, "print the schema version this mqlet writes and exit")
 	flag.Parse()
+	if *current {
+		fmt.Println(store.SchemaVersion)
+		return
+	}
 	if flag.NArg() != 1 {
 		fmt.Fprintln(os.Stderr, "usage: oldstore [-print] STATE.db")
 		os.Exit(2)
@@ -60,8 +68,11 @@ func run(path string, print bool, set string) error {
 		if err := m.Delete([]byte("store.schemaVersion")); err != nil {
 			return err
 		}
-		if err := tx.DeleteBucket([]byte("quarantine")); err != nil && !errors.Is(err, bolt.ErrBucketNotFound) {
-			return err
+		// The buckets later schemas added (quarantines; pending replies).
+		for _, b := range []string{"quarantine", "pending-replies", "pending-finals"} {
+			if err := tx.DeleteBucket([]byte(b)); err != nil && !errors.Is(err, bolt.ErrBucketNotFound) {
+				return err
+			}
 		}
 		return nil
 	})
