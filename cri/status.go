@@ -138,6 +138,11 @@ func (m *Manager) containerStatus(ctx context.Context, svc *services, c *runtime
 	if img := s.GetImage().GetImage(); img != "" {
 		cs.Image = img
 	}
+	if m.startInterrupted(c.Labels[LabelPodUID], cs) {
+		// Never started: its exit is the agent's death, not the container's.
+		cs.State, cs.ExitCode, cs.Reason, cs.FinishedAt = ContainerCreated, 0, "", time.Time{}
+		cs.Message = "start interrupted when mqlet stopped; created again"
+	}
 	if cs.State == ContainerExited && cs.Reason == "" {
 		cs.Reason = "Error"
 		if cs.ExitCode == 0 {

@@ -372,7 +372,13 @@ func (m *Manager) startContainer(ctx context.Context, svc *services, r startRequ
 	r.events.Event(pod, v1.EventTypeNormal, "Created", "Created container "+c.Name)
 	// cri.after-create-container: a container is created, not started.
 	faultpoint.Hit("cri.after-create-container")
-	if err := svc.runtime.StartContainer(ctx, id); err != nil {
+	clearMark, err := m.markStarting(string(pod.UID), id)
+	if err != nil {
+		return fail("RunContainerError", fmt.Errorf("start %s: %w", what, err))
+	}
+	err = svc.runtime.StartContainer(ctx, id)
+	clearMark()
+	if err != nil {
 		r.events.Event(pod, v1.EventTypeWarning, "Failed", fmt.Sprintf("Error: %v", err))
 		return fail("RunContainerError", fmt.Errorf("start %s: %w", what, err))
 	}
