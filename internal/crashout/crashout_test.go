@@ -86,3 +86,13 @@ func TestArmKeepsTheCrashForTheNextStart(t *testing.T) {
 		t.Fatalf("the last report was not kept aside: %v", err)
 	}
 }
+
+// BenchmarkCurrentGoroutine is the cost each pod sync pays to name its
+// goroutine in its mark.
+func BenchmarkCurrentGoroutine(b *testing.B) {
+	for b.Loop() {
+		if CurrentGoroutine() == 0 {
+			b.Fatal("no goroutine id")
+		}
+	}
+}
