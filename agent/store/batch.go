@@ -105,7 +105,7 @@ func (t *Tx) Replace(objs []runtime.Object) ([]Change, error) {
 			return nil
 		})
 		for _, k := range doomed {
-			prev, err := decodeObject(kind, b.Get(k))
+			prev, err := t.s.atRest.decode(kind, k, b.Get(k))
 			if err != nil {
 				return nil, t.fail(fmt.Errorf("replace state store contents: read %s %s: %w", kind, k, err))
 			}
@@ -157,7 +157,7 @@ func txList[T runtime.Object](t *Tx, kind string) ([]T, error) {
 	if err := t.live(); err != nil {
 		return nil, err
 	}
-	out, err := listIn[T](t.tx, kind)
+	out, err := listIn[T](t.tx, t.s.atRest, kind)
 	if err != nil {
 		return nil, fmt.Errorf("list %s objects in state store %s: %w", kind, t.s.path, err)
 	}

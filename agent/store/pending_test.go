@@ -103,7 +103,7 @@ func TestSchema2StoreGetsPendingReplies(t *testing.T) {
 	}
 	db.Close()
 	s := openTest(t, path, Options{})
-	if m := s.Schema(); m.From != 2 || m.To != 3 || m.Backup != path+".schema-2.bak" {
+	if m := s.Schema(); m.From != 2 || m.To != SchemaVersion || m.Backup != path+".schema-2.bak" {
 		t.Fatalf("Schema() = %+v", m)
 	}
 	if err := s.PutPending(PendingReply{RequestID: "r", Verb: "delete"}); err != nil {

@@ -18,7 +18,7 @@ import (
 //
 // A newer mqlet migrates an older store after copying it aside; an older
 // mqlet refuses a newer store rather than misread it.
-const SchemaVersion = 3
+const SchemaVersion = 4
 
 // schemaKey holds the version in the meta bucket as a decimal string.
 var schemaKey = []byte("store.schemaVersion")

@@ -4,8 +4,10 @@ import (
 	"bytes"
 	"encoding/json"
 	"errors"
+	"fmt"
 	"os"
 	"path/filepath"
+	"strconv"
 	"strings"
 	"testing"
 
@@ -89,7 +91,7 @@ func TestOlderSchemaIsBackedUpThenMigrated(t *testing.T) {
 	if err := s.Close(); err != nil {
 		t.Fatal(err)
 	}
-	if v, q := schemaOf(t, path); v != "3" || !q {
+	if v, q := schemaOf(t, path); v != strconv.Itoa(SchemaVersion) || !q {
 		t.Fatalf("migrated store has schema %q, quarantine %v", v, q)
 	}
 	// Opening the migrated store again migrates nothing.
@@ -109,14 +111,14 @@ func TestNewerSchemaIsRefusedUntouched(t *testing.T) {
 		if err != nil {
 			return err
 		}
-		return b.Put(schemaKey, []byte("4"))
+		return b.Put(schemaKey, []byte(strconv.Itoa(SchemaVersion+1)))
 	}); err != nil {
 		t.Fatal(err)
 	}
 	db.Close()
 	before, _ := os.ReadFile(path)
 	_, err = Open(path)
-	if !errors.Is(err, ErrNewerSchema) || !strings.Contains(err.Error(), "schema version 4") || !strings.Contains(err.Error(), path) {
+	if !errors.Is(err, ErrNewerSchema) || !strings.Contains(err.Error(), fmt.Sprintf("schema version %d", SchemaVersion+1)) || !strings.Contains(err.Error(), path) {
 		t.Fatalf("Open of a newer store: %v", err)
 	}
 	after, _ := os.ReadFile(path)
@@ -135,7 +137,7 @@ func TestNewStoreHasTheCurrentSchema(t *testing.T) {
 		t.Fatalf("new store: %+v", m)
 	}
 	s.Close()
-	if v, _ := schemaOf(t, path); v != "3" {
+	if v, _ := schemaOf(t, path); v != strconv.Itoa(SchemaVersion) {
 		t.Fatalf("schema %q", v)
 	}
 	if matches, _ := filepath.Glob(path + ".schema-*"); len(matches) > 0 {

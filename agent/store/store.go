@@ -19,6 +19,7 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
+	"path/filepath"
 	"sync/atomic"
 	"time"
 
@@ -83,6 +84,10 @@ type Options struct {
 	Now func() time.Time
 	// MaxReplyBytes bounds the bytes the kept replies take; default 8 MiB.
 	MaxReplyBytes int64
+	// KeyFile holds the key Secrets are encrypted with at rest; default
+	// store.key beside the store. Created (0600) when missing and no
+	// stored Secret is encrypted yet.
+	KeyFile string
 }
 
 // DefaultMaxReplyBytes is the default of Options.MaxReplyBytes.
@@ -124,6 +129,7 @@ type Store struct {
 	opts     Options
 	migrated []string
 	schema   SchemaMigration
+	atRest   *atRest
 	// secretsVersion moves whenever a secret is written or removed, so a
 	// scrubber of secret values knows when to rebuild (SecretsVersion).
 	secretsVersion atomic.Uint64
@@ -137,12 +143,15 @@ func Open(path string) (*Store, error) { return OpenWith(path, Options{}) }
 // never replaced or emptied.
 func OpenWith(path string, opts Options) (st *Store, err error) {
 	opts = opts.withDefaults()
+	if opts.KeyFile == "" {
+		opts.KeyFile = filepath.Join(filepath.Dir(path), KeyFileName)
+	}
 	db, err := openBolt(path, opts.LockTimeout)
 	if err != nil {
 		return nil, fmt.Errorf("open state store %s: %w", path, err)
 	}
 	defer func() {
-		if err != nil {
+		if err != nil && db != nil {
 			_ = db.Close()
 		}
 	}()
@@ -153,14 +162,22 @@ func OpenWith(path string, opts Options) (st *Store, err error) {
 	if err != nil {
 		return nil, fmt.Errorf("open state store %s: %w", path, err)
 	}
+	codec, err := loadAtRest(db, opts.KeyFile)
+	if err != nil {
+		return nil, fmt.Errorf("open state store %s: %w", path, err)
+	}
 	var migrated []string
+	var sealed int
 	err = db.Update(func(tx *bolt.Tx) error {
 		for _, name := range allBuckets {
 			if _, err := tx.CreateBucketIfNotExists(name); err != nil {
 				return fmt.Errorf("create bucket %s: %w", name, err)
 			}
 		}
-		if migrated, err = migrateUIDs(tx); err != nil {
+		if sealed, err = sealPlainSecrets(tx, codec); err != nil {
+			return fmt.Errorf("encrypt stored secrets: %w", err)
+		}
+		if migrated, err = migrateUIDs(tx, codec); err != nil {
 			return err
 		}
 		return writeSchema(tx)
@@ -168,20 +185,25 @@ func OpenWith(path string, opts Options) (st *Store, err error) {
 	if err != nil {
 		return nil, fmt.Errorf("open state store %s: %w", path, err)
 	}
-	return &Store{db: db, path: path, opts: opts, migrated: migrated, schema: schema}, nil
+	if sealed > 0 {
+		if db, err = compact(db, path, opts.LockTimeout); err != nil {
+			return nil, fmt.Errorf("open state store %s: %w", path, err)
+		}
+	}
+	return &Store{db: db, path: path, opts: opts, migrated: migrated, schema: schema, atRest: codec}, nil
 }
 
 // migrateUIDs gives a fresh UUID to every stored object whose uid is not
 // one (older mqlets kept any uid a client sent, and uids name directories).
 // The pod then counts as a new pod: its workers replace what runs under the
 // old uid. It returns "Kind key: old uid" for each object changed.
-func migrateUIDs(tx *bolt.Tx) ([]string, error) {
+func migrateUIDs(tx *bolt.Tx, c *atRest) ([]string, error) {
 	var out []string
 	for _, kind := range kindOrder {
 		b := tx.Bucket(kindBuckets[kind])
 		fixed := map[string][]byte{}
 		err := b.ForEach(func(k, v []byte) error {
-			obj, err := decodeObject(kind, v)
+			obj, err := c.decode(kind, k, v)
 			if err != nil {
 				return fmt.Errorf("%s %s: %w", kind, k, err)
 			}
@@ -200,6 +222,9 @@ func migrateUIDs(tx *bolt.Tx) ([]string, error) {
 			}
 			raw, err := json.Marshal(obj)
 			if err != nil {
+				return fmt.Errorf("encode %s %s: %w", kind, k, err)
+			}
+			if raw, err = c.seal(kind, k, raw); err != nil {
 				return fmt.Errorf("encode %s %s: %w", kind, k, err)
 			}
 			fixed[string(k)] = raw
@@ -343,7 +368,7 @@ func (s *Store) Replace(objs []runtime.Object) ([]Change, error) {
 				return err
 			}
 			for _, k := range doomed {
-				prev, err := decodeObject(kind, b.Get(k))
+				prev, err := s.atRest.decode(kind, k, b.Get(k))
 				if err != nil {
 					return fmt.Errorf("read %s %s: %w", kind, k, err)
 				}
@@ -378,10 +403,10 @@ func (s *Store) putAll(tx *bolt.Tx, objs []runtime.Object) ([]Change, map[string
 			return nil, nil, fmt.Errorf("object %d: %s %s appears twice", i+1, kind, key)
 		}
 		written[kind+" "+key] = true
-		if err := checkUID(tx, kind, key, obj); err != nil {
+		if err := checkUID(tx, s.atRest, kind, key, obj); err != nil {
 			return nil, nil, err
 		}
-		ch, err := put(tx, kind, key, obj, now)
+		ch, err := put(tx, s.atRest, kind, key, obj, now)
 		if err != nil {
 			return nil, nil, fmt.Errorf("store %s %s: %w", kind, key, err)
 		}
@@ -411,7 +436,7 @@ func identify(obj runtime.Object) (kind, key string, err error) {
 // checkUID refuses a client-given uid unless it repeats the stored object's
 // own: uids are made here, and one naming another object would make two
 // pods share a sandbox, directories and cgroup.
-func checkUID(tx *bolt.Tx, kind, key string, obj runtime.Object) error {
+func checkUID(tx *bolt.Tx, c *atRest, kind, key string, obj runtime.Object) error {
 	given := string(metaOf(obj).UID)
 	if given == "" {
 		return nil
@@ -424,7 +449,7 @@ func checkUID(tx *bolt.Tx, kind, key string, obj runtime.Object) error {
 	}
 	b := tx.Bucket(kindBuckets[kind])
 	if raw := b.Get([]byte(key)); raw != nil {
-		prev, err := decodeObject(kind, raw)
+		prev, err := c.decode(kind, []byte(key), raw)
 		if err != nil {
 			return fmt.Errorf("store %s %s: read stored version: %w", kind, key, err)
 		}
@@ -435,8 +460,12 @@ func checkUID(tx *bolt.Tx, kind, key string, obj runtime.Object) error {
 	}
 	var owner string
 	err := b.ForEach(func(k, v []byte) error {
-		if bytes.Contains(v, []byte(`"uid":"`+given+`"`)) {
-			if o, err := decodeObject(kind, v); err == nil && string(metaOf(o).UID) == given {
+		plain, err := c.open(kind, k, v)
+		if err != nil {
+			return err
+		}
+		if bytes.Contains(plain, []byte(`"uid":"`+given+`"`)) {
+			if o, err := decodeObject(kind, plain); err == nil && string(metaOf(o).UID) == given {
 				owner = string(k)
 			}
 		}
@@ -459,12 +488,15 @@ func truncate(s string, n int) string {
 }
 
 // put writes one object, carrying over the store-owned metadata.
-func put(tx *bolt.Tx, kind, key string, obj runtime.Object, now time.Time) (Change, error) {
+func put(tx *bolt.Tx, c *atRest, kind, key string, obj runtime.Object, now time.Time) (Change, error) {
 	b := tx.Bucket(kindBuckets[kind])
 	prevRaw := b.Get([]byte(key))
 	var prev runtime.Object
 	if prevRaw != nil {
 		var err error
+		if prevRaw, err = c.open(kind, []byte(key), prevRaw); err != nil {
+			return Change{}, fmt.Errorf("read stored version: %w", err)
+		}
 		if prev, err = decodeObject(kind, prevRaw); err != nil {
 			return Change{}, fmt.Errorf("read stored version: %w", err)
 		}
@@ -484,7 +516,11 @@ func put(tx *bolt.Tx, kind, key string, obj runtime.Object, now time.Time) (Chan
 			return Change{Kind: kind, Key: key, Action: Unchanged, Object: next}, nil
 		}
 	}
-	if err := b.Put([]byte(key), raw); err != nil {
+	stored, err := c.seal(kind, []byte(key), raw)
+	if err != nil {
+		return Change{}, fmt.Errorf("encrypt: %w", err)
+	}
+	if err := b.Put([]byte(key), stored); err != nil {
 		return Change{}, fmt.Errorf("write: %w", err)
 	}
 	return Change{Kind: kind, Key: key, Action: action, Object: next}, nil
@@ -667,7 +703,7 @@ func (s *Store) Get(kind, namespace, name string) (runtime.Object, error) {
 			return fmt.Errorf("%s %s: %w", kind, key, ErrNotFound)
 		}
 		var err error
-		obj, err = decodeObject(kind, raw)
+		obj, err = s.atRest.decode(kind, []byte(key), raw)
 		return err
 	})
 	if err != nil {
@@ -718,7 +754,7 @@ func viewList[T runtime.Object](s *Store, kind string) ([]T, error) {
 	var out []T
 	err := s.db.View(func(tx *bolt.Tx) error {
 		var err error
-		out, err = listIn[T](tx, kind)
+		out, err = listIn[T](tx, s.atRest, kind)
 		return err
 	})
 	if err != nil {
@@ -729,10 +765,10 @@ func viewList[T runtime.Object](s *Store, kind string) ([]T, error) {
 
 // listIn decodes every object of kind in tx, ordered by key; a Store and a
 // batch's Tx list the same way.
-func listIn[T runtime.Object](tx *bolt.Tx, kind string) ([]T, error) {
+func listIn[T runtime.Object](tx *bolt.Tx, c *atRest, kind string) ([]T, error) {
 	var out []T
 	err := tx.Bucket(kindBuckets[kind]).ForEach(func(k, v []byte) error {
-		obj, err := decodeObject(kind, v)
+		obj, err := c.decode(kind, k, v)
 		if err != nil {
 			return fmt.Errorf("%s: %w", k, err)
 		}
