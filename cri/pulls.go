@@ -32,6 +32,7 @@ type pullFunc func(ctx context.Context, w pullWork, auth *runtimeapi.AuthConfig)
 // needs the same image with the same credentials.
 type imagePull struct {
 	image    string
+	key      string    // image and credentials
 	queued   time.Time // asked for
 	began    time.Time // got a pull slot
 	finished time.Time
@@ -42,34 +43,39 @@ type imagePull struct {
 	waiters  map[string]bool // pod uids that have not yet seen the result
 }
 
-// pullFailure is the last failed pull of an image.
+// pullFailure is the last failed pull of an image for one pod with one set
+// of credentials.
 type pullFailure struct {
 	at       time.Time
 	err      error
 	definite bool
-	told     map[string]bool // pods already told of this backoff
+	told     bool // the pod was already told of this backoff
 }
 
 // imagePuller runs image pulls outside the pod syncs: a sync asks for an
 // image and returns at once while the pull runs in the background with
 // bounded parallelism and a deadline; the pods that wait are woken when it
-// ends. Failures back off per image (doubling from base to max, shared by
-// every pod using that image). It is owned by the Manager; stop ends it.
+// ends. Failures back off per pod, image and credentials (doubling from
+// base to max), as the kubelet keys its backoff by pod uid and image: a pod
+// re-applied with other pull secrets, or whose secret was fixed, makes a new
+// attempt at once instead of waiting out a backoff earned by a credential
+// it no longer uses. It is owned by the Manager; stop ends it.
 type imagePuller struct {
-	pull    pullFunc
-	slots   chan struct{}
-	timeout time.Duration
-	clock   clock.Clock
-	backoff *flowcontrol.Backoff
-	wake    chan string
+	pull     pullFunc
+	slots    chan struct{}
+	timeout  time.Duration
+	clock    clock.Clock
+	backoff  *flowcontrol.Backoff
+	maxDelay time.Duration
+	wake     chan string
 
 	ctx    context.Context
 	cancel context.CancelFunc
 	wg     sync.WaitGroup
 
 	mu       sync.Mutex
-	pulls    map[string]*imagePull  // by image and credentials
-	failures map[string]pullFailure // by image
+	pulls    map[string]*imagePull   // by image and credentials
+	failures map[string]*pullFailure // by backoffKey
 }
 
 func newImagePuller(pull pullFunc, parallel int, timeout, base, maxDelay time.Duration, clk clock.Clock) *imagePuller {
@@ -79,8 +85,8 @@ func newImagePuller(pull pullFunc, parallel int, timeout, base, maxDelay time.Du
 	ctx, cancel := context.WithCancel(context.Background())
 	return &imagePuller{
 		pull: pull, slots: make(chan struct{}, max(parallel, 1)), timeout: timeout, clock: clk,
-		backoff: flowcontrol.NewFakeBackOff(base, maxDelay, clk), wake: make(chan string, 256),
-		ctx: ctx, cancel: cancel, pulls: map[string]*imagePull{}, failures: map[string]pullFailure{},
+		backoff: flowcontrol.NewFakeBackOff(base, maxDelay, clk), maxDelay: maxDelay, wake: make(chan string, 256),
+		ctx: ctx, cancel: cancel, pulls: map[string]*imagePull{}, failures: map[string]*pullFailure{},
 	}
 }
 
@@ -138,19 +144,17 @@ func (p *imagePuller) request(uid, key string, w pullWork) pullResult {
 			return pullResult{state: pullFailed, pull: pl, err: pl.err, definite: definitePullError(pl.err)}
 		}
 	}
-	if p.backoff.IsInBackOffSinceUpdate(w.image, now) {
-		f := p.failures[w.image]
-		wait := p.backoff.Get(w.image) - now.Sub(f.at)
-		announce := !f.told[uid]
-		if f.told != nil {
-			f.told[uid] = true
-		}
+	bk := backoffKey(uid, key)
+	if f := p.failures[bk]; f != nil && p.backoff.IsInBackOffSinceUpdate(bk, now) {
+		wait := p.backoff.Get(bk) - now.Sub(f.at)
+		announce := !f.told
+		f.told = true
 		return pullResult{state: pullBackOff, wait: max(wait, 0), err: f.err, definite: f.definite, announce: announce}
 	}
 	if p.ctx.Err() != nil {
 		return pullResult{state: pullWaiting} // stopping: no new pulls
 	}
-	pl := &imagePull{image: w.image, queued: now, done: make(chan struct{}), waiters: map[string]bool{uid: true}}
+	pl := &imagePull{image: w.image, key: key, queued: now, done: make(chan struct{}), waiters: map[string]bool{uid: true}}
 	p.pulls[key] = pl
 	p.wg.Add(1)
 	go p.run(pl, w)
@@ -184,12 +188,22 @@ func (p *imagePuller) take(uid, image string) *imagePull {
 	return nil
 }
 
-// forget drops what pod uid waits for (the pod is gone).
+// backoffKey is what a pull backs off by: the pod, the image and the
+// credentials (key, as pullKey makes it).
+func backoffKey(uid, key string) string { return uid + "\x00" + key }
+
+// forget drops what pod uid waits for and its backoffs (the pod is gone).
 func (p *imagePuller) forget(uid string) {
 	p.mu.Lock()
 	defer p.mu.Unlock()
 	for _, pl := range p.pulls {
 		delete(pl.waiters, uid)
+	}
+	for bk := range p.failures {
+		if strings.HasPrefix(bk, uid+"\x00") {
+			delete(p.failures, bk)
+			p.backoff.Reset(bk)
+		}
 	}
 }
 
@@ -227,14 +241,23 @@ func (p *imagePuller) run(pl *imagePull, w pullWork) {
 	p.mu.Lock()
 	now := p.clock.Now()
 	pl.finished, pl.ref, pl.size, pl.err = now, ref, size, err
-	if err != nil {
-		p.backoff.Next(w.image, now)
-		p.failures[w.image] = pullFailure{at: now, err: err, definite: definitePullError(err), told: map[string]bool{}}
-	} else {
-		p.backoff.Reset(w.image)
-		delete(p.failures, w.image)
+	// Every pod that waited on this pull earned its backoff (or lost it).
+	for uid := range pl.waiters {
+		bk := backoffKey(uid, pl.key)
+		if err != nil {
+			p.backoff.Next(bk, now)
+			p.failures[bk] = &pullFailure{at: now, err: err, definite: definitePullError(err)}
+		} else {
+			p.backoff.Reset(bk)
+			delete(p.failures, bk)
+		}
 	}
 	p.backoff.GC()
+	for bk, f := range p.failures {
+		if now.Sub(f.at) > 2*p.maxDelay {
+			delete(p.failures, bk) // GC dropped its backoff too
+		}
+	}
 	close(pl.done)
 	waiters := make([]string, 0, len(pl.waiters))
 	for uid := range pl.waiters {

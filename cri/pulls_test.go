@@ -109,7 +109,7 @@ func waitDone(t *testing.T, p *imagePuller, uid string) {
 	}
 }
 
-func TestPullerBacksOffPerImageSharedByPods(t *testing.T) {
+func TestPullerBacksOffPerPodImageAndCredentials(t *testing.T) {
 	clk := clocktesting.NewFakeClock(time.Now())
 	f := &fakePulls{release: make(chan struct{}), err: errors.New(`failed to resolve reference "r/x:1": unexpected status: 401 Unauthorized`)}
 	close(f.release)
@@ -124,21 +124,28 @@ func TestPullerBacksOffPerImageSharedByPods(t *testing.T) {
 	if r.state != pullFailed || !r.definite || !strings.Contains(r.err.Error(), "401 Unauthorized") {
 		t.Fatalf("after the failure: %+v", r)
 	}
-	// Another pod with the same image shares the backoff.
-	if r := p.request("pod-b", pullKey(w), w); r.state != pullBackOff || r.wait != 10*time.Second || !r.announce {
-		t.Fatalf("second pod: %+v", r)
+	if r := p.request("pod-a", pullKey(w), w); r.state != pullBackOff || r.wait != 10*time.Second || !r.announce {
+		t.Fatalf("asked again: %+v", r)
 	}
-	if r := p.request("pod-b", pullKey(w), w); r.state != pullBackOff || r.announce {
-		t.Fatalf("second pod asked again: %+v (announced twice)", r)
+	if r := p.request("pod-a", pullKey(w), w); r.state != pullBackOff || r.announce {
+		t.Fatalf("asked a third time: %+v (announced twice)", r)
 	}
+	// Another pod with the same image has its own backoff (the kubelet's
+	// key is the pod and the image): it pulls.
+	if r := p.request("pod-b", pullKey(w), w); r.state != pullStarted {
+		t.Fatalf("another pod: %+v", r)
+	}
+	waitDone(t, p, "pod-b")
+	_ = p.request("pod-b", pullKey(w), w)
 	var waits []time.Duration
+	bk := backoffKey("pod-a", pullKey(w))
 	for range 6 {
-		clk.Step(p.backoff.Get(w.image))
-		if r := p.request("pod-b", pullKey(w), w); r.state != pullStarted {
+		clk.Step(p.backoff.Get(bk))
+		if r := p.request("pod-a", pullKey(w), w); r.state != pullStarted {
 			t.Fatalf("after the backoff: %+v", r)
 		}
-		waitDone(t, p, "pod-b")
-		_ = p.request("pod-b", pullKey(w), w)
+		waitDone(t, p, "pod-a")
+		_ = p.request("pod-a", pullKey(w), w)
 		r := p.request("pod-a", pullKey(w), w)
 		if r.state != pullBackOff {
 			t.Fatalf("pod-a during backoff: %+v", r)
@@ -151,22 +158,27 @@ func TestPullerBacksOffPerImageSharedByPods(t *testing.T) {
 			t.Fatalf("backoffs %v, want %v", waits, want)
 		}
 	}
-	// Success resets it.
+	// Other credentials (a fixed pull secret) are a new attempt at once.
+	fixed := pullWork{image: "r/x:1", auths: []*runtimeapi.AuthConfig{{Username: "u", Password: "right"}}}
 	f.mu.Lock()
 	f.err = nil
 	f.mu.Unlock()
-	clk.Step(300 * time.Second)
-	_ = p.request("pod-a", pullKey(w), w)
+	if r := p.request("pod-a", pullKey(fixed), fixed); r.state != pullStarted {
+		t.Fatalf("fixed credentials during the old backoff: %+v", r)
+	}
 	waitDone(t, p, "pod-a")
-	if r := p.request("pod-a", pullKey(w), w); r.state != pullDone || r.pull.ref != "sha256:r/x:1" || r.pull.size != 42 {
+	if r := p.request("pod-a", pullKey(fixed), fixed); r.state != pullDone || r.pull.ref != "sha256:r/x:1" || r.pull.size != 42 {
 		t.Fatalf("after success: %+v", r)
 	}
-	if d := p.backoff.Get(w.image); d != 0 {
-		t.Errorf("backoff after success %v", d)
+	if f.calls.Load() != 9 {
+		t.Errorf("%d pulls, want 9 (one per retry)", f.calls.Load())
 	}
-	if f.calls.Load() != 8 {
-		t.Errorf("%d pulls, want 8 (one per retry)", f.calls.Load())
+	// A gone pod's backoffs go with it.
+	p.forget("pod-a")
+	if r := p.request("pod-a", pullKey(w), w); r.state != pullStarted {
+		t.Fatalf("a forgotten pod still backs off: %+v", r)
 	}
+	waitDone(t, p, "pod-a")
 }
 
 func TestPullerBoundsParallelismAndSharesPulls(t *testing.T) {

@@ -389,3 +389,41 @@ func removeImage(tb testing.TB, image string) {
 		return err == nil && !strings.Contains(string(out), "MiB")
 	})
 }
+
+// TestRegistryFixedPullSecretIsANewAttempt: after a 401 the pod is in a
+// long backoff (60 s); re-applied with another, valid imagePullSecrets it
+// runs at once, and so does a pod whose own pull secret is fixed in place.
+// The backoff is the pod's, for that image and those credentials (the
+// kubelet keys it by pod uid and image): a change of credentials is a new
+// attempt, not an answer from the old backoff.
+func TestRegistryFixedPullSecretIsANewAttempt(t *testing.T) {
+	reg := StartRegistry(t, true)
+	image := reg.Push(containerd.BusyboxImage, "private/fixed:1")
+	e := newPodEnv(t, "images:\n  pullBackoffBase: 60s\n  pullBackoffMax: 300s\n")
+	e.cleanupPods("renamed", "inplace")
+	secret := func(name, pass string) string {
+		return fmt.Sprintf(`{"apiVersion":"v1","kind":"Secret","type":"kubernetes.io/dockerconfigjson","metadata":{"name":%q,"namespace":%q},"stringData":{".dockerconfigjson":%q}}`,
+			name, e.ns, dockerConfigJSON("https://"+reg.Host, reg.User, pass))
+	}
+	r := e.apply(list(secret("wrong", "not-"+reg.Pass), regPod("renamed", e.ns, image, "IfNotPresent", "wrong"),
+		regPod("inplace", e.ns, image, "IfNotPresent", "wrong")), "failed", 60*time.Second)
+	if !strings.Contains(r.Message, "401 Unauthorized") {
+		t.Fatalf("apply with a wrong password: want the registry's 401, got %q", r.Message)
+	}
+	for _, name := range []string{"renamed", "inplace"} {
+		e.waitStatus(name, 30*time.Second, "in ImagePullBackOff", func(p *v1.Pod) bool {
+			reason, _ := waitingOf(p)
+			return reason == "ImagePullBackOff"
+		})
+	}
+	// Another secret named in the pod: a new attempt, answered succeeded
+	// well inside the 60 s backoff.
+	start := time.Now()
+	e.apply(list(secret("right", reg.Pass), regPod("renamed", e.ns, image, "IfNotPresent", "right")), "succeeded", 40*time.Second)
+	t.Logf("re-applied with a valid secret: running after %v", time.Since(start).Round(time.Millisecond))
+	// The same secret fixed in place: the pod's next sync pulls with it.
+	e.apply(list(secret("wrong", reg.Pass)), "succeeded", 30*time.Second)
+	Eventually(t, 40*time.Second, "the pod whose secret was fixed runs inside the old backoff", func() bool {
+		return len(e.cri.Running(e.ns, "inplace")) == 1
+	})
+}
