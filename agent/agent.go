@@ -138,11 +138,11 @@ type Options struct {
 	// persisted (0: the intake's defaults).
 	MaxBacklog      int
 	MaxBacklogBytes int
-	// Logs and Exec bound the operator verbs; MaxStreams bounds the logs,
+	// Logs and Exec bound the operator verbs; Streams bounds the logs,
 	// exec and restart requests running at once.
-	Logs       intake.LogLimits
-	Exec       intake.ExecLimits
-	MaxStreams int
+	Logs    intake.LogLimits
+	Exec    intake.ExecLimits
+	Streams streams.Limits
 	// EventLog, when set, keeps the events published (get Event).
 	EventLog *eventlog.Log
 	// Live, when set, holds the settings the config verb changes.
@@ -224,7 +224,7 @@ func New(ctx context.Context, opts Options, deps Deps, log zerolog.Logger) (*Age
 		intakeOpts.Marks = opts.CommandMarks
 	}
 	a.pool = podworker.New(poolOpts, rt, desired{Store: st, node: opts.Topics.Node}, a.status, a.tracker, a.events, log.With().Str("component", "podworker").Logger())
-	a.streams = streams.New(opts.MaxStreams)
+	a.streams = streams.New(opts.Streams)
 	intakeOpts.Verbs = intake.VerbOptions{Runtime: rt, Restarts: a.pool, Streams: a.streams, Logs: opts.Logs, Exec: opts.Exec, RestartTimeout: opts.ApplyDeadline}
 	if opts.Live != nil {
 		intakeOpts.Verbs.Config = opts.Live
@@ -268,6 +268,7 @@ func (a *Agent) buildSession() error {
 	will := a.presence.Offline()
 	so := a.opts.Session
 	so.CommandFilter = a.opts.Topics.CommandFilter()
+	so.InputFilter = a.opts.Topics.InputFilter()
 	so.Handler = a.HandleCommand
 	so.ManualAck = true // the agent acknowledges each command once it is persisted
 	so.Will = &will
@@ -316,7 +317,18 @@ func (a *Agent) recoverInFlight() {
 // HandleCommand queues one message from the command topics for the intake
 // and returns at once; the message is acknowledged (m.Ack, the session's
 // ManualAck) once the command's effect on the desired state is persisted.
+//
+// A message on a running request's input topic is not a command: it says
+// the request's reader is still there, and is neither persisted nor
+// answered.
 func (a *Agent) HandleCommand(m session.Inbound) {
+	if id, err := a.opts.Topics.ParseInput(m.Topic); err == nil {
+		m.Ack()
+		if len(m.Payload) == 0 && !m.Retained {
+			a.streams.Touch(id)
+		}
+		return
+	}
 	a.cmds.Submit(intake.Command{Topic: m.Topic, Payload: m.Payload, Retained: m.Retained, Duplicate: m.Duplicate, Ack: m.Ack})
 }
 

@@ -192,6 +192,12 @@ type Requests struct {
 	MaxBacklogBytes int `json:"maxBacklogBytes"`
 	// MaxStreams bounds the logs, exec and restart requests running at once.
 	MaxStreams int `json:"maxStreams"`
+	// MaxFollows bounds the followed logs among them (below MaxStreams, so
+	// one-shot logs, exec and restart always find a slot);
+	// MaxFollowsPerRequester bounds those of one signing key, and those of
+	// unsigned commands together.
+	MaxFollows             int `json:"maxFollows"`
+	MaxFollowsPerRequester int `json:"maxFollowsPerRequester"`
 }
 
 // Default returns the configuration used when nothing overrides it.
@@ -256,7 +262,7 @@ func Default() Config {
 		NodeLabels: map[string]string{},
 		Admission: Admission{Profile: "baseline", Namespaces: map[string]string{},
 			AllowedHostPaths: []string{}, AllowedCapabilities: []string{}, AllowedHostPorts: []string{}},
-		Requests: Requests{MaxRecords: 1000, TTL: Duration{24 * time.Hour}, MaxRecordBytes: 8 << 20, MaxReplyBytes: 256 << 10, MaxBacklog: 5000, MaxBacklogBytes: 32 << 20, MaxStreams: 8},
+		Requests: Requests{MaxRecords: 1000, TTL: Duration{24 * time.Hour}, MaxRecordBytes: 8 << 20, MaxReplyBytes: 256 << 10, MaxBacklog: 5000, MaxBacklogBytes: 32 << 20, MaxStreams: 8, MaxFollows: 6, MaxFollowsPerRequester: 4},
 		Security: defaultSecurity(),
 		Images:   defaultImages(),
 		Logs:     defaultLogs(),

@@ -1,6 +1,10 @@
 package config
 
-import "time"
+import (
+	"time"
+
+	apiv1 "github.com/mqlet/mqlet/api/v1"
+)
 
 // Logs bounds the logs verb.
 type Logs struct {
@@ -14,6 +18,9 @@ type Logs struct {
 	// MaxBytesPerSecond is the rate at which log bytes are published, per
 	// request, so a chatty container cannot flood the broker.
 	MaxBytesPerSecond int64 `json:"maxBytesPerSecond"`
+	// UnreadTimeout ends a followed log whose requester said nothing on
+	// the request's input topic for this long.
+	UnreadTimeout Duration `json:"unreadTimeout"`
 }
 
 // Exec is the exec verb: off unless enabled.
@@ -34,7 +41,7 @@ type Events struct {
 }
 
 func defaultLogs() Logs {
-	return Logs{MaxChunkBytes: 256 << 10, MaxBytes: 64 << 20, MaxFollow: Duration{10 * time.Minute}, MaxBytesPerSecond: 2 << 20}
+	return Logs{MaxChunkBytes: 256 << 10, MaxBytes: 64 << 20, MaxFollow: Duration{10 * time.Minute}, MaxBytesPerSecond: 2 << 20, UnreadTimeout: Duration{30 * time.Second}}
 }
 
 func defaultExec() Exec {
@@ -51,6 +58,9 @@ func (c *Config) validateVerbs(bad func(field, format string, args ...any)) {
 	}
 	if l.MaxFollow.Duration < time.Second || l.MaxFollow.Duration > 24*time.Hour {
 		bad("logs.maxFollow", "must be between 1s and 24h, got %s", l.MaxFollow.Duration)
+	}
+	if min := 3 * apiv1.InputInterval; l.UnreadTimeout.Duration < min || l.UnreadTimeout.Duration > time.Hour {
+		bad("logs.unreadTimeout", "must be between %s (three of a reader's %s heartbeats) and 1h, got %s", min, apiv1.InputInterval, l.UnreadTimeout.Duration)
 	}
 	if l.MaxBytesPerSecond < 1024 || l.MaxBytesPerSecond > 1<<30 {
 		bad("logs.maxBytesPerSecond", "must be between 1024 and 1073741824, got %d", l.MaxBytesPerSecond)
@@ -71,5 +81,11 @@ func (c *Config) validateVerbs(bad func(field, format string, args ...any)) {
 	}
 	if c.Requests.MaxStreams < 1 || c.Requests.MaxStreams > 256 {
 		bad("requests.maxStreams", "must be between 1 and 256, got %d", c.Requests.MaxStreams)
+	}
+	if r := c.Requests; r.MaxFollows < 1 || r.MaxFollows >= max(r.MaxStreams, 2) {
+		bad("requests.maxFollows", "must be between 1 and requests.maxStreams-1 (%d), got %d", r.MaxStreams-1, r.MaxFollows)
+	}
+	if r := c.Requests; r.MaxFollowsPerRequester < 1 || r.MaxFollowsPerRequester > r.MaxFollows {
+		bad("requests.maxFollowsPerRequester", "must be between 1 and requests.maxFollows (%d), got %d", r.MaxFollows, r.MaxFollowsPerRequester)
 	}
 }

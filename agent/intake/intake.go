@@ -142,6 +142,9 @@ type Intake struct {
 	// cmdProfile is the signed profile of the command being handled; Handle
 	// runs one command at a time.
 	cmdProfile string
+	// cmdRequester names who sent it: the signing key's id, or empty
+	// (MQTT 3.1.1 carries no publisher identity).
+	cmdRequester string
 }
 
 // New returns an Intake.

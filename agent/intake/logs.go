@@ -12,6 +12,7 @@ import (
 	"golang.org/x/time/rate"
 
 	"github.com/mqlet/mqlet/agent/manifest"
+	"github.com/mqlet/mqlet/agent/streams"
 	apiv1 "github.com/mqlet/mqlet/api/v1"
 	"github.com/mqlet/mqlet/cri"
 )
@@ -44,7 +45,7 @@ func (in *Intake) handleLogs(r request) {
 		in.fail(id, verb, err)
 		return
 	}
-	in.startStream(id, verb, func(in *Intake, ctx context.Context) { in.runLogs(ctx, id, req, follow) })
+	in.startStream(id, verb, follow > 0, func(in *Intake, ctx context.Context) { in.runLogs(ctx, id, req, follow) })
 }
 
 // logRequest checks args against the limits and turns them into the
@@ -152,7 +153,10 @@ func (in *Intake) runLogs(ctx context.Context, id string, req cri.LogRequest, fo
 	ch.ctx = ctx
 	err := in.opts.Verbs.Runtime.ContainerLogs(readCtx, req, ch)
 	res := apiv1.LogsResult{}
+	unread := errors.Is(context.Cause(ctx), streams.ErrUnread)
 	switch {
+	case follow > 0 && unread:
+		res.Ended = "unread"
 	case follow > 0 && ctx.Err() != nil:
 		res.Ended = "cancelled"
 	case follow > 0 && readCtx.Err() != nil:
@@ -175,7 +179,7 @@ func (in *Intake) runLogs(ctx context.Context, id string, req cri.LogRequest, fo
 	res.Bytes = ch.total
 	if seq == 0 && follow == 0 {
 		res.Lines = splitLines(rest)
-	} else if rest != "" {
+	} else if rest != "" && !unread {
 		if err := ch.emit(context.WithoutCancel(ctx), rest); err != nil {
 			in.fail(id, verb, fmt.Errorf("sending log chunks: %w", err))
 			return
@@ -189,6 +193,9 @@ func (in *Intake) runLogs(ctx context.Context, id string, req cri.LogRequest, fo
 	}
 	if res.Ended != "" {
 		msg += "; follow ended: " + res.Ended
+	}
+	if unread {
+		msg += fmt.Sprintf(" (its requester sent nothing on %s for logs.unreadTimeout)", in.opts.Topics.Input(id))
 	}
 	if res.Truncated {
 		msg += fmt.Sprintf("; cut at logs.maxBytes (%d): ask with limitBytes, tailLines or sinceSeconds", lim.MaxBytes)

@@ -12,6 +12,7 @@ import (
 	v1 "k8s.io/api/core/v1"
 	"k8s.io/apimachinery/pkg/util/validation"
 
+	"github.com/mqlet/mqlet/agent/streams"
 	apiv1 "github.com/mqlet/mqlet/api/v1"
 	"github.com/mqlet/mqlet/cri"
 )
@@ -35,7 +36,7 @@ type Restarts interface {
 
 // Streams runs the verbs' work, bounded, cancellable by request id.
 type Streams interface {
-	Start(id string, fn func(ctx context.Context)) error
+	Start(id string, kind streams.Kind, fn func(ctx context.Context)) error
 	Cancel(id string) bool
 }
 
@@ -108,8 +109,9 @@ func (in *Intake) sendChunk(r apiv1.Reply) error {
 // instead of taking the agent down. Inside a batch (the pipeline) it starts
 // only once the batch is committed, on the pipeline's own intake, whose
 // sender and store outlive the batch's transaction.
-func (in *Intake) startStream(id, verb string, fn func(in *Intake, ctx context.Context)) {
-	in.afterCommit(func(base *Intake) { base.startStreamNow(id, verb, fn) })
+func (in *Intake) startStream(id, verb string, follow bool, fn func(in *Intake, ctx context.Context)) {
+	kind := streams.Kind{Follow: follow, Requester: in.cmdRequester}
+	in.afterCommit(func(base *Intake) { base.startStreamNow(id, verb, kind, fn) })
 }
 
 // afterCommit runs fn once what the command stored is committed (at once
@@ -129,8 +131,8 @@ type later interface {
 
 func (f *effects) later(fn func(in *Intake)) { f.calls = append(f.calls, fn) }
 
-func (in *Intake) startStreamNow(id, verb string, fn func(in *Intake, ctx context.Context)) {
-	err := in.opts.Verbs.Streams.Start(id, func(ctx context.Context) {
+func (in *Intake) startStreamNow(id, verb string, kind streams.Kind, fn func(in *Intake, ctx context.Context)) {
+	err := in.opts.Verbs.Streams.Start(id, kind, func(ctx context.Context) {
 		defer func() {
 			if r := recover(); r != nil {
 				in.log.Error().Str("requestId", id).Str("verb", verb).Str("panic", fmt.Sprint(r)).Str("stack", string(debug.Stack())).Msg("verb handler panicked")

@@ -17,7 +17,7 @@ type Opener interface {
 // with the Opener's reason, or returns the inner command and remembers the
 // profile its signer may ask for, for the pod validation of this command.
 func (in *Intake) open(id, verb string, payload []byte) ([]byte, bool) {
-	in.cmdProfile = ""
+	in.cmdProfile, in.cmdRequester = "", ""
 	if in.opts.Opener == nil {
 		return payload, true
 	}
@@ -35,6 +35,9 @@ func (in *Intake) open(id, verb string, payload []byte) ([]byte, bool) {
 		in.log.Info().Str("requestId", id).Str("verb", verb).Str("keyId", opened.KeyID).Msg("signed command verified")
 	}
 	in.cmdProfile = opened.MaxProfile
+	if opened.Signed {
+		in.cmdRequester = "key " + opened.KeyID
+	}
 	return opened.Body, true
 }
 

@@ -7,6 +7,7 @@ import (
 	"errors"
 	"fmt"
 	"strings"
+	"time"
 )
 
 // DefaultPrefix is the topic prefix when none is configured.
@@ -71,6 +72,32 @@ func (s Scheme) Events() string { return s.base() + "/events" }
 
 // Metrics is the (non-retained, QoS 0) metrics topic.
 func (s Scheme) Metrics() string { return s.base() + "/metrics" }
+
+// Input is the topic on which the requester of a running request (a
+// followed log) says it still reads: an empty message, QoS 0, at least
+// every InputInterval. A follower whose requester is silent for the
+// node's logs.unreadTimeout is ended ("unread").
+func (s Scheme) Input(requestID string) string { return s.base() + "/in/" + requestID }
+
+// InputFilter is the subscription filter for the input of this node's
+// running requests.
+func (s Scheme) InputFilter() string { return s.base() + "/in/+" }
+
+// InputInterval is how often a reader says it still reads (Input); the
+// shortest logs.unreadTimeout a node accepts is three of them.
+const InputInterval = 5 * time.Second
+
+// ParseInput returns the request id of an input topic of this node.
+func (s Scheme) ParseInput(topic string) (string, error) {
+	id, ok := strings.CutPrefix(topic, s.base()+"/in/")
+	if !ok {
+		return "", fmt.Errorf("parse input topic %q: not an input topic of this node", topic)
+	}
+	if err := ValidateRequestID(id); err != nil {
+		return "", fmt.Errorf("parse input topic %q: %w", topic, err)
+	}
+	return id, nil
+}
 
 // Reply is the topic answering one request.
 func (s Scheme) Reply(requestID string) string { return s.base() + "/reply/" + requestID }

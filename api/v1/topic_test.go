@@ -15,6 +15,8 @@ func TestTopics(t *testing.T) {
 		s.Events():                    "mqlet/v1/gw1/events",
 		s.Metrics():                   "mqlet/v1/gw1/metrics",
 		s.Reply("r-1"):                "mqlet/v1/gw1/reply/r-1",
+		s.Input("r-1"):                "mqlet/v1/gw1/in/r-1",
+		s.InputFilter():               "mqlet/v1/gw1/in/+",
 		s.Command("apply", "abc"):     "mqlet/v1/gw1/cmd/apply/abc",
 		s.Command("apply", ""):        "mqlet/v1/gw1/cmd/apply",
 		Scheme{"site/a", "n"}.State(): "site/a/n/state",
@@ -22,6 +24,18 @@ func TestTopics(t *testing.T) {
 	for got, want := range cases {
 		if got != want {
 			t.Errorf("got %q, want %q", got, want)
+		}
+	}
+}
+
+func TestParseInput(t *testing.T) {
+	s := Scheme{Node: "gw1"}
+	if id, err := s.ParseInput("mqlet/v1/gw1/in/r-1"); err != nil || id != "r-1" {
+		t.Fatalf("ParseInput = %q, %v; want r-1", id, err)
+	}
+	for _, bad := range []string{"mqlet/v1/gw2/in/r-1", "mqlet/v1/gw1/in/", "mqlet/v1/gw1/in/a/b", "mqlet/v1/gw1/in/..", "mqlet/v1/gw1/cmd/logs/r-1"} {
+		if id, err := s.ParseInput(bad); err == nil {
+			t.Errorf("ParseInput(%q) = %q, want an error", bad, id)
 		}
 	}
 }

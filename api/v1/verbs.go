@@ -94,7 +94,9 @@ type LogsResult struct {
 	Bytes     int64    `json:"bytes"`
 	// Truncated: limitBytes or the byte-rate cap cut the output.
 	Truncated bool `json:"truncated,omitempty"`
-	// Ended says why a follow stopped: followSeconds, containerExited or cancelled.
+	// Ended says why a follow stopped: followSeconds, containerExited,
+	// cancelled, or unread (its requester sent nothing on the request's
+	// input topic for logs.unreadTimeout).
 	Ended string `json:"ended,omitempty"`
 }
 

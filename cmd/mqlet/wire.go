@@ -24,6 +24,7 @@ import (
 	"github.com/mqlet/mqlet/agent/nodestatus"
 	"github.com/mqlet/mqlet/agent/restart"
 	"github.com/mqlet/mqlet/agent/store"
+	"github.com/mqlet/mqlet/agent/streams"
 	"github.com/mqlet/mqlet/agent/telemetry"
 	"github.com/mqlet/mqlet/agent/validate"
 	apiv1 "github.com/mqlet/mqlet/api/v1"
@@ -326,7 +327,8 @@ func agentOptions(cfg *config.Config, state *nodeState) (agent.Options, error) {
 		MaxReplyBytes:     cfg.Requests.MaxReplyBytes,
 		MaxBacklog:        cfg.Requests.MaxBacklog,
 		MaxBacklogBytes:   cfg.Requests.MaxBacklogBytes,
-		MaxStreams:        cfg.Requests.MaxStreams,
+		Streams: streams.Limits{Max: cfg.Requests.MaxStreams, MaxFollows: cfg.Requests.MaxFollows,
+			MaxFollowsPerRequester: cfg.Requests.MaxFollowsPerRequester, Unread: cfg.Logs.UnreadTimeout.Duration},
 		Logs: intake.LogLimits{MaxChunkBytes: cfg.Logs.MaxChunkBytes, MaxBytes: cfg.Logs.MaxBytes,
 			MaxFollow: cfg.Logs.MaxFollow.Duration, BytesPerSecond: cfg.Logs.MaxBytesPerSecond,
 			// A log waits for the broker rather than filling the outbox.

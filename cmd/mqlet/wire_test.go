@@ -9,6 +9,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/mqlet/mqlet/agent/streams"
 	"github.com/mqlet/mqlet/config"
 	"github.com/mqlet/mqlet/internal/redact"
 )
@@ -64,8 +65,8 @@ runtime: {criEndpoint: "unix:///tmp/x.sock", podLogDir: /tmp/logs, cgroupRoot: /
 pods: {workers: 3, backoffBase: 2s, backoffMax: 40s, backoffResetAfter: 7m, applyDeadline: 3m, maxPods: 12, pidsLimit: 99}
 gc: {interval: 13s, maxDeadPerContainer: 4, minDeadAge: 14s, imageGCHighPercent: 60, imageGCLowPercent: 42}
 telemetry: {metricsInterval: 19s, nodeStatusInterval: 21s, podStatusResync: 23s, memoryAvailable: 50Mi, diskAvailablePercent: 7, pidAvailablePercent: 8}
-requests: {maxReplyBytes: 70000, maxBacklog: 33, maxBacklogBytes: 900000, maxStreams: 7}
-logs: {maxChunkBytes: 16384}
+requests: {maxReplyBytes: 70000, maxBacklog: 33, maxBacklogBytes: 900000, maxStreams: 7, maxFollows: 5, maxFollowsPerRequester: 2}
+logs: {maxChunkBytes: 16384, unreadTimeout: 41s}
 exec: {maxOutputBytes: 8192}
 images: {pullParallelism: 3, pullTimeout: 4m, pullBackoffBase: 6s, pullBackoffMax: 60s, preloadDir: /tmp/preload, preloadInterval: 31s}
 `)
@@ -126,6 +127,7 @@ images: {pullParallelism: 3, pullTimeout: 4m, pullBackoffBase: 6s, pullBackoffMa
 		{"max reply bytes", opts.MaxReplyBytes, 70000},
 		{"max backlog", opts.MaxBacklog, 33},
 		{"max backlog bytes", opts.MaxBacklogBytes, 900000},
+		{"streams", opts.Streams, streams.Limits{Max: 7, MaxFollows: 5, MaxFollowsPerRequester: 2, Unread: 41 * s}},
 		{"mqtt keepalive", opts.Session.KeepAlive, 7 * s},
 		{"mqtt ping timeout", opts.Session.PingTimeout, 3 * s},
 		{"mqtt reconnect min", opts.Session.ReconnectMin, 2 * s},

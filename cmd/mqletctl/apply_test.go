@@ -299,6 +299,21 @@ func TestApplyToUnknownNodeFailsAfterRetainedWait(t *testing.T) {
 	}
 }
 
+// Every command is listed by name in `mqletctl help`, and its own help
+// gives its usage line and an example.
+func TestHelpOfEveryCommand(t *testing.T) {
+	top := runCLIEnv(t, map[string]string{}, "", "help")
+	for _, c := range commands() {
+		if !strings.Contains(top.stdout, "\n  "+c.name+" ") {
+			t.Errorf("mqletctl help does not list %s by name:\n%s", c.name, top.stdout)
+		}
+		res := runCLIEnv(t, map[string]string{}, "", "help", c.name)
+		if res.code != 0 || !strings.Contains(res.stdout, "Usage:\n  mqletctl "+c.name) || !strings.Contains(res.stdout, "Example:\n  mqletctl "+c.name) {
+			t.Errorf("help %s: want its usage line and an example: %v", c.name, res)
+		}
+	}
+}
+
 func TestHelpAndBadUsage(t *testing.T) {
 	for _, args := range [][]string{{"help", "get"}, {"get", "--help"}, {"get", "-h"}, {"help", "certs"}, {"keys", "--help"}, {"version", "--help"}} {
 		res := runCLIEnv(t, map[string]string{}, "", args...)

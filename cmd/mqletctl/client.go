@@ -2,6 +2,7 @@ package main
 
 import (
 	"context"
+	"encoding/json"
 	"errors"
 	"fmt"
 	"net/url"
@@ -24,7 +25,15 @@ type client struct {
 	// retainedWait is how long request waits for the node's retained
 	// state before saying there is no such node (0: it does not check).
 	retainedWait time.Duration
+	// stream marks a request that runs while it is read (a followed log):
+	// request says it reads on the request's input topic every
+	// apiv1.InputInterval, and cancels it on the agent when ctx is
+	// cancelled (Ctrl-C).
+	stream bool
 }
+
+// cancelBudget bounds the cancel sent for a stream whose reader stops.
+const cancelBudget = 3 * time.Second
 
 // message is one inbound publication.
 type message struct {
@@ -156,6 +165,18 @@ func (c *client) request(ctx context.Context, verb string, payload []byte, onRep
 	if err := c.publish(ctx, c.topics.Command(verb, requestID), payload); err != nil {
 		return requestID, err
 	}
+	if c.stream {
+		hbCtx, hbStop := context.WithCancel(subCtx)
+		hbDone := make(chan struct{})
+		go func() { defer close(hbDone); c.heartbeat(hbCtx, requestID) }()
+		defer func() {
+			hbStop()
+			<-hbDone
+			if ctx.Err() != nil && !errors.Is(ctx.Err(), context.DeadlineExceeded) {
+				c.cancelRequest(requestID)
+			}
+		}()
+	}
 	var noNode <-chan time.Time
 	if retainedWait > 0 {
 		t := time.NewTimer(retainedWait)
@@ -196,4 +217,36 @@ func (c *client) request(ctx context.Context, verb string, payload []byte, onRep
 			return requestID, fmt.Errorf("%w: timed out waiting for the final reply to request %s (last phase: %s); the agent on node %q is still working on it or went offline", errNoReply, requestID, last, c.topics.Node)
 		}
 	}
+}
+
+// heartbeat says the reader of request id is still there, every
+// apiv1.InputInterval until ctx ends (QoS 0: a lost one is followed by the
+// next long before the agent's unread bound).
+func (c *client) heartbeat(ctx context.Context, id string) {
+	t := time.NewTicker(apiv1.InputInterval)
+	defer t.Stop()
+	for {
+		select {
+		case <-ctx.Done():
+			return
+		case <-t.C:
+			c.mqtt.Publish(c.topics.Input(id), 0, false, []byte{})
+		}
+	}
+}
+
+// cancelRequest asks the agent to end request id (its reader stopped),
+// without waiting for the answer.
+func (c *client) cancelRequest(id string) {
+	ctx, cancel := context.WithTimeout(context.Background(), cancelBudget)
+	defer cancel()
+	payload, err := json.Marshal(apiv1.CancelRequest{RequestID: id})
+	if err != nil {
+		return
+	}
+	cancelID := newRequestID()
+	if payload, err = c.seal(apiv1.VerbCancel, cancelID, payload); err != nil {
+		return
+	}
+	_ = c.publish(ctx, c.topics.Command(apiv1.VerbCancel, cancelID), payload)
 }

@@ -18,6 +18,12 @@ import (
 // in_progress reply to onProgress (nil: ignored). A failed reply is
 // printed and reported.
 func call(ctx context.Context, cfg *globalConfig, verb string, args any, timeout time.Duration, e env, onProgress func(apiv1.Reply) error) (apiv1.Reply, error) {
+	return callStream(ctx, cfg, verb, args, timeout, e, false, onProgress)
+}
+
+// callStream is call; with stream, the request is read until it ends or
+// ctx is cancelled, and then cancelled on the agent (client.stream).
+func callStream(ctx context.Context, cfg *globalConfig, verb string, args any, timeout time.Duration, e env, stream bool, onProgress func(apiv1.Reply) error) (apiv1.Reply, error) {
 	payload, err := json.Marshal(args)
 	if err != nil {
 		return apiv1.Reply{}, err
@@ -29,6 +35,7 @@ func call(ctx context.Context, cfg *globalConfig, verb string, args any, timeout
 		return apiv1.Reply{}, err
 	}
 	defer c.close()
+	c.stream = stream
 	var final apiv1.Reply
 	var progressErr error
 	if _, err := c.request(ctx, verb, payload, func(r apiv1.Reply) bool {
@@ -102,7 +109,7 @@ func runLogs(ctx context.Context, cfg *globalConfig, args []string, e env) error
 			fmt.Fprintln(e.stdout, l)
 		}
 	}
-	final, err := call(ctx, cfg, "logs", req, timeout, e, func(r apiv1.Reply) error {
+	final, err := callStream(ctx, cfg, "logs", req, timeout, e, *follow, func(r apiv1.Reply) error {
 		var c apiv1.LogsChunk
 		if err := json.Unmarshal(r.RawResult(), &c); err != nil {
 			return fmt.Errorf("logs: undecodable chunk %d: %w", r.Seq, err)
@@ -110,6 +117,9 @@ func runLogs(ctx context.Context, cfg *globalConfig, args []string, e env) error
 		printLines(c.Lines)
 		return nil
 	})
+	if *follow && errors.Is(err, context.Canceled) && ctx.Err() != nil {
+		return nil // Ctrl-C ends a follow; the agent was told to cancel it
+	}
 	if err != nil {
 		return err
 	}

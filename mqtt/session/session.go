@@ -83,6 +83,9 @@ type Options struct {
 
 	// CommandFilter is subscribed at QoS 1 on every connect.
 	CommandFilter string
+	// InputFilter, when set, is subscribed at QoS 0 on every connect: the
+	// input of running requests, which nothing persists.
+	InputFilter string
 	// Handler receives every inbound message, one at a time, in order.
 	// paho sends the QoS 1 acknowledgement only after it returns (or, with
 	// ManualAck, when the handler calls m.Ack), so a handler that stores the
@@ -480,8 +483,15 @@ func (s *Session) connect(ctx context.Context) (*conn, error) {
 		return fail("connect to broker", err)
 	}
 	if s.opts.CommandFilter != "" {
-		if err := s.subscribe(ctx, c); err != nil {
+		if err := s.subscribe(ctx, c, s.opts.CommandFilter, 1); err != nil {
 			return fail("subscribe "+s.opts.CommandFilter, err)
+		}
+	}
+	// A broker whose ACL predates the input topics refuses this one: the
+	// node still runs, and its followers end when their unread bound passes.
+	if s.opts.InputFilter != "" {
+		if err := s.subscribe(ctx, c, s.opts.InputFilter, 0); err != nil {
+			s.log.Warn().Err(err).Str("filter", s.opts.InputFilter).Msg("not subscribed to the input of running requests; a followed log ends after logs.unreadTimeout (grant the node read on it in the broker's ACL)")
 		}
 	}
 	s.mu.Lock()
@@ -516,14 +526,14 @@ const subscribeTries = 3
 // send its DISCONNECT.
 const failQuiesce = 100 * time.Millisecond
 
-func (s *Session) subscribe(ctx context.Context, c *conn) error {
+func (s *Session) subscribe(ctx context.Context, c *conn, filter string, qos byte) error {
 	var err error
 	for try := 0; try < subscribeTries; try++ {
-		tok := c.client.Subscribe(s.opts.CommandFilter, 1, nil) // nil: the default handler
+		tok := c.client.Subscribe(filter, qos, nil) // nil: the default handler
 		if err = s.wait(ctx, c, tok); err != nil {
 			return err
 		}
-		granted := tok.(*paho.SubscribeToken).Result()[s.opts.CommandFilter]
+		granted := tok.(*paho.SubscribeToken).Result()[filter]
 		if granted <= 2 {
 			return nil
 		}
