@@ -508,6 +508,8 @@ func (f *fakeBackoff) InBackoff(key string, finishedAt time.Time) (bool, time.Du
 	return false, 0
 }
 
+func (f *fakeBackoff) Delay(string) time.Duration { return 10 * time.Second }
+
 func (f *fakeBackoff) Next(string, time.Time) {}
 
 // The crash-loop backoff counts from the newest exited attempt, as the

@@ -19,14 +19,23 @@ var ErrUnavailable = errors.New("container runtime unavailable")
 // must wait before it is started again.
 var ErrCrashLoopBackOff = errors.New("CrashLoopBackOff")
 
-// BackoffError says which container waits and for how long.
+// BackoffError says which container waits, for how long still (Wait), and
+// the whole back-off it is in (Delay, 0 when not known).
 type BackoffError struct {
 	Container string
 	Wait      time.Duration
+	Delay     time.Duration
 }
 
+// Error names the whole back-off, as the kubelet's CrashLoopBackOff
+// message does, so the steps (1 s, 2 s, 4 s, ... up to the cap) can be read
+// from the status; the time left changes with every look and is not in it.
 func (e *BackoffError) Error() string {
-	return "back-off " + e.Wait.Round(time.Second).String() + " restarting failed container " + e.Container
+	d := e.Delay
+	if d <= 0 {
+		d = e.Wait
+	}
+	return "back-off " + d.Round(time.Second).String() + " restarting failed container " + e.Container
 }
 
 func (e *BackoffError) Unwrap() error { return ErrCrashLoopBackOff }
@@ -135,6 +144,8 @@ type RestartBackoff interface {
 	// InBackoff reports whether the container that last exited at finishedAt
 	// must still wait, and how long.
 	InBackoff(key string, finishedAt time.Time) (bool, time.Duration)
+	// Delay is the whole back-off key is in (0: none).
+	Delay(key string) time.Duration
 	// Next records a restart of the container that exited at finishedAt.
 	Next(key string, finishedAt time.Time)
 }

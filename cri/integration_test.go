@@ -37,6 +37,8 @@ func (b *fixedBackoff) InBackoff(_ string, finishedAt time.Time) (bool, time.Dur
 	return false, 0
 }
 
+func (b *fixedBackoff) Delay(string) time.Duration { return b.delay }
+
 func (b *fixedBackoff) Next(string, time.Time) {
 	b.mu.Lock()
 	b.nexts++

@@ -86,6 +86,13 @@ func (s skipBackoff) InBackoff(key string, finishedAt time.Time) (bool, time.Dur
 	return s.next.InBackoff(key, finishedAt)
 }
 
+func (s skipBackoff) Delay(key string) time.Duration {
+	if s.next == nil {
+		return 0
+	}
+	return s.next.Delay(key)
+}
+
 func (s skipBackoff) Next(key string, finishedAt time.Time) {
 	if s.next != nil {
 		s.next.Next(key, finishedAt)

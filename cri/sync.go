@@ -442,7 +442,7 @@ func crashLoopGate(pod *v1.Pod, c *v1.Container, init bool, status *PodStatus, b
 		return base, nil
 	}
 	if wait, d := backoff.InBackoff(BackoffKey(pod, c), base.FinishedAt); wait {
-		return base, &BackoffError{Container: c.Name, Wait: d}
+		return base, &BackoffError{Container: c.Name, Wait: d, Delay: backoff.Delay(BackoffKey(pod, c))}
 	}
 	return base, nil
 }

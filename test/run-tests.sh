@@ -74,6 +74,13 @@ for spec in agent/manifest:FuzzDecode agent/manifest:FuzzDecodeRef agent/intake:
 	fi
 done
 
+# What each failed test printed (its t.Log/t.Error lines), so a CI log shows
+# why and not only which.
+for name in $(grep -oE '^\s*--- FAIL: [^ ]+' "$WORK/test.log" | awk '{print $3}' | sort -u); do
+	echo "== why $name failed (its last lines):"
+	awk -v n="$name" '$0 ~ "^=== (RUN|CONT|PAUSE)" {cur=$3} cur==n || cur ~ "^"n"/" {print}' "$WORK/test.log" |
+		grep -E '^\s+[A-Za-z0-9_]+\.go:[0-9]+:|panic|--- FAIL' | tail -15 | cut -c1-400
+done
 passed=$(grep -cE '^\s*--- PASS' "$WORK/test.log" || true)
 failed=$(grep -cE '^\s*--- FAIL' "$WORK/test.log" || true)
 skipped=$(grep -cE '^\s*--- SKIP' "$WORK/test.log" || true)
