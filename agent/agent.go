@@ -116,7 +116,12 @@ type Options struct {
 	// ProfilePolicy is the policy for pods of a command signed by a key
 	// allowed a pod security profile (nil: always the node's policy).
 	ProfilePolicy func(node validate.Policy, namespace, profile string) validate.Policy
-	MaxPods       int // pods.maxPods; 0: no limit
+	// Unsealer opens sealed Secrets, and its public key is published in
+	// the node's state (nil: sealed Secrets are refused).
+	Unsealer intake.Unsealer
+	// RequireSealedSecrets refuses Secrets that come unsealed.
+	RequireSealedSecrets bool
+	MaxPods              int // pods.maxPods; 0: no limit
 	// NodeLabels and Allocatable are what pods are admitted against
 	// (see intake.Options).
 	NodeLabels  map[string]string
@@ -215,7 +220,8 @@ func New(ctx context.Context, opts Options, deps Deps, log zerolog.Logger) (*Age
 	poolOpts := podworker.Options{Workers: opts.Workers, BackoffBase: opts.Restart.Base, BackoffMax: opts.Restart.Max, Restart: opts.Restart,
 		Resync: opts.PodResync, HostIPs: opts.HostIPs, Quarantines: st, Deaths: st, Probes: a.probes}
 	intakeOpts := intake.Options{Topics: opts.Topics, MaxPayloadBytes: opts.MaxPayloadBytes, Policy: opts.Policy, ApplyDeadline: opts.ApplyDeadline, MaxPods: opts.MaxPods,
-		NodeLabels: opts.NodeLabels, Allocatable: opts.Allocatable, Opener: opts.Opener, ProfilePolicy: opts.ProfilePolicy}
+		NodeLabels: opts.NodeLabels, Allocatable: opts.Allocatable, Opener: opts.Opener, ProfilePolicy: opts.ProfilePolicy,
+		Unsealer: opts.Unsealer, RequireSealedSecrets: opts.RequireSealedSecrets}
 	// Set only when present: a nil *inflight.File in an interface is not nil.
 	if opts.SyncMarks != nil {
 		poolOpts.Marks = opts.SyncMarks
@@ -264,7 +270,11 @@ func New(ctx context.Context, opts Options, deps Deps, log zerolog.Logger) (*Age
 // buildSession makes the MQTT session: commands go to the intake, the will
 // says offline, and each connect publishes online with the next sequence.
 func (a *Agent) buildSession() error {
-	a.presence = presence.New(a.opts.Topics.State(), a.opts.Version, a.store, nil)
+	var sealingKey string
+	if a.opts.Unsealer != nil {
+		sealingKey = a.opts.Unsealer.Recipient()
+	}
+	a.presence = presence.New(a.opts.Topics.State(), a.opts.Version, sealingKey, a.store, nil)
 	will := a.presence.Offline()
 	so := a.opts.Session
 	so.CommandFilter = a.opts.Topics.CommandFilter()

@@ -26,6 +26,9 @@ type Security struct {
 	// MaxNonces bounds the record of used nonces (<stateDir>/nonces.db).
 	MaxNonces   int          `json:"maxNonces"`
 	TrustedKeys []TrustedKey `json:"trustedKeys"`
+	// RequireSealedSecrets refuses Secrets that do not come sealed to the
+	// node's sealing key (docs/secrets.md).
+	RequireSealedSecrets bool `json:"requireSealedSecrets"`
 }
 
 // TrustedKey is a public key whose signatures the node accepts.

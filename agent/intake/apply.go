@@ -35,6 +35,11 @@ func (in *Intake) applyObjects(id string, payload []byte, replaceAll bool) {
 		in.nodeEvent(v1.EventTypeWarning, ReasonFailedDecode, fmt.Sprintf("request %s: %v", id, err))
 		return
 	}
+	if problems := in.unsealAll(objs); len(problems) > 0 {
+		in.fail(id, verb, fmt.Errorf("%d Secret(s) refused, nothing applied: %s", len(problems), summarize(problems)), problems...)
+		in.nodeEvent(v1.EventTypeWarning, ReasonFailedUnseal, fmt.Sprintf("request %s: %s", id, summarize(problems)))
+		return
+	}
 	if problems := in.validateAll(id, objs); len(problems) > 0 {
 		in.fail(id, verb, fmt.Errorf("%d object(s) rejected, nothing applied: %s", len(problems), summarize(problems)), problems...)
 		return

@@ -88,6 +88,11 @@ type Options struct {
 	// command signed by a key allowed a pod security profile (its
 	// MaxProfile); it must only ever loosen the node's policy.
 	ProfilePolicy func(node validate.Policy, namespace, profile string) validate.Policy
+	// Unsealer, if set, opens sealed Secrets (nil: a sealed Secret is refused).
+	Unsealer Unsealer
+	// RequireSealedSecrets refuses an apply or sync holding a Secret that
+	// is not sealed (security.requireSealedSecrets).
+	RequireSealedSecrets bool
 	// MaxPods is the node's pod capacity (pods.maxPods); an apply or sync
 	// that would make more pods desired is refused OutOfpods. 0: no limit.
 	MaxPods int

@@ -27,14 +27,18 @@ type Presence struct {
 	startedAt time.Time
 	seqs      SeqSource
 	now       func() time.Time
+	// sealingKey is published in every state message (also the will), so
+	// an offline node can still be sent sealed Secrets.
+	sealingKey string
 }
 
-// New returns a Presence for one process start (a new boot id).
-func New(stateTopic, version string, seqs SeqSource, now func() time.Time) *Presence {
+// New returns a Presence for one process start (a new boot id);
+// sealingKey is the node's public sealing key ("" for none).
+func New(stateTopic, version, sealingKey string, seqs SeqSource, now func() time.Time) *Presence {
 	if now == nil {
 		now = time.Now
 	}
-	return &Presence{topic: stateTopic, bootID: newBootID(), version: version, startedAt: now().UTC(), seqs: seqs, now: now}
+	return &Presence{topic: stateTopic, bootID: newBootID(), version: version, sealingKey: sealingKey, startedAt: now().UTC(), seqs: seqs, now: now}
 }
 
 // BootID is this process's boot id.
@@ -56,7 +60,7 @@ func (p *Presence) Offline() outbox.Message {
 }
 
 func (p *Presence) message(s apiv1.NodeState) outbox.Message {
-	s.BootID, s.Version, s.StartedAt, s.TS = p.bootID, p.version, p.startedAt, p.now().UTC()
+	s.BootID, s.Version, s.StartedAt, s.TS, s.SealingKey = p.bootID, p.version, p.startedAt, p.now().UTC(), p.sealingKey
 	payload, _ := json.Marshal(s) // a struct of strings, numbers and times always encodes
 	return outbox.Message{Topic: p.topic, Payload: payload, QoS: 1, Retained: true, Coalesce: true}
 }

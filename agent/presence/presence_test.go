@@ -17,7 +17,7 @@ func (c *counter) NextSeq() (uint64, error) { c.n++; return c.n, c.err }
 
 func TestOnlineSeqIncreasesAndOfflineSharesBootID(t *testing.T) {
 	c := &counter{n: 41}
-	p := New("mqlet/v1/n/state", "v1.2.3", c, nil)
+	p := New("mqlet/v1/n/state", "v1.2.3", "age1example", c, nil)
 	var first, second, off apiv1.NodeState
 	m1, err := p.Online()
 	if err != nil {
@@ -32,19 +32,22 @@ func TestOnlineSeqIncreasesAndOfflineSharesBootID(t *testing.T) {
 	if first.State != "online" || first.Seq != 42 || second.Seq != 43 {
 		t.Fatalf("seq not increasing: %+v %+v", first, second)
 	}
+	if first.SealingKey != "age1example" || off.SealingKey != "age1example" {
+		t.Fatalf("sealing key not in online %+v or offline %+v", first, off)
+	}
 	if off.State != "offline" || off.BootID != first.BootID || len(first.BootID) != 36 {
 		t.Fatalf("offline %+v vs online %+v", off, first)
 	}
 	if !m1.Retained || m1.QoS != 1 || m1.Topic != "mqlet/v1/n/state" {
 		t.Fatalf("envelope %+v", m1)
 	}
-	if New("t", "v", c, nil).BootID() == p.BootID() {
+	if New("t", "v", "", c, nil).BootID() == p.BootID() {
 		t.Fatal("boot id must be new per process start")
 	}
 }
 
 func TestOnlineFailsWhenSeqCannotBePersisted(t *testing.T) {
-	p := New("t", "v", &counter{err: errors.New("disk full")}, nil)
+	p := New("t", "v", "", &counter{err: errors.New("disk full")}, nil)
 	if _, err := p.Online(); err == nil {
 		t.Fatal("want error")
 	}

@@ -18,4 +18,8 @@ type NodeState struct {
 	Version   string    `json:"version"`
 	StartedAt time.Time `json:"startedAt"`
 	TS        time.Time `json:"ts"`
+	// SealingKey is the node's public key for sealed Secrets, an age X25519
+	// recipient ("age1..."); mqletctl seals every Secret it sends to it
+	// (package sealing, docs/secrets.md).
+	SealingKey string `json:"sealingKey,omitempty"`
 }

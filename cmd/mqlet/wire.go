@@ -38,6 +38,7 @@ import (
 	"github.com/mqlet/mqlet/mqtt/broker"
 	"github.com/mqlet/mqlet/mqtt/outbox"
 	"github.com/mqlet/mqlet/mqtt/session"
+	"github.com/mqlet/mqlet/sealing"
 )
 
 // runAgent opens the node's state, builds the agent and runs it until ctx
@@ -86,6 +87,7 @@ func runAgent(ctx context.Context, cfg *config.Config, sources map[string]string
 		log.Warn().Msg("the node's memory could not be read: memory requests of pods are not checked against it")
 	}
 	log.Info().Str("commands", string(cfg.Security.Commands)).Strs("signedVerbs", cfg.Security.SignedVerbs).Int("trustedKeys", len(cfg.Security.TrustedKeys)).Msg("signed commands")
+	log.Info().Str("sealingKey", opts.Unsealer.Recipient()).Bool("requireSealedSecrets", cfg.Security.RequireSealedSecrets).Msg("sealed secrets")
 	rt := cri.NewManager(criConfig(cfg, secrets), log)
 	opts.LogLevel = level
 	a, err := agent.New(ctx, opts, agent.Deps{Store: state.store, Outbox: state.box, Runtime: rt, Scrub: secrets.Current}, log)
@@ -297,6 +299,10 @@ func agentOptions(cfg *config.Config, state *nodeState) (agent.Options, error) {
 	if err != nil {
 		return agent.Options{}, err
 	}
+	sealKey, err := sealing.LoadOrCreateIdentity(filepath.Join(cfg.StateDir, "seal.key"))
+	if err != nil {
+		return agent.Options{}, fmt.Errorf("setting up sealed secrets: %w", err)
+	}
 	opts := agent.Options{
 		Topics:          topics,
 		MaxPayloadBytes: cfg.MQTT.MaxPayloadBytes,
@@ -319,14 +325,16 @@ func agentOptions(cfg *config.Config, state *nodeState) (agent.Options, error) {
 		ProfilePolicy: func(node validate.Policy, namespace, profile string) validate.Policy {
 			return node.LoosenedFor(namespace, validate.Profile(profile))
 		},
-		MaxPods:           cfg.Pods.MaxPods,
-		NodeLabels:        nodeLabels(cfg),
-		Allocatable:       nodeAllocatable(cfg),
-		LogRotation:       cri.LogRotation{MaxBytes: cfg.Runtime.ContainerLogMaxBytes, MaxFiles: cfg.Runtime.ContainerLogMaxFiles},
-		LogRotationPeriod: cfg.Runtime.LogRotationPeriod.Duration,
-		MaxReplyBytes:     cfg.Requests.MaxReplyBytes,
-		MaxBacklog:        cfg.Requests.MaxBacklog,
-		MaxBacklogBytes:   cfg.Requests.MaxBacklogBytes,
+		Unsealer:             sealKey,
+		RequireSealedSecrets: cfg.Security.RequireSealedSecrets,
+		MaxPods:              cfg.Pods.MaxPods,
+		NodeLabels:           nodeLabels(cfg),
+		Allocatable:          nodeAllocatable(cfg),
+		LogRotation:          cri.LogRotation{MaxBytes: cfg.Runtime.ContainerLogMaxBytes, MaxFiles: cfg.Runtime.ContainerLogMaxFiles},
+		LogRotationPeriod:    cfg.Runtime.LogRotationPeriod.Duration,
+		MaxReplyBytes:        cfg.Requests.MaxReplyBytes,
+		MaxBacklog:           cfg.Requests.MaxBacklog,
+		MaxBacklogBytes:      cfg.Requests.MaxBacklogBytes,
 		Streams: streams.Limits{Max: cfg.Requests.MaxStreams, MaxFollows: cfg.Requests.MaxFollows,
 			MaxFollowsPerRequester: cfg.Requests.MaxFollowsPerRequester, Unread: cfg.Logs.UnreadTimeout.Duration},
 		Logs: intake.LogLimits{MaxChunkBytes: cfg.Logs.MaxChunkBytes, MaxBytes: cfg.Logs.MaxBytes,

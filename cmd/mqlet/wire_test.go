@@ -69,6 +69,7 @@ requests: {maxReplyBytes: 70000, maxBacklog: 33, maxBacklogBytes: 900000, maxStr
 logs: {maxChunkBytes: 16384, unreadTimeout: 41s}
 exec: {maxOutputBytes: 8192}
 images: {pullParallelism: 3, pullTimeout: 4m, pullBackoffBase: 6s, pullBackoffMax: 60s, preloadDir: /tmp/preload, preloadInterval: 31s}
+security: {requireSealedSecrets: true}
 `)
 	var errb bytes.Buffer
 	flags, err := config.ParseFlags("mqlet", []string{"--config", file}, &errb)

@@ -31,6 +31,8 @@ func runManifestVerb(ctx context.Context, cfg *globalConfig, verb string, args [
 	fs.Var(&files, "f", "manifest `FILE` or directory (YAML or JSON; - for stdin; repeatable)")
 	fs.Var(&files, "filename", "same as -f")
 	noWait := fs.Bool("no-wait", false, "return once the agent accepted (stored) the request")
+	sealTo := fs.String("seal-to", "", "seal Secrets to this sealing key (age1..., as the node's state shows it) instead of the one the node's retained state publishes")
+	unsealed := fs.Bool("unsealed", false, "send Secrets in clear (readable by every subscriber of the broker)")
 	cfg.registerOutput(fs, "json (one reply per line)")
 	pos, err := parseInterleaved(fs, args)
 	if err != nil {
@@ -38,6 +40,9 @@ func runManifestVerb(ctx context.Context, cfg *globalConfig, verb string, args [
 	}
 	if len(pos) > 0 {
 		return usageError{fmt.Errorf("%s: unexpected arguments %q (use -f FILE)", verb, pos)}
+	}
+	if *unsealed && *sealTo != "" {
+		return usageError{fmt.Errorf("%s: --unsealed and --seal-to exclude each other", verb)}
 	}
 	if len(files) == 0 {
 		return usageError{fmt.Errorf("%s: -f FILE (or -f - for stdin) is required", verb)}
@@ -51,6 +56,11 @@ func runManifestVerb(ctx context.Context, cfg *globalConfig, verb string, args [
 	payload, err := readManifests(files, e.stdin)
 	if err != nil {
 		return err
+	}
+	if !*unsealed {
+		if payload, err = sealSecrets(ctx, cfg, payload, *sealTo); err != nil {
+			return err
+		}
 	}
 	return sendAndWait(ctx, cfg, verb, payload, *noWait, e)
 }

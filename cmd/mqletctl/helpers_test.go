@@ -17,6 +17,7 @@ import (
 
 	apiv1 "github.com/mqlet/mqlet/api/v1"
 	"github.com/mqlet/mqlet/mqtt/broker"
+	"github.com/mqlet/mqlet/sealing"
 )
 
 // testNow is the fixed clock of every CLI run in the tests.
@@ -90,11 +91,17 @@ type fakeAgent struct {
 	mu       sync.Mutex
 	commands []received
 	got      chan received
+	// sealing is the node's sealing key, published in its state.
+	sealing *sealing.Identity
 }
 
 func startFakeAgent(t *testing.T, url string, answer func(received) []fakeReply) *fakeAgent {
 	t.Helper()
-	a := &fakeAgent{got: make(chan received, 16)}
+	id, err := sealing.NewIdentity()
+	if err != nil {
+		t.Fatal(err)
+	}
+	a := &fakeAgent{got: make(chan received, 16), sealing: id}
 	c := testClient(t, url, "fake-agent")
 	// Registered after testClient's cleanup, so it runs first: replies in
 	// flight finish before the fake agent disconnects.
@@ -137,7 +144,7 @@ func startFakeAgent(t *testing.T, url string, answer func(received) []fakeReply)
 	}
 	// Like the agent, say the node exists: mqletctl gives up early on a
 	// node without retained state.
-	mustPublish(t, c, scheme.State(), true, []byte(`{"state":"online","bootId":"b1","version":"test"}`))
+	mustPublish(t, c, scheme.State(), true, []byte(`{"state":"online","bootId":"b1","version":"test","sealingKey":"`+id.Recipient()+`"}`))
 	return a
 }
 

@@ -1,0 +1,79 @@
+package intake
+
+import (
+	"strings"
+	"testing"
+
+	"github.com/mqlet/mqlet/sealing"
+)
+
+const sealedValue = "sealed-intake-value-3f9a"
+
+func sealFor(t *testing.T, id *sealing.Identity, manifest string) []byte {
+	t.Helper()
+	r, err := sealing.ParseRecipient(id.Recipient())
+	if err != nil {
+		t.Fatal(err)
+	}
+	out, n, err := sealing.SealManifest([]byte(manifest), sealing.To(r))
+	if err != nil || n != 1 {
+		t.Fatalf("sealing: %d %v", n, err)
+	}
+	return out
+}
+
+const plainSecret = `{"apiVersion":"v1","kind":"Secret","metadata":{"name":"creds","namespace":"edge"},"stringData":{"pw":"` + sealedValue + `"}}`
+
+func TestSealedSecretIsUnsealedAtApply(t *testing.T) {
+	r := newRig(t)
+	node, err := sealing.NewIdentity()
+	if err != nil {
+		t.Fatal(err)
+	}
+	other, err := sealing.NewIdentity()
+	if err != nil {
+		t.Fatal(err)
+	}
+	r.in.opts.Unsealer = node
+	r.in.opts.MaxPayloadBytes = 1 << 20
+
+	r.in.Handle(Command{Topic: "mqlet/v1/n1/cmd/apply/s1", Payload: sealFor(t, node, plainSecret)})
+	if last := r.sender.last("s1"); last.Phase != "accepted" {
+		t.Fatalf("sealed apply: %+v", last)
+	}
+	sec, err := r.st.Secret("edge", "creds")
+	if err != nil || string(sec.Data["pw"]) != sealedValue || sealing.IsSealed(sec) {
+		t.Fatalf("stored secret: %+v %v", sec, err)
+	}
+	// Sealed again (new ciphertext, same value): nothing changed.
+	r.in.Handle(Command{Topic: "mqlet/v1/n1/cmd/apply/s2", Payload: sealFor(t, node, plainSecret)})
+	if last := r.sender.last("s2"); last.Phase != "accepted" || !strings.Contains(last.Message, "unchanged") {
+		t.Fatalf("re-apply: %+v", last)
+	}
+
+	r.in.Handle(Command{Topic: "mqlet/v1/n1/cmd/apply/s3", Payload: sealFor(t, other, strings.Replace(plainSecret, "creds", "x", 1))})
+	last := r.sender.last("s3")
+	if last.Phase != "failed" || !strings.Contains(last.Message, "this node's sealing key is "+node.KeyID()) {
+		t.Fatalf("sealed to another node: %+v", last)
+	}
+	if _, err := r.st.Secret("edge", "x"); err == nil {
+		t.Fatal("a Secret sealed to another node was stored")
+	}
+
+	r.in.opts.RequireSealedSecrets = true
+	r.in.Handle(Command{Topic: "mqlet/v1/n1/cmd/apply/s4", Payload: []byte(strings.Replace(plainSecret, "creds", "y", 1))})
+	last = r.sender.last("s4")
+	if last.Phase != "failed" || !strings.Contains(last.Message, "accepts only sealed Secrets") {
+		t.Fatalf("unsealed with requireSealedSecrets: %+v", last)
+	}
+	for _, rep := range r.sender.replies {
+		if strings.Contains(rep.Message, sealedValue) || strings.Contains(strings.Join(rep.Errors, " "), sealedValue) {
+			t.Fatalf("a reply holds the value: %+v", rep)
+		}
+	}
+	// Sealed ones still go through.
+	r.in.Handle(Command{Topic: "mqlet/v1/n1/cmd/sync/s5", Payload: sealFor(t, node, `{"apiVersion":"v1","kind":"List","items":[`+plainSecret+`]}`)})
+	if last := r.sender.last("s5"); last.Phase != "accepted" {
+		t.Fatalf("sealed sync: %+v", last)
+	}
+}

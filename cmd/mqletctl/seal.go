@@ -1,0 +1,75 @@
+package main
+
+import (
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"time"
+
+	apiv1 "github.com/mqlet/mqlet/api/v1"
+	"github.com/mqlet/mqlet/sealing"
+)
+
+// sealSecrets seals every Secret of an apply or sync payload to the node's
+// sealing key (package sealing): the key given as sealTo, else the one the
+// node publishes in its retained state. A payload without a Secret is sent
+// as it is and no key is looked up.
+func sealSecrets(ctx context.Context, cfg *globalConfig, payload []byte, sealTo string) ([]byte, error) {
+	out, _, err := sealing.SealManifest(payload, func() ([]sealing.Recipient, error) {
+		key := sealTo
+		if key == "" {
+			var err error
+			if key, err = nodeSealingKey(ctx, cfg); err != nil {
+				return nil, err
+			}
+		}
+		r, err := sealing.ParseRecipient(key)
+		if err != nil {
+			return nil, err
+		}
+		return []sealing.Recipient{r}, nil
+	})
+	if err != nil {
+		return nil, fmt.Errorf("sealing Secrets to node %q: %w (--unsealed sends them in clear)", cfg.Node, err)
+	}
+	return out, nil
+}
+
+// nodeSealingKey reads the sealing key from the node's retained state.
+func nodeSealingKey(ctx context.Context, cfg *globalConfig) (string, error) {
+	ctx, cancel := context.WithTimeout(ctx, cfg.Timeout)
+	defer cancel()
+	c, err := dial(ctx, cfg)
+	if err != nil {
+		return "", err
+	}
+	defer c.close()
+	topic := cfg.scheme().State()
+	inbox := make(chan message, 4)
+	if err := c.subscribe(ctx, inbox, topic); err != nil {
+		return "", err
+	}
+	wait := time.NewTimer(cfg.RetainedWait)
+	defer wait.Stop()
+	for {
+		select {
+		case m := <-inbox:
+			if len(m.Payload) == 0 {
+				continue
+			}
+			var s apiv1.NodeState
+			if err := json.Unmarshal(m.Payload, &s); err != nil {
+				return "", fmt.Errorf("decoding %s: %w", topic, err)
+			}
+			if s.SealingKey == "" {
+				return "", errors.New("the node publishes no sealingKey in its state (an mqlet without sealed Secrets)")
+			}
+			return s.SealingKey, nil
+		case <-wait.C:
+			return "", fmt.Errorf("no retained state on %s after --retained-wait %v (check --node and --prefix)", topic, cfg.RetainedWait)
+		case <-ctx.Done():
+			return "", ctx.Err()
+		}
+	}
+}
