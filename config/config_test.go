@@ -9,6 +9,8 @@ import (
 	"strings"
 	"testing"
 	"time"
+
+	apiv1 "github.com/mqlet/mqlet/api/v1"
 )
 
 func noEnv(string) string { return "" }
@@ -142,6 +144,11 @@ func TestSecuritySection(t *testing.T) {
 	}
 	if cfg.Security.Commands != CommandsSignedOnly || len(cfg.Security.TrustedKeys) != 2 || cfg.Security.TrustedKeys[0].MaxProfile != "baseline" || cfg.Security.Groups[0] != "lab" {
 		t.Fatalf("security %+v", cfg.Security)
+	}
+	// The entry `mqletctl keys generate` prints: every verb, cancel too.
+	every := "[" + strings.Join(apiv1.Verbs(), ", ") + "]"
+	if _, err := load(t, "security:\n  signedVerbs: "+every+"\n  trustedKeys:\n  - publicKey: "+key+"\n    verbs: "+every+"\n"); err != nil {
+		t.Fatalf("a key trusted with every verb of the contract: %v", err)
 	}
 	cases := map[string]struct{ yaml, field string }{
 		"bad mode":               {"security:\n  commands: on\n", "security.commands"},

@@ -8,6 +8,8 @@ import (
 	"slices"
 	"strings"
 	"time"
+
+	apiv1 "github.com/mqlet/mqlet/api/v1"
 )
 
 // Security is how commands are authenticated beyond the broker login:
@@ -75,8 +77,9 @@ func (m *CommandsMode) UnmarshalJSON(b []byte) error {
 	return nil
 }
 
-// signableVerbs are the verbs of the command topics.
-var signableVerbs = []string{"apply", "delete", "sync", "get", "restart", "logs", "exec", "config"}
+// signableVerbs are the verbs of the command topics: every verb of the
+// contract, cancel too.
+var signableVerbs = apiv1.Verbs()
 
 func defaultSecurity() Security {
 	return Security{

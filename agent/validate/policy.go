@@ -186,7 +186,7 @@ func (p Policy) checkPodSecurity(meta *metav1.ObjectMeta, spec *v1.PodSpec) fiel
 	lv := api.LevelVersion{Level: api.Level(profile), Version: api.LatestVersion()}
 	var errs field.ErrorList
 	for _, f := range evaluatePodSecurity(lv.Level, meta, waived) {
-		v := Violation{Profile: lv.String(), Control: f.result.ForbiddenReason}
+		v := Violation{Profile: lv.String(), Reason: f.result.ForbiddenReason, Control: f.result.ForbiddenReason}
 		if f.result.ForbiddenDetail != "" {
 			v.Control += " (" + f.result.ForbiddenDetail + ")"
 		}
@@ -211,6 +211,7 @@ func (p Policy) checkPodSecurity(meta *metav1.ObjectMeta, spec *v1.PodSpec) fiel
 // of each of the control's Forbidden errors.
 type Violation struct {
 	Profile string // "baseline:latest"
+	Reason  string // "privileged"
 	Control string // `privileged (container "c" must not set securityContext.privileged=true)`
 }
 

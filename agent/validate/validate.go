@@ -187,8 +187,10 @@ func ValidateSecret(secret *v1.Secret) field.ErrorList {
 
 // FormatErrors renders every error, each with its field path, as one
 // message, e.g. `2 errors: metadata.name: Invalid value: "Web": ...; spec.containers[0].image: Required value`.
-// Pod Security violations are first summed up as kubectl prints them, e.g.
-// `violates PodSecurity "baseline:latest": host namespaces (hostNetwork=true), privileged (...); 2 errors: spec.hostNetwork: Forbidden: host namespaces (hostNetwork=true); ...`.
+// Pod Security violations are first summed up as kubectl prints them, and
+// then named only by their reason at each field, so each control's text
+// appears once, e.g.
+// `violates PodSecurity "baseline:latest": host namespaces (hostNetwork=true), privileged (...); 2 errors: spec.hostNetwork: Forbidden: host namespaces; ...`.
 // Kubernetes' secret validation already redacts secret contents in its errors.
 func FormatErrors(errs field.ErrorList) string {
 	if len(errs) == 0 {
@@ -210,7 +212,7 @@ func FormatErrors(errs field.ErrorList) string {
 		if !slices.Contains(controls[h], v.Control) {
 			controls[h] = append(controls[h], v.Control)
 		}
-		parts = append(parts, fmt.Sprintf("%s: %s: %s", e.Field, e.Type, strings.TrimPrefix(e.Detail, h)))
+		parts = append(parts, fmt.Sprintf("%s: %s: %s%s", e.Field, e.Type, v.Reason, strings.TrimPrefix(e.Detail, v.String())))
 	}
 	noun := "errors"
 	if len(errs) == 1 {

@@ -70,7 +70,7 @@ func runDelete(ctx context.Context, cfg *globalConfig, args []string, e env) err
 	var files fileList
 	fs.Var(&files, "f", "manifest `FILE` or directory naming what to delete (- for stdin; repeatable)")
 	fs.Var(&files, "filename", "same as -f")
-	ns := namespaceFlag(fs)
+	ns := namespaceFlag(fs, "namespace of KIND NAME (default: default)")
 	grace := fs.Int64("grace-period", -1, "seconds the containers get to stop (only with KIND NAME; -1: the pod's own)")
 	noWait := fs.Bool("no-wait", false, "return once the agent accepted the request")
 	cfg.registerOutput(fs, "json (one reply per line)")
@@ -250,8 +250,12 @@ func printReply(e env, r apiv1.Reply) {
 		line = r.Phase
 	}
 	fmt.Fprintf(w, "%s\n", strings.TrimRight(line, " "))
+	// The agent's message sums the errors up; one it already says is not
+	// printed again.
 	for _, msg := range r.Errors {
-		fmt.Fprintf(w, "  - %s\n", msg)
+		if !strings.Contains(r.Message, msg) {
+			fmt.Fprintf(w, "  - %s\n", msg)
+		}
 	}
 }
 

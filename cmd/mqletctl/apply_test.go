@@ -86,6 +86,20 @@ func TestApplyFailedPrintsMessageAndErrors(t *testing.T) {
 	}
 }
 
+// A refusal the agent's message already states (one object) is printed
+// once, not again as an error line.
+func TestApplyRefusalPrintedOnce(t *testing.T) {
+	url := startBroker(t, broker.Options{})
+	refusal := `Pod default/p: violates PodSecurity "baseline:latest": privileged (container "c" must not set securityContext.privileged=true); 1 error: spec.containers[0].securityContext.privileged: Forbidden: privileged`
+	startFakeAgent(t, url, func(r received) []fakeReply {
+		return []fakeReply{{Phase: "failed", Message: "1 object(s) rejected, nothing applied: " + refusal, Errors: []string{refusal}}}
+	})
+	res := runCLI(t, url, podManifest, "apply", "-f", "-")
+	if res.code != 1 || strings.Count(res.stderr, `must not set securityContext.privileged=true`) != 1 {
+		t.Fatalf("want the refusal printed once and exit 1: %v", res)
+	}
+}
+
 func TestApplyJSONOutputPrintsEachReply(t *testing.T) {
 	url := startBroker(t, broker.Options{})
 	startFakeAgent(t, url, func(r received) []fakeReply {
@@ -310,6 +324,42 @@ func TestHelpOfEveryCommand(t *testing.T) {
 		res := runCLIEnv(t, map[string]string{}, "", "help", c.name)
 		if res.code != 0 || !strings.Contains(res.stdout, "Usage:\n  mqletctl "+c.name) || !strings.Contains(res.stdout, "Example:\n  mqletctl "+c.name) {
 			t.Errorf("help %s: want its usage line and an example: %v", c.name, res)
+		}
+	}
+}
+
+// A bad flag is named as it was typed, as kubectl does.
+func TestFlagErrorsQuoteTheFlagAsTyped(t *testing.T) {
+	for _, c := range []struct {
+		args []string
+		want string
+	}{
+		{[]string{"get", "pods", "-x"}, "error: unknown shorthand flag: 'x' in -x\n"},
+		{[]string{"get", "pods", "--bogus"}, "error: unknown flag: --bogus\n"},
+		{[]string{"-x", "get"}, "error: unknown shorthand flag: 'x' in -x\n"},
+		{[]string{"logs", "web", "-c"}, "error: flag needs an argument: -c\n"},
+		{[]string{"logs", "web", "--container"}, "error: flag needs an argument: --container\n"},
+	} {
+		res := runCLIEnv(t, map[string]string{envNode: "n1"}, "", c.args...)
+		if res.code != 2 || !strings.HasPrefix(res.stderr, c.want) {
+			t.Errorf("%v: want exit 2 and %q first: %v", c.args, c.want, res)
+		}
+	}
+}
+
+// -n says what each command takes when it is not given.
+func TestNamespaceHelpSaysEachCommandsDefault(t *testing.T) {
+	for cmd, want := range map[string]string{"get": "every namespace", "top": "every namespace", "describe": "default",
+		"logs": "default", "exec": "default", "restart": "default", "delete": "default"} {
+		res := runCLIEnv(t, map[string]string{}, "", "help", cmd)
+		line := ""
+		for _, l := range strings.Split(res.stdout, "\n") {
+			if strings.Contains(l, "-n, --namespace") {
+				line = l
+			}
+		}
+		if !strings.HasSuffix(line, "(default: "+want+")") || strings.Contains(line, " for ") {
+			t.Errorf("help %s: -n reads %q, want its default %q", cmd, line, want)
 		}
 	}
 }

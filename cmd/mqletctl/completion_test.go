@@ -51,6 +51,23 @@ func TestCompletionBash(t *testing.T) {
 	if got := complete("mqletctl", "get", "--cont"); got != "--context" {
 		t.Errorf("mqletctl get --cont<TAB> = %q (global flags)", got)
 	}
+	// A pod name comes after logs, not a kind; a value after -n; one-letter
+	// flags are offered as typed; a global flag's value is not the command.
+	if got := complete("mqletctl", "logs", "''"); got != "" {
+		t.Errorf("mqletctl logs <TAB> = %q, want nothing (a pod name)", got)
+	}
+	if got := complete("mqletctl", "get", "pods", "-n", "''"); got != "" {
+		t.Errorf("mqletctl get pods -n <TAB> = %q, want nothing (a namespace)", got)
+	}
+	if got := complete("mqletctl", "logs", "web", "-"); !strings.Contains(" "+got+" ", " -c ") || strings.Contains(got, "--c ") || strings.Contains(got, "--f ") {
+		t.Errorf("mqletctl logs web -<TAB> = %q, want -c and -f as typed", got)
+	}
+	if got := complete("mqletctl", "--node", "gw1", "get", "no"); got != "nodes" {
+		t.Errorf("mqletctl --node gw1 get no<TAB> = %q", got)
+	}
+	if got := complete("mqletctl", "restart", "''"); got != "pod" {
+		t.Errorf("mqletctl restart <TAB> = %q", got)
+	}
 	res = runCLIEnv(t, map[string]string{}, "", "completion", "zsh")
 	if res.code != 0 || !strings.HasPrefix(res.stdout, "autoload -U +X bashcompinit") {
 		t.Errorf("completion zsh: %v", res)

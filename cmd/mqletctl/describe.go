@@ -28,7 +28,7 @@ import (
 // mqlet), and the output says when that is all there is.
 func runDescribe(ctx context.Context, cfg *globalConfig, args []string, e env) error {
 	fs := newFlagSet("describe", cfg)
-	ns := namespaceFlag(fs)
+	ns := namespaceFlag(fs, nsDefault)
 	pos, err := parseInterleaved(fs, args)
 	if err != nil {
 		return err

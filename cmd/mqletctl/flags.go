@@ -20,16 +20,37 @@ func newFlagSet(name string, cfg *globalConfig, _ ...io.Writer) *flag.FlagSet {
 	return fs
 }
 
-// flagError rewords the flag package's complaints the way kubectl says them.
-func flagError(err error) error {
+// flagError rewords the flag package's complaints the way kubectl says
+// them, naming the flag as it was typed in args (the flag package drops
+// its dashes: -x and --x read the same).
+func flagError(err error, args []string) error {
 	msg := err.Error()
 	if name, ok := strings.CutPrefix(msg, "flag provided but not defined: -"); ok {
-		return fmt.Errorf("unknown flag: --%s", strings.TrimPrefix(name, "-"))
+		typed := asTyped(strings.TrimPrefix(name, "-"), args)
+		if len(typed) == 2 {
+			return fmt.Errorf("unknown shorthand flag: '%s' in %s", typed[1:], typed)
+		}
+		return fmt.Errorf("unknown flag: %s", typed)
 	}
 	if name, ok := strings.CutPrefix(msg, "flag needs an argument: -"); ok {
-		return fmt.Errorf("flag needs an argument: --%s", strings.TrimPrefix(name, "-"))
+		return fmt.Errorf("flag needs an argument: %s", asTyped(strings.TrimPrefix(name, "-"), args))
 	}
 	return err
+}
+
+// asTyped is flag name as it appears in args: -x or --name (--name when
+// it does not appear).
+func asTyped(name string, args []string) string {
+	for _, a := range args {
+		if a == "--" {
+			break
+		}
+		flagPart, _, _ := strings.Cut(a, "=")
+		if flagPart == "-"+name || flagPart == "--"+name {
+			return flagPart
+		}
+	}
+	return "--" + name
 }
 
 // parseInterleaved parses flags that may appear before, between and after
@@ -42,7 +63,7 @@ func parseInterleaved(fs *flag.FlagSet, args []string) ([]string, error) {
 			if errors.Is(err, flag.ErrHelp) {
 				return nil, helpRequest{fs}
 			}
-			return nil, usageError{flagError(err)}
+			return nil, usageError{flagError(err, args)}
 		}
 		rest := fs.Args()
 		if len(rest) == 0 {

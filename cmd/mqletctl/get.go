@@ -13,8 +13,16 @@ import (
 	apiv1 "github.com/mqlet/mqlet/api/v1"
 )
 
-func namespaceFlag(fs *flag.FlagSet) *string {
-	ns := fs.String("n", "", "namespace (default: all for get, default for delete)")
+// Defaults of the namespace flag, as each command reads an empty one.
+const (
+	nsAll     = "namespace (default: every namespace)"
+	nsDefault = "namespace (default: default)"
+)
+
+// namespaceFlag registers -n and --namespace; usage says what an empty
+// one means to this command.
+func namespaceFlag(fs *flag.FlagSet, usage string) *string {
+	ns := fs.String("n", "", usage)
 	fs.StringVar(ns, "namespace", "", "same as -n")
 	return ns
 }
@@ -62,7 +70,7 @@ func runGetEventsArgs(ctx context.Context, cfg *globalConfig, pos []string, ns, 
 
 func runGet(ctx context.Context, cfg *globalConfig, args []string, e env) error {
 	fs := newFlagSet("get", cfg)
-	ns := namespaceFlag(fs)
+	ns := namespaceFlag(fs, nsAll)
 	selector := fs.String("l", "", "label selector, e.g. app=web,tier!=db (applied by mqletctl to what the agent returns)")
 	fs.StringVar(selector, "selector", "", "same as -l")
 	watch := fs.Bool("w", false, "pods only: list, then print a line for every change until Ctrl-C")

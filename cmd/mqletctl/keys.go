@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"strings"
 
 	apiv1 "github.com/mqlet/mqlet/api/v1"
 	"github.com/mqlet/mqlet/signing"
@@ -70,7 +71,8 @@ func printTrustedKey(e env, s *signing.Signer) {
 	pub := signing.EncodePublicKey(s.Public())
 	fmt.Fprintf(e.stdout, "keyId: %s publicKey: %s\n", s.KeyID(), pub)
 	fmt.Fprintf(e.stdout, "# node config, under security.trustedKeys:\n")
-	fmt.Fprintf(e.stdout, "  - keyId: %s\n    publicKey: %s\n    verbs: [apply, delete, sync, get]\n", s.KeyID(), pub)
+	// Every verb of the contract: the operator's key signs all it sends.
+	fmt.Fprintf(e.stdout, "  - keyId: %s\n    publicKey: %s\n    verbs: [%s]\n", s.KeyID(), pub, strings.Join(apiv1.Verbs(), ", "))
 }
 
 // runSign prints a signed envelope instead of sending it, for a dashboard

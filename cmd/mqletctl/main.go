@@ -151,7 +151,7 @@ func run(ctx context.Context, args []string, e env) int {
 			usage(e.stdout, top)
 			return exitOK
 		}
-		return badUsage(e, flagError(err), "")
+		return badUsage(e, flagError(err, args), "")
 	}
 	if *showVersion {
 		fmt.Fprintln(e.stdout, "mqletctl", version.Version)

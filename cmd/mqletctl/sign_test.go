@@ -9,6 +9,7 @@ import (
 	"testing"
 	"time"
 
+	apiv1 "github.com/mqlet/mqlet/api/v1"
 	"github.com/mqlet/mqlet/mqtt/broker"
 	"github.com/mqlet/mqlet/signing"
 )
@@ -37,8 +38,9 @@ func generateKey(t *testing.T) (file, id, pub string) {
 	if m == nil {
 		t.Fatalf("no key id line in %q", res.stdout)
 	}
-	if !strings.Contains(res.stdout, "  - keyId: "+m[1]+"\n    publicKey: "+m[2]+"\n    verbs: [") {
-		t.Fatalf("no trustedKeys entry in %q", res.stdout)
+	// The entry lets the key sign every verb mqletctl sends.
+	if !strings.Contains(res.stdout, "  - keyId: "+m[1]+"\n    publicKey: "+m[2]+"\n    verbs: ["+strings.Join(apiv1.Verbs(), ", ")+"]\n") {
+		t.Fatalf("no trustedKeys entry for every verb (%v) in %q", apiv1.Verbs(), res.stdout)
 	}
 	return file, m[1], m[2]
 }

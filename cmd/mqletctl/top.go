@@ -20,7 +20,7 @@ import (
 // agent's next report, at most --timeout.
 func runTop(ctx context.Context, cfg *globalConfig, args []string, e env) error {
 	fs := newFlagSet("top", cfg)
-	ns := namespaceFlag(fs)
+	ns := namespaceFlag(fs, nsAll)
 	pos, err := parseInterleaved(fs, args)
 	if err != nil {
 		return err

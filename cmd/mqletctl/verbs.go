@@ -62,7 +62,7 @@ func callStream(ctx context.Context, cfg *globalConfig, verb string, args any, t
 
 func runLogs(ctx context.Context, cfg *globalConfig, args []string, e env) error {
 	fs := newFlagSet("logs", cfg, e.stderr)
-	ns := namespaceFlag(fs)
+	ns := namespaceFlag(fs, nsDefault)
 	container := fs.String("c", "", "container (default: the pod's only one)")
 	fs.StringVar(container, "container", "", "same as -c")
 	follow := fs.Bool("f", false, "follow: print new lines as they come")
@@ -136,7 +136,7 @@ func runLogs(ctx context.Context, cfg *globalConfig, args []string, e env) error
 
 func runExec(ctx context.Context, cfg *globalConfig, args []string, e env) error {
 	fs := newFlagSet("exec", cfg, e.stderr)
-	ns := namespaceFlag(fs)
+	ns := namespaceFlag(fs, nsDefault)
 	container := fs.String("c", "", "container (default: the pod's only one)")
 	fs.StringVar(container, "container", "", "same as -c")
 	timeout := fs.Duration("command-timeout", 0, "stop the command after this long (default: the agent's exec.defaultTimeout)")
@@ -178,7 +178,7 @@ func runExec(ctx context.Context, cfg *globalConfig, args []string, e env) error
 
 func runRestart(ctx context.Context, cfg *globalConfig, args []string, e env) error {
 	fs := newFlagSet("restart", cfg, e.stderr)
-	ns := namespaceFlag(fs)
+	ns := namespaceFlag(fs, nsDefault)
 	container := fs.String("c", "", "only this container (default: the whole pod)")
 	fs.StringVar(container, "container", "", "same as -c")
 	pos, err := parseInterleaved(fs, args)
