@@ -31,6 +31,14 @@ func (in *Intake) getEvents(id string, args apiv1.GetRequest) {
 		in.fail(id, "get", errors.New("involvedObject.name: required"))
 		return
 	}
+	// A pod that exists is the pod of its current uid, as kubectl's --for
+	// reads it: an earlier, deleted pod of that name is another object.
+	uid := ""
+	if ref != nil && ref.Kind == apiv1.KindPod {
+		if pod, err := in.findPod(ref.Namespace, ref.Name); err == nil {
+			uid = string(pod.UID)
+		}
+	}
 	events := h.List(func(ev *v1.Event) bool {
 		o := ev.InvolvedObject
 		if args.Namespace != "" && o.Namespace != args.Namespace {
@@ -43,7 +51,8 @@ func (in *Intake) getEvents(id string, args apiv1.GetRequest) {
 		if ns == "" && ref.Kind != "Node" {
 			ns = v1.NamespaceDefault
 		}
-		return o.Name == ref.Name && (ref.Kind == "" || o.Kind == ref.Kind) && (ref.Kind == "Node" || o.Namespace == ns)
+		return o.Name == ref.Name && (ref.Kind == "" || o.Kind == ref.Kind) && (ref.Kind == "Node" || o.Namespace == ns) &&
+			(uid == "" || o.UID == "" || string(o.UID) == uid)
 	})
 	_ = in.replies.Send(apiv1.Reply{RequestID: id, Verb: "get", Phase: apiv1.Succeeded,
 		Message: fmt.Sprintf("%d events", len(events)), Result: apiv1.EventList{Events: events}})

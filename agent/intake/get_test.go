@@ -5,6 +5,7 @@ import (
 	"fmt"
 	"os"
 	"path/filepath"
+	"slices"
 	"strings"
 	"testing"
 	"time"
@@ -12,6 +13,7 @@ import (
 	"github.com/rs/zerolog"
 	v1 "k8s.io/api/core/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/types"
 
 	"github.com/mqlet/mqlet/agent/pending"
 	"github.com/mqlet/mqlet/agent/reply"
@@ -222,5 +224,60 @@ func TestGetNode(t *testing.T) {
 				t.Errorf("%s: node %+v", c.payload, n)
 			}
 		}
+	}
+}
+
+type historyOf []*v1.Event
+
+func (h historyOf) List(match func(*v1.Event) bool) []*v1.Event {
+	var out []*v1.Event
+	for _, ev := range h {
+		if match(ev) {
+			out = append(out, ev)
+		}
+	}
+	return out
+}
+
+// The events of a pod that exists are those of its current uid, not of an
+// earlier, deleted pod of the same name (issue 22); of a pod that is gone,
+// every one of that name.
+func TestGetEventsOfAPodAreThoseOfItsUID(t *testing.T) {
+	r := newRig(t)
+	r.in.Handle(Command{Topic: "mqlet/v1/n1/cmd/apply/a1", Payload: []byte(webPod)})
+	pod, err := r.st.Pod("default", "web")
+	if err != nil {
+		t.Fatal(err)
+	}
+	ref := func(uid string) v1.ObjectReference {
+		return v1.ObjectReference{Kind: "Pod", Namespace: "default", Name: "web", UID: types.UID(uid)}
+	}
+	r.in.opts.Verbs.Events = historyOf{
+		{Reason: "Killing", InvolvedObject: ref("0b7c2f4e-1111-4e5f-9a6b-7c8d9e0f1a2b")},
+		{Reason: "Scheduled", InvolvedObject: ref(string(pod.UID))},
+	}
+	ask := func(id, payload string) []string {
+		t.Helper()
+		r.in.Handle(Command{Topic: "mqlet/v1/n1/cmd/get/" + id, Payload: []byte(payload)})
+		last := r.sender.last(id)
+		list, ok := last.Result.(apiv1.EventList)
+		if last.Phase != apiv1.Succeeded || !ok {
+			t.Fatalf("get %s: %+v", payload, last)
+		}
+		var reasons []string
+		for _, ev := range list.Events {
+			reasons = append(reasons, ev.Reason)
+		}
+		return reasons
+	}
+	if got := ask("g1", `{"kind":"Event","involvedObject":{"kind":"Pod","namespace":"default","name":"web"}}`); !slices.Equal(got, []string{"Scheduled"}) {
+		t.Errorf("events of pod web: %v, want only its own uid's Scheduled", got)
+	}
+	if got := ask("g2", `{"kind":"Event"}`); len(got) != 2 {
+		t.Errorf("every event: %v", got)
+	}
+	r.in.Handle(Command{Topic: "mqlet/v1/n1/cmd/delete/d1", Payload: []byte(`{"kind":"Pod","namespace":"default","name":"web"}`)})
+	if got := ask("g3", `{"kind":"Event","involvedObject":{"kind":"Pod","name":"web"}}`); len(got) != 2 {
+		t.Errorf("events of a deleted pod web: %v, want every one of that name", got)
 	}
 }

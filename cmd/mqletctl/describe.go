@@ -82,8 +82,7 @@ collect:
 			if json.Unmarshal(m.Payload, &ev) != nil {
 				continue
 			}
-			o := ev.InvolvedObject
-			if o.Kind != "Pod" || o.Namespace != pod.Namespace || o.Name != pod.Name {
+			if !ofPod(&ev, pod) {
 				continue
 			}
 			// A repeated event is the same Event object again with a higher
@@ -116,6 +115,16 @@ collect:
 	return describePod(e.stdout, pod, mergeEvents(history, events), note, e.now)
 }
 
+// ofPod says whether ev is about pod: its kind, namespace and name, and
+// its uid when both have one (an earlier pod of that name is another).
+func ofPod(ev *v1.Event, pod *v1.Pod) bool {
+	o := ev.InvolvedObject
+	if o.Kind != "Pod" || o.Namespace != pod.Namespace || o.Name != pod.Name {
+		return false
+	}
+	return o.UID == "" || pod.UID == "" || o.UID == pod.UID
+}
+
 // podEventHistory asks the agent for the pod's kept events; why says, when
 // it cannot have them, what the agent or the broker answered.
 func podEventHistory(ctx context.Context, c *client, pod *v1.Pod) (events []v1.Event, why string) {
@@ -136,7 +145,7 @@ func podEventHistory(ctx context.Context, c *client, pod *v1.Pod) (events []v1.E
 		return nil, "decoding the event history: " + err.Error()
 	}
 	for _, ev := range list.Events {
-		if ev != nil {
+		if ev != nil && ofPod(ev, pod) {
 			events = append(events, *ev)
 		}
 	}

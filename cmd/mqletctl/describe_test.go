@@ -250,3 +250,23 @@ func TestTopWithoutMetricsTimesOut(t *testing.T) {
 		t.Fatalf("top of a node that does not exist: %v", res)
 	}
 }
+
+// describe shows the events of the pod it describes, not those of an
+// earlier, deleted pod of the same name (another uid).
+func TestDescribeKeepsTheEventsOfThePodsUID(t *testing.T) {
+	pod := &v1.Pod{ObjectMeta: metav1.ObjectMeta{Namespace: "default", Name: "web", UID: "uid-now"}}
+	for _, c := range []struct {
+		ref  v1.ObjectReference
+		want bool
+	}{
+		{v1.ObjectReference{Kind: "Pod", Namespace: "default", Name: "web", UID: "uid-now"}, true},
+		{v1.ObjectReference{Kind: "Pod", Namespace: "default", Name: "web"}, true},
+		{v1.ObjectReference{Kind: "Pod", Namespace: "default", Name: "web", UID: "uid-before"}, false},
+		{v1.ObjectReference{Kind: "Pod", Namespace: "other", Name: "web", UID: "uid-now"}, false},
+		{v1.ObjectReference{Kind: "Node", Name: "web"}, false},
+	} {
+		if got := ofPod(&v1.Event{InvolvedObject: c.ref}, pod); got != c.want {
+			t.Errorf("ofPod(%+v) = %v, want %v", c.ref, got, c.want)
+		}
+	}
+}
