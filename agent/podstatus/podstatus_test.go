@@ -607,6 +607,8 @@ func TestIsRunningOrDone(t *testing.T) {
 		reasonPart string
 	}{
 		{"all running", newPod(v1.RestartPolicyAlways, "a", "b"), rsOf(sb, running("a", "1", 0), running("b", "2", 0)), Hints{}, true, true, "all 2 containers running"},
+		{"running again after an OOM kill", newPod(v1.RestartPolicyAlways, "a"), rsOf(sb, exited("a", "1", 0, 137, "OOMKilled"), running("a", "2", 1)), Hints{}, true, true,
+			"all 1 containers running; container a restarted 1 time, last ended OOMKilled (exit code 137)"},
 		{"one still creating", newPod(v1.RestartPolicyAlways, "a", "b"), rsOf(sb, running("a", "1", 0)), Hints{Waiting: map[string]Waiting{"b": {Reason: "ContainerCreating"}}}, false, false, "container b: ContainerCreating"},
 		{"succeeded", newPod(v1.RestartPolicyNever, "a"), rsOf(sb, exited("a", "1", 0, 0, "")), Hints{}, true, true, "succeeded"},
 		{"failed", newPod(v1.RestartPolicyNever, "a"), rsOf(sb, exited("a", "1", 0, 2, "Error")), Hints{}, true, false, "container a Error (exit code 2)"},

@@ -45,7 +45,19 @@ func IsRunningOrDone(st v1.PodStatus, pod *v1.Pod) (done bool, ok bool, reason s
 		}
 	}
 	if st.Phase == v1.PodRunning && allRunning(pod, st) {
-		return true, true, fmt.Sprintf("all %d containers running", len(pod.Spec.Containers))
+		// Running now, and how each got there: a container that was
+		// killed (OOMKilled at once) and started again is not just running.
+		msg := fmt.Sprintf("all %d containers running", len(pod.Spec.Containers))
+		for _, cs := range st.ContainerStatuses {
+			if t := cs.LastTerminationState.Terminated; t != nil && cs.RestartCount > 0 {
+				times := "times"
+				if cs.RestartCount == 1 {
+					times = "time"
+				}
+				msg += fmt.Sprintf("; container %s restarted %d %s, last ended %s (exit code %d)", cs.Name, cs.RestartCount, times, t.Reason, t.ExitCode)
+			}
+		}
+		return true, true, msg
 	}
 	return false, false, pendingDetail(pod, st)
 }
