@@ -30,6 +30,7 @@ import (
 	"github.com/mqlet/mqlet/agent/prober"
 	"github.com/mqlet/mqlet/agent/reply"
 	"github.com/mqlet/mqlet/agent/restart"
+	"github.com/mqlet/mqlet/agent/retained"
 	"github.com/mqlet/mqlet/agent/statusmgr"
 	"github.com/mqlet/mqlet/agent/store"
 	"github.com/mqlet/mqlet/agent/streams"
@@ -180,6 +181,7 @@ type Agent struct {
 	rt       Runtime
 	log      zerolog.Logger
 	presence *presence.Presence
+	retained *retained.Registry
 	sess     *session.Session
 	tel      *telemetry.Telemetry
 	events   *events.Recorder
@@ -206,7 +208,12 @@ func New(ctx context.Context, opts Options, deps Deps, log zerolog.Logger) (*Age
 	// Replies and events are persisted in groups (see intake.Group).
 	a.group = intake.NewGroup(st, out, log.With().Str("component", "intake").Logger())
 	a.events = events.New(eventSink{topics: opts.Topics, out: a.group.Publisher(), log: log, history: opts.EventLog}, events.Options{Node: opts.Topics.Node}, log.With().Str("component", "events").Logger())
-	a.status = statusmgr.New(opts.Topics, out, st, log.With().Str("component", "status").Logger())
+	reg, err := retained.New(out, st, []string{session.BrokerID(opts.Session.BrokerURL)}, log.With().Str("component", "retained").Logger())
+	if err != nil {
+		return nil, err
+	}
+	a.retained = reg
+	a.status = statusmgr.New(opts.Topics, reg, st, log.With().Str("component", "status").Logger())
 	var replyOpts []reply.Option
 	if opts.MaxReplyBytes > 0 {
 		replyOpts = append(replyOpts, reply.WithMaxReplyBytes(opts.MaxReplyBytes))
@@ -256,7 +263,7 @@ func New(ctx context.Context, opts Options, deps Deps, log zerolog.Logger) (*Age
 	telCfg := opts.Telemetry
 	telCfg.Topics, telCfg.Version = opts.Topics, opts.Version
 	counters := telemetry.Counters(telemetry.Merge(a.Counters, telemetry.CRICounters(rt)), deps.Outbox, a.sess)
-	tel, err := telemetry.New(ctx, telCfg, telemetry.Deps{Runtime: rt, Out: out, Events: a.events, Counters: counters}, log)
+	tel, err := telemetry.New(ctx, telCfg, telemetry.Deps{Runtime: rt, Out: out, Retained: a.retained, Events: a.events, Counters: counters}, log)
 	if err != nil {
 		return nil, fmt.Errorf("setting up telemetry: %w", err)
 	}
@@ -282,12 +289,14 @@ func (a *Agent) buildSession() error {
 	so.Handler = a.HandleCommand
 	so.ManualAck = true // the agent acknowledges each command once it is persisted
 	so.Will = &will
+	// Every connect, to the same broker or another, publishes the node's
+	// whole retained state: the broker may have lost it or never had it.
 	so.OnConnect = func(ctx context.Context) error {
 		online, err := a.presence.Online()
 		if err != nil {
 			return err
 		}
-		return a.sess.Publish(ctx, online)
+		return a.retained.Republish(ctx, a.sess.Broker(), a.sess, online)
 	}
 	sess, err := session.New(so, a.log)
 	if err != nil {

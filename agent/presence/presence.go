@@ -10,6 +10,7 @@ import (
 	"fmt"
 	"time"
 
+	"github.com/mqlet/mqlet/agent/retained"
 	apiv1 "github.com/mqlet/mqlet/api/v1"
 	"github.com/mqlet/mqlet/mqtt/outbox"
 )
@@ -62,7 +63,7 @@ func (p *Presence) Offline() outbox.Message {
 func (p *Presence) message(s apiv1.NodeState) outbox.Message {
 	s.BootID, s.Version, s.StartedAt, s.TS, s.SealingKey = p.bootID, p.version, p.startedAt, p.now().UTC(), p.sealingKey
 	payload, _ := json.Marshal(s) // a struct of strings, numbers and times always encodes
-	return outbox.Message{Topic: p.topic, Payload: payload, QoS: 1, Retained: true, Coalesce: true}
+	return retained.Message(p.topic, payload)
 }
 
 func newBootID() string {

@@ -18,12 +18,13 @@ import (
 
 	apiv1 "github.com/mqlet/mqlet/api/v1"
 	"github.com/mqlet/mqlet/internal/liveperiod"
-	"github.com/mqlet/mqlet/mqtt/outbox"
 )
 
-// Publisher queues a message for the broker (the outbox).
-type Publisher interface {
-	Put(m outbox.Message) error
+// Retained is where pod statuses are published: the node's registry of
+// retained topics (agent/retained), which owns how.
+type Retained interface {
+	Set(topic string, payload []byte) error
+	Clear(topic string) error
 }
 
 type entry struct {
@@ -43,7 +44,7 @@ const ledgerKey = "statusmgr/published-pods"
 // Manager keeps the latest published status of every pod. Safe for concurrent use.
 type Manager struct {
 	topics apiv1.Scheme
-	out    Publisher
+	out    Retained
 	ledger Ledger
 	log    zerolog.Logger
 
@@ -57,7 +58,7 @@ type Manager struct {
 }
 
 // New returns a Manager publishing through out; ledger may be nil.
-func New(topics apiv1.Scheme, out Publisher, ledger Ledger, log zerolog.Logger) *Manager {
+func New(topics apiv1.Scheme, out Retained, ledger Ledger, log zerolog.Logger) *Manager {
 	return &Manager{topics: topics, out: out, ledger: ledger, log: log, pods: map[string]entry{}}
 }
 
@@ -253,7 +254,13 @@ func (m *Manager) Run(ctx context.Context, interval liveperiod.Source) {
 }
 
 func (m *Manager) put(namespace, name string, payload []byte) error {
-	err := m.out.Put(outbox.Message{Topic: m.topics.Pod(namespace, name), Payload: payload, QoS: 1, Retained: true, Coalesce: true})
+	topic := m.topics.Pod(namespace, name)
+	var err error
+	if len(payload) == 0 {
+		err = m.out.Clear(topic)
+	} else {
+		err = m.out.Set(topic, payload)
+	}
 	if err != nil {
 		return fmt.Errorf("queueing status of pod %s/%s: %w", namespace, name, err)
 	}

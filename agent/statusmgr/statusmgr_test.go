@@ -10,6 +10,7 @@ import (
 	v1 "k8s.io/api/core/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 
+	"github.com/mqlet/mqlet/agent/retained"
 	apiv1 "github.com/mqlet/mqlet/api/v1"
 	"github.com/mqlet/mqlet/mqtt/outbox"
 )
@@ -18,6 +19,12 @@ type capture struct {
 	mu   sync.Mutex
 	msgs []outbox.Message
 }
+
+// Set and Clear publish as the node's registry of retained topics does.
+func (c *capture) Set(topic string, payload []byte) error {
+	return c.Put(retained.Message(topic, payload))
+}
+func (c *capture) Clear(topic string) error { return c.Put(retained.Message(topic, nil)) }
 
 func (c *capture) Put(m outbox.Message) error {
 	c.mu.Lock()

@@ -14,6 +14,7 @@ import (
 	v1 "k8s.io/api/core/v1"
 
 	"github.com/mqlet/mqlet/agent/nodestatus"
+	"github.com/mqlet/mqlet/agent/retained"
 	apiv1 "github.com/mqlet/mqlet/api/v1"
 	"github.com/mqlet/mqlet/cri"
 	"github.com/mqlet/mqlet/mqtt/outbox"
@@ -75,6 +76,11 @@ type fakePublisher struct {
 }
 
 func newFakePublisher() *fakePublisher { return &fakePublisher{msgs: make(chan outbox.Message, 256)} }
+
+// Set publishes as the node's registry of retained topics does.
+func (p *fakePublisher) Set(topic string, payload []byte) error {
+	return p.Put(retained.Message(topic, payload))
+}
 
 func (p *fakePublisher) Put(m outbox.Message) error {
 	if p.fails.Load() > 0 {

@@ -159,7 +159,7 @@ func TestIntegrationRealCollector(t *testing.T) {
 		Topics: testTopics, Version: "v0.0.0-test", StateDir: t.TempDir(), CgroupRoot: cgroupRoot,
 		MetricsInterval: 50 * time.Millisecond, NodeStatusInterval: time.Hour,
 		MemoryAvailable: "100Mi", DiskAvailablePct: 10, PIDAvailablePct: 5,
-	}, Deps{Runtime: rt, Out: out, Counters: Counters(agentCounters, fixedOutbox{Depth: 3, Bytes: 2048, Dropped: 1}, fixedSession{Connected: true, MessagesIn: 9})},
+	}, Deps{Runtime: rt, Out: out, Retained: out, Counters: Counters(agentCounters, fixedOutbox{Depth: 3, Bytes: 2048, Dropped: 1}, fixedSession{Connected: true, MessagesIn: 9})},
 		zerolog.New(zerolog.NewTestWriter(t)).Level(zerolog.InfoLevel))
 	if err != nil {
 		t.Fatal(err)

@@ -148,7 +148,7 @@ func TestMetricsDisabledAtZero(t *testing.T) {
 
 	// Telemetry does not even create the collector.
 	tel, err := New(context.Background(), Config{Topics: testTopics, MetricsInterval: 0, NodeStatusInterval: time.Hour, StateDir: t.TempDir()},
-		Deps{Runtime: newFakeRuntime(true), Out: newFakePublisher(), NewCollector: func(context.Context, metrics.Options, zerolog.Logger) (Collector, error) {
+		Deps{Runtime: newFakeRuntime(true), Out: newFakePublisher(), Retained: newFakePublisher(), NewCollector: func(context.Context, metrics.Options, zerolog.Logger) (Collector, error) {
 			t.Error("collector created with metrics off")
 			return col, nil
 		}}, zerolog.Nop())
@@ -165,7 +165,7 @@ func TestTelemetryRunsBothAndClosesTheCollector(t *testing.T) {
 	out := newFakePublisher()
 	var gotOpts metrics.Options
 	tel, err := New(context.Background(), Config{Topics: testTopics, MetricsInterval: 10 * time.Millisecond, NodeStatusInterval: time.Hour, StateDir: "/var/lib/mqlet-test", CgroupRoot: "/mqlet-x", MemoryAvailable: "64Mi"},
-		Deps{Runtime: runtimeWithPods(), Out: out, Host: fakeHost, MemoryAvailable: newMemoryGauge(plentyOfMemory).read,
+		Deps{Runtime: runtimeWithPods(), Out: out, Retained: out, Host: fakeHost, MemoryAvailable: newMemoryGauge(plentyOfMemory).read,
 			NewCollector: func(_ context.Context, opts metrics.Options, _ zerolog.Logger) (Collector, error) {
 				gotOpts = opts
 				return col, nil
@@ -197,7 +197,7 @@ func TestTelemetryRunsBothAndClosesTheCollector(t *testing.T) {
 }
 
 func TestNewRejectsABadMemoryThreshold(t *testing.T) {
-	_, err := New(context.Background(), Config{Topics: testTopics, MemoryAvailable: "lots"}, Deps{Runtime: newFakeRuntime(true), Out: newFakePublisher()}, zerolog.Nop())
+	_, err := New(context.Background(), Config{Topics: testTopics, MemoryAvailable: "lots"}, Deps{Runtime: newFakeRuntime(true), Out: newFakePublisher(), Retained: newFakePublisher()}, zerolog.Nop())
 	if err == nil {
 		t.Fatal("memory threshold \"lots\" accepted")
 	}
@@ -235,7 +235,7 @@ func TestCountersMergeAgentOutboxAndSession(t *testing.T) {
 func TestCollectorFailureTurnsMetricsOffNotTheNode(t *testing.T) {
 	out := newFakePublisher()
 	tel, err := New(context.Background(), Config{Topics: testTopics, MetricsInterval: time.Millisecond, NodeStatusInterval: time.Hour},
-		Deps{Runtime: newFakeRuntime(true), Out: out, Host: fakeHost, MemoryAvailable: newMemoryGauge(plentyOfMemory).read,
+		Deps{Runtime: newFakeRuntime(true), Out: out, Retained: out, Host: fakeHost, MemoryAvailable: newMemoryGauge(plentyOfMemory).read,
 			NewCollector: func(context.Context, metrics.Options, zerolog.Logger) (Collector, error) {
 				return nil, errors.New("no cgroup mounts")
 			}}, zerolog.Nop())

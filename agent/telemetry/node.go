@@ -36,6 +36,12 @@ type Publisher interface {
 	Put(m outbox.Message) error
 }
 
+// Retained is where the node is published: the node's registry of retained
+// topics (agent/retained), which owns how.
+type Retained interface {
+	Set(topic string, payload []byte) error
+}
+
 // RuntimeState is what the node reporter needs of the container runtime.
 type RuntimeState interface {
 	Ready() bool
@@ -121,7 +127,7 @@ type NodeReporter struct {
 	opts    NodeOptions
 	builder *nodestatus.Builder
 	src     NodeSources
-	out     Publisher
+	out     Retained
 	events  NodeEventRecorder
 	log     zerolog.Logger
 	now     func() time.Time
@@ -136,7 +142,7 @@ type NodeReporter struct {
 }
 
 // NewNodeReporter returns a reporter; Run starts it.
-func NewNodeReporter(opts NodeOptions, builder *nodestatus.Builder, src NodeSources, out Publisher, events NodeEventRecorder, log zerolog.Logger) *NodeReporter {
+func NewNodeReporter(opts NodeOptions, builder *nodestatus.Builder, src NodeSources, out Retained, events NodeEventRecorder, log zerolog.Logger) *NodeReporter {
 	if src.Host == nil {
 		src.Host = func() (nodestatus.HostInputs, error) { return nodestatus.ReadHostInputs(nodestatus.HostConfig{}) }
 	}
@@ -216,8 +222,7 @@ func (r *NodeReporter) report(force bool) {
 		r.log.Error().Err(err).Msg("encoding node status")
 		return
 	}
-	msg := outbox.Message{Topic: r.opts.Topics.NodeTopic(), Payload: payload, QoS: 1, Retained: true, Coalesce: true}
-	if err := r.out.Put(msg); err != nil {
+	if err := r.out.Set(r.opts.Topics.NodeTopic(), payload); err != nil {
 		// published stays as it was, so the next check retries.
 		r.log.Warn().Err(err).Msg("queueing node status")
 		return

@@ -2,6 +2,7 @@ package telemetry
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"sync"
 	"time"
@@ -59,7 +60,8 @@ type NewCollectorFunc func(ctx context.Context, opts metrics.Options, log zerolo
 // Deps are the parts telemetry reads from and publishes to.
 type Deps struct {
 	Runtime  Runtime
-	Out      Publisher
+	Out      Publisher         // metrics
+	Retained Retained          // the node
 	Events   NodeEventRecorder // may be nil
 	Counters CounterSource     // may be nil
 	// NewCollector defaults to metrics.New; it is only called when metrics are on.
@@ -86,6 +88,9 @@ func newMetricsCollector(ctx context.Context, opts metrics.Options, log zerolog.
 // cfg.MetricsInterval > 0; otherwise, or when it cannot be created (logged,
 // not fatal), metrics are off and MachineInfo is read without it.
 func New(ctx context.Context, cfg Config, deps Deps, log zerolog.Logger) (*Telemetry, error) {
+	if deps.Out == nil || deps.Retained == nil {
+		return nil, errors.New("telemetry: no publisher or no retained registry")
+	}
 	thresholds, err := thresholdsFrom(cfg)
 	if err != nil {
 		return nil, err
@@ -133,7 +138,7 @@ func New(ctx context.Context, cfg Config, deps Deps, log zerolog.Logger) (*Telem
 	}
 	t.node = NewNodeReporter(NodeOptions{Topics: cfg.Topics, Interval: cfg.NodeStatusInterval, Live: cfg.LiveNodeStatus, MaxPods: cfg.MaxPods, RuntimeEndpoint: cfg.RuntimeEndpoint},
 		builder, nodeSources(machine, deps, host),
-		deps.Out, deps.Events, log.With().Str("component", "nodestatus").Logger())
+		deps.Retained, deps.Events, log.With().Str("component", "nodestatus").Logger())
 	return t, nil
 }
 

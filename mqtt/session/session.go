@@ -202,6 +202,21 @@ func setDefault(d *time.Duration, def time.Duration) {
 	}
 }
 
+// BrokerID names a broker by its URL without user info: the identity under
+// which what a broker is owed is kept, never holding a secret.
+func BrokerID(raw string) string {
+	u, err := url.Parse(raw)
+	if err != nil {
+		return ""
+	}
+	u.User = nil
+	return u.String()
+}
+
+// Broker is the identity (BrokerID) of the broker of the current or last
+// connection.
+func (s *Session) Broker() string { return BrokerID(s.opts.BrokerURL) }
+
 // ValidateBrokerURL accepts tcp://, ssl://, ws:// and wss:// URLs with a host
 // (and port for tcp/ssl).
 func ValidateBrokerURL(raw string) error {
