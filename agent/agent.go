@@ -284,7 +284,7 @@ func (a *Agent) buildSession() error {
 	a.presence = presence.New(a.opts.Topics.State(), a.opts.Version, sealingKey, a.store, nil)
 	will := a.presence.Offline()
 	so := a.opts.Session
-	so.CommandFilter = a.opts.Topics.CommandFilter()
+	so.CommandFilters = a.opts.Topics.CommandFilters()
 	so.InputFilter = a.opts.Topics.InputFilter()
 	so.Handler = a.HandleCommand
 	so.ManualAck = true // the agent acknowledges each command once it is persisted

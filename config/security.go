@@ -48,6 +48,9 @@ type TrustedKey struct {
 	// lift a command's pods to: privileged, baseline or restricted; empty:
 	// the node's own.
 	MaxProfile string `json:"maxProfile"`
+	// Namespaces limit the key's commands to objects of these namespaces;
+	// empty: any.
+	Namespaces []string `json:"namespaces"`
 }
 
 // CommandsMode says whether unsigned commands are accepted.
@@ -155,6 +158,11 @@ func (s *Security) validate(bad func(field, format string, args ...any)) {
 		case "", "privileged", "baseline", "restricted":
 		default:
 			bad(field+".maxProfile", "%q is not one of privileged, baseline, restricted", k.MaxProfile)
+		}
+		for j, ns := range k.Namespaces {
+			if err := apiv1.ValidateNamespace(ns); err != nil {
+				bad(fmt.Sprintf("%s.namespaces[%d]", field, j), "%v", err)
+			}
 		}
 	}
 }

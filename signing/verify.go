@@ -11,6 +11,8 @@ import (
 	"time"
 
 	jose "github.com/go-jose/go-jose/v4"
+
+	apiv1 "github.com/mqlet/mqlet/api/v1"
 )
 
 // Profiles a key may lift a command's pods to, weakest restriction first
@@ -33,6 +35,9 @@ type Key struct {
 	// MaxProfile is the most permissive pod security profile the key may
 	// ask for (ProfilePrivileged, ...); empty: the node's own profile.
 	MaxProfile string
+	// Namespaces limit the key's commands to objects of these namespaces
+	// (the agent checks every object and target); empty: any.
+	Namespaces []string
 }
 
 // Policy is what the Verifier demands.
@@ -70,6 +75,10 @@ type Opened struct {
 	Signed     bool
 	KeyID      string // the key that signed it
 	MaxProfile string // the key's MaxProfile; empty when unsigned
+	// Target is the node or group the command was signed for.
+	Target string
+	// Namespaces are the key's Namespaces; nil when unsigned or any.
+	Namespaces []string
 }
 
 // Verifier opens commands according to a Policy.
@@ -117,6 +126,11 @@ func NewVerifier(p Policy, nonces NonceStore, now func() time.Time) (*Verifier, 
 		}
 		if len(k.Verbs) == 0 {
 			return nil, fmt.Errorf("signature policy: key %q may sign no verb", k.ID)
+		}
+		for _, ns := range k.Namespaces {
+			if err := apiv1.ValidateNamespace(ns); err != nil {
+				return nil, fmt.Errorf("signature policy: key %q: %w", k.ID, err)
+			}
 		}
 		switch k.MaxProfile {
 		case "", ProfilePrivileged, ProfileBaseline, ProfileRestricted:
@@ -243,7 +257,11 @@ func (v *Verifier) Open(verb, requestID string, payload []byte) (Opened, error) 
 	if c.Body == nil {
 		c.Body = []byte{}
 	}
-	return Opened{Body: c.Body, Signed: true, KeyID: key.ID, MaxProfile: key.MaxProfile}, nil
+	var namespaces []string
+	if len(key.Namespaces) > 0 {
+		namespaces = slices.Clone(key.Namespaces)
+	}
+	return Opened{Body: c.Body, Signed: true, KeyID: key.ID, MaxProfile: key.MaxProfile, Target: c.Node, Namespaces: namespaces}, nil
 }
 
 func parse(payload []byte) (*jose.JSONWebSignature, error) {

@@ -35,6 +35,11 @@ func (in *Intake) applyObjects(id string, payload []byte, replaceAll bool) {
 		in.nodeEvent(v1.EventTypeWarning, ReasonFailedDecode, fmt.Sprintf("request %s: %v", id, err))
 		return
 	}
+	if problems := in.scope.scopeObjects(objs); len(problems) > 0 {
+		in.fail(id, verb, fmt.Errorf("%d object(s) refused, nothing applied: %s", len(problems), summarize(problems)), problems...)
+		in.nodeEvent(v1.EventTypeWarning, ReasonOutOfScope, fmt.Sprintf("request %s: %s", id, summarize(problems)))
+		return
+	}
 	if problems := in.unsealAll(objs); len(problems) > 0 {
 		in.fail(id, verb, fmt.Errorf("%d Secret(s) refused, nothing applied: %s", len(problems), summarize(problems)), problems...)
 		in.nodeEvent(v1.EventTypeWarning, ReasonFailedUnseal, fmt.Sprintf("request %s: %s", id, summarize(problems)))
@@ -58,7 +63,12 @@ func (in *Intake) applyObjects(id string, payload []byte, replaceAll bool) {
 	}
 	var changes []store.Change
 	if replaceAll {
-		changes, err = in.store.Replace(objs)
+		sc, scErr := in.scope.storeScope()
+		if scErr != nil {
+			in.fail(id, verb, scErr)
+			return
+		}
+		changes, err = in.store.Replace(objs, sc)
 	} else {
 		changes, err = in.store.Apply(objs)
 	}

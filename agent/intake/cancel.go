@@ -5,6 +5,7 @@ import (
 	"fmt"
 
 	"github.com/mqlet/mqlet/agent/manifest"
+	"github.com/mqlet/mqlet/agent/streams"
 	apiv1 "github.com/mqlet/mqlet/api/v1"
 )
 
@@ -26,9 +27,12 @@ func (in *Intake) handleCancel(r request) {
 		in.fail(id, verb, fmt.Errorf("requestId: %w", err))
 		return
 	}
+	scope := in.scope
 	in.afterCommit(func(in *Intake) {
-		if !in.opts.Verbs.Streams.Cancel(args.RequestID) {
-			in.fail(id, verb, fmt.Errorf("no running request %q (logs, exec and restart requests can be cancelled while they run)", args.RequestID))
+		// A request about a pod outside the scope is answered as one not
+		// running: the scope learns nothing of other namespaces' requests.
+		if !in.opts.Verbs.Streams.CancelIf(args.RequestID, func(k streams.Kind) bool { return scope.sees(ownerMeta(k.Owner)) }) {
+			in.fail(id, verb, fmt.Errorf("no running request %q in this command's scope (logs, exec and restart requests can be cancelled while they run)", args.RequestID))
 			return
 		}
 		_ = in.replies.Send(apiv1.Reply{RequestID: id, Verb: verb, Phase: apiv1.Succeeded, Message: "cancelled request " + args.RequestID,

@@ -20,6 +20,10 @@ func (in *Intake) handleConfig(r request) {
 		in.fail(id, verb, errors.New("verb \"config\" is not supported by this mqlet"))
 		return
 	}
+	if err := in.scope.nodeWide("verb config"); err != nil {
+		in.fail(id, verb, err)
+		return
+	}
 	var patch map[string]any
 	if err := manifest.DecodeArgs(payload, &patch); err != nil {
 		in.fail(id, verb, fmt.Errorf("decoding config patch: %w", err))

@@ -15,9 +15,19 @@ import (
 // killed gracefully.
 func (in *Intake) handleDelete(r request) {
 	id, payload := r.id, r.payload
-	refs, grace, err := manifest.DecodeRef(payload)
+	refs, grace, err := manifest.DecodeRefIn(payload, in.scope.defaultNamespace())
 	if err != nil {
 		in.fail(id, "delete", fmt.Errorf("decoding delete request: %w", err))
+		return
+	}
+	var outside []string
+	for _, r := range refs {
+		if !in.scope.allows(r.Namespace) {
+			outside = append(outside, in.scope.outside(r.Kind, r.Namespace, r.Name).Error())
+		}
+	}
+	if len(outside) > 0 {
+		in.fail(id, "delete", fmt.Errorf("%d object(s) refused, nothing deleted: %s", len(outside), summarize(outside)), outside...)
 		return
 	}
 	if grace != nil && *grace < 0 {

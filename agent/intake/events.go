@@ -31,6 +31,18 @@ func (in *Intake) getEvents(id string, args apiv1.GetRequest) {
 		in.fail(id, "get", errors.New("involvedObject.name: required"))
 		return
 	}
+	if in.scope.namespaced() && ref != nil {
+		if ref.Kind == "Node" {
+			in.fail(id, "get", in.scope.nodeWide("the events of the node"))
+			return
+		}
+		ns, err := in.scope.namespace(ref.Kind, ref.Namespace, ref.Name)
+		if err != nil {
+			in.fail(id, "get", err)
+			return
+		}
+		ref.Namespace = ns
+	}
 	// A pod that exists is the pod of its current uid, as kubectl's --for
 	// reads it: an earlier, deleted pod of that name is another object.
 	uid := ""

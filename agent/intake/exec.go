@@ -54,7 +54,7 @@ func (in *Intake) handleExec(r request) {
 	// a PUBLISH carries no publisher identity, and there are no user
 	// properties in which a client could even claim one.
 	in.events.Event(pod, v1.EventTypeNormal, ReasonExec, fmt.Sprintf("exec requested (request %s) in container %s: %s", id, container, quoteCommand(args.Command)))
-	in.startStream(id, verb, false, func(in *Intake, ctx context.Context) {
+	in.startStream(id, verb, false, &pod.ObjectMeta, func(in *Intake, ctx context.Context) {
 		in.runExec(ctx, id, podKey(pod), container, args.Command, timeout)
 	})
 }

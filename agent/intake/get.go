@@ -6,6 +6,7 @@ import (
 	"strings"
 
 	v1 "k8s.io/api/core/v1"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/labels"
 
 	"github.com/mqlet/mqlet/agent/manifest"
@@ -22,6 +23,22 @@ func (in *Intake) handleGet(r request) {
 			in.fail(id, "get", fmt.Errorf("decoding get request: %w", err))
 			return
 		}
+	}
+	if strings.EqualFold(args.Kind, "Config") || strings.EqualFold(args.Kind, apiv1.KindNode) || strings.EqualFold(args.Kind, "Nodes") {
+		if err := in.scope.nodeWide("kind " + args.Kind); err != nil {
+			in.fail(id, "get", err)
+			return
+		}
+	}
+	// A namespace-scoped get reads its namespace: one that names none
+	// lists the scope's, one that names another is refused.
+	if in.scope.namespaced() && !strings.EqualFold(args.Kind, "Config") {
+		ns, err := in.scope.namespace(args.Kind, args.Namespace, args.Name)
+		if err != nil {
+			in.fail(id, "get", err)
+			return
+		}
+		args.Namespace = ns
 	}
 	if strings.EqualFold(args.Kind, "Config") {
 		in.getConfig(id, args)
@@ -52,8 +69,9 @@ func (in *Intake) handleGet(r request) {
 		return
 	}
 	kind := strings.TrimSuffix(strings.ToLower(args.Kind), "s")
-	match := func(ns, name string, l map[string]string) bool {
-		return (args.Namespace == "" || args.Namespace == ns) && (args.Name == "" || args.Name == name) && sel.Matches(labels.Set(l))
+	match := func(m *metav1.ObjectMeta) bool {
+		return (args.Namespace == "" || args.Namespace == m.Namespace) && (args.Name == "" || args.Name == m.Name) &&
+			sel.Matches(labels.Set(m.Labels)) && in.scope.sees(m)
 	}
 	res := apiv1.GetResult{Pods: []*v1.Pod{}, ConfigMaps: []*v1.ConfigMap{}, Secrets: []*v1.Secret{}}
 	if kind == "" || kind == "pod" {
@@ -63,7 +81,7 @@ func (in *Intake) handleGet(r request) {
 			return
 		}
 		for _, p := range pods {
-			if !match(p.Namespace, p.Name, p.Labels) {
+			if !match(&p.ObjectMeta) {
 				continue
 			}
 			if st, ok := in.status.Get(p.Namespace, p.Name); ok && st.UID == p.UID {
@@ -80,7 +98,7 @@ func (in *Intake) handleGet(r request) {
 			return
 		}
 		for _, c := range cms {
-			if match(c.Namespace, c.Name, c.Labels) {
+			if match(&c.ObjectMeta) {
 				if args.Name == "" {
 					c = withoutData(c)
 				}
@@ -96,7 +114,7 @@ func (in *Intake) handleGet(r request) {
 			return
 		}
 		for _, s := range secrets {
-			if match(s.Namespace, s.Name, s.Labels) {
+			if match(&s.ObjectMeta) {
 				r := validate.RedactSecret(s)
 				r.Kind, r.APIVersion = "Secret", "v1"
 				res.Secrets = append(res.Secrets, r)

@@ -28,7 +28,7 @@ import (
 // Store is the persisted desired state.
 type Store interface {
 	Apply(objs []apiruntime.Object) ([]store.Change, error)
-	Replace(objs []apiruntime.Object) ([]store.Change, error)
+	Replace(objs []apiruntime.Object, scope store.Scope) ([]store.Change, error)
 	Delete(kind, namespace, name string) (bool, error)
 	ListPods() ([]*v1.Pod, error)
 	ListConfigMaps() ([]*v1.ConfigMap, error)
@@ -108,6 +108,9 @@ type Options struct {
 	Marks Marker
 	// Verbs wire the operator verbs (logs, exec, restart, cancel; verbs.go).
 	Verbs VerbOptions
+	// Groups, if set, gives the groups the node is in now; a command on
+	// the topic of any other group is refused. nil: none.
+	Groups func() []string
 }
 
 // Reasons of the intake's events and failed replies.
@@ -118,6 +121,7 @@ const (
 	ReasonCommandPanicked     = "CommandPanicked"
 	ReasonCommandStoppedAgent = "CommandStoppedAgent"
 	ReasonRetainedCommand     = "RetainedCommand"
+	ReasonOutOfScope          = "OutOfScope"
 )
 
 // Messages of refusals operators act on.
@@ -144,12 +148,13 @@ type Intake struct {
 
 	received, rejected atomic.Uint64 // read by the metrics loop while commands arrive
 
-	// cmdProfile is the signed profile of the command being handled; Handle
-	// runs one command at a time.
+	// cmdProfile is the signed profile of the command being handled, and
+	// scope what it may touch; Handle runs one command at a time.
 	cmdProfile string
 	// cmdRequester names who sent it: the signing key's id, or empty
 	// (MQTT 3.1.1 carries no publisher identity).
 	cmdRequester string
+	scope        cmdScope
 }
 
 // New returns an Intake.
@@ -163,7 +168,8 @@ func New(opts Options, st Store, replies Sender, tracker Tracker, pods Scheduler
 func (in *Intake) Handle(cmd Command) {
 	in.received.Add(1)
 	topicName, payload := cmd.Topic, cmd.Payload
-	verb, id, err := in.opts.Topics.ParseCommand(topicName)
+	ct, err := in.opts.Topics.ParseCommand(topicName)
+	verb, id := ct.Verb, ct.RequestID
 	derived := id == ""
 	if derived {
 		id = DeriveRequestID(topicName, payload)
@@ -191,6 +197,11 @@ func (in *Intake) Handle(cmd Command) {
 	}
 	if err != nil {
 		in.fail(id, verb, fmt.Errorf("bad command topic %q: %w", topicName, err))
+		return
+	}
+	// Unrecorded: a stale subscription must not use up the request id.
+	if err := in.checkMember(ct.Scope); err != nil {
+		in.refuseUnrecorded(id, verb, err)
 		return
 	}
 	// A command without a request id is named by its topic and payload, so
@@ -222,7 +233,7 @@ func (in *Intake) Handle(cmd Command) {
 	defer in.markInFlight(id, verb, log)()
 	defer in.recoverPanic(id, verb, log)
 
-	payload, ok := in.open(id, verb, payload)
+	payload, ok := in.open(id, verb, ct.Scope, payload)
 	if !ok {
 		return
 	}
@@ -327,7 +338,7 @@ func DeriveRequestID(topicName string, payload []byte) string {
 func (in *Intake) refuseUnrecorded(id, verb string, err error) {
 	in.rejected.Add(1)
 	in.log.Warn().Str("requestId", id).Str("verb", verb).Err(err).Msg("command refused")
-	payload, mErr := json.Marshal(apiv1.Reply{RequestID: id, Verb: verb, Phase: apiv1.Failed, Message: err.Error(), TS: in.now().UTC()})
+	payload, mErr := json.Marshal(apiv1.Reply{RequestID: id, Node: in.opts.Topics.Node, Verb: verb, Phase: apiv1.Failed, Message: err.Error(), TS: in.now().UTC()})
 	if mErr != nil {
 		in.log.Error().Err(mErr).Msg("encoding reply")
 		return

@@ -10,6 +10,7 @@ import (
 	"unicode/utf8"
 
 	"golang.org/x/time/rate"
+	v1 "k8s.io/api/core/v1"
 
 	"github.com/mqlet/mqlet/agent/manifest"
 	"github.com/mqlet/mqlet/agent/streams"
@@ -40,65 +41,65 @@ func (in *Intake) handleLogs(r request) {
 		in.fail(id, verb, fmt.Errorf("decoding logs request: %w", err))
 		return
 	}
-	req, follow, err := in.logRequest(args)
+	pod, req, follow, err := in.logRequest(args)
 	if err != nil {
 		in.fail(id, verb, err)
 		return
 	}
-	in.startStream(id, verb, follow > 0, func(in *Intake, ctx context.Context) { in.runLogs(ctx, id, req, follow) })
+	in.startStream(id, verb, follow > 0, &pod.ObjectMeta, func(in *Intake, ctx context.Context) { in.runLogs(ctx, id, req, follow) })
 }
 
 // logRequest checks args against the limits and turns them into the
 // runtime's request; follow is how long to follow (0: not).
-func (in *Intake) logRequest(args apiv1.LogsRequest) (cri.LogRequest, time.Duration, error) {
+func (in *Intake) logRequest(args apiv1.LogsRequest) (*v1.Pod, cri.LogRequest, time.Duration, error) {
 	lim := in.opts.Verbs.Logs
 	var req cri.LogRequest
 	pod, err := in.findPod(args.Namespace, args.Name)
 	if err != nil {
-		return req, 0, err
+		return pod, req, 0, err
 	}
 	container, err := pickContainer(pod, args.Container, true)
 	if err != nil {
-		return req, 0, err
+		return pod, req, 0, err
 	}
 	req = cri.LogRequest{Pod: podKey(pod), Container: container, Previous: args.Previous, Timestamps: args.Timestamps}
 	if t := args.TailLines; t != nil {
 		if *t < 0 || *t > maxTailLines {
-			return req, 0, fmt.Errorf("tailLines %d: must be 0 to %d", *t, maxTailLines)
+			return pod, req, 0, fmt.Errorf("tailLines %d: must be 0 to %d", *t, maxTailLines)
 		}
 		req.TailLines = t
 	}
 	switch {
 	case args.SinceSeconds != nil && args.SinceTime != "":
-		return req, 0, errors.New("sinceSeconds and sinceTime: give at most one")
+		return pod, req, 0, errors.New("sinceSeconds and sinceTime: give at most one")
 	case args.SinceSeconds != nil:
 		if s := *args.SinceSeconds; s < 1 || s > maxSinceSeconds {
-			return req, 0, fmt.Errorf("sinceSeconds %d: must be 1 to %d", s, maxSinceSeconds)
+			return pod, req, 0, fmt.Errorf("sinceSeconds %d: must be 1 to %d", s, maxSinceSeconds)
 		}
 		req.Since = in.now().Add(-time.Duration(*args.SinceSeconds) * time.Second)
 	case args.SinceTime != "":
 		t, err := time.Parse(time.RFC3339, args.SinceTime)
 		if err != nil {
-			return req, 0, fmt.Errorf("sinceTime %q: not an RFC 3339 time", args.SinceTime)
+			return pod, req, 0, fmt.Errorf("sinceTime %q: not an RFC 3339 time", args.SinceTime)
 		}
 		req.Since = t
 	}
 	limit := lim.MaxBytes
 	if b := args.LimitBytes; b != nil {
 		if *b < 1 || *b > lim.MaxBytes {
-			return req, 0, fmt.Errorf("limitBytes %d: must be 1 to %d (logs.maxBytes)", *b, lim.MaxBytes)
+			return pod, req, 0, fmt.Errorf("limitBytes %d: must be 1 to %d (logs.maxBytes)", *b, lim.MaxBytes)
 		}
 		limit = *b
 	}
 	if !args.Follow {
 		req.LimitBytes = &limit
 		if args.FollowSeconds != 0 {
-			return req, 0, errors.New("followSeconds: only with follow")
+			return pod, req, 0, errors.New("followSeconds: only with follow")
 		}
-		return req, 0, nil
+		return pod, req, 0, nil
 	}
 	if args.Previous {
-		return req, 0, errors.New("follow and previous: a terminated container's log does not grow")
+		return pod, req, 0, errors.New("follow and previous: a terminated container's log does not grow")
 	}
 	if args.LimitBytes != nil {
 		req.LimitBytes = &limit
@@ -107,11 +108,11 @@ func (in *Intake) logRequest(args apiv1.LogsRequest) (cri.LogRequest, time.Durat
 	follow := lim.MaxFollow
 	if s := args.FollowSeconds; s != 0 {
 		if s < 1 || s > int64(lim.MaxFollow/time.Second) {
-			return req, 0, fmt.Errorf("followSeconds %d: must be 1 to %d (logs.maxFollow)", s, int64(lim.MaxFollow/time.Second))
+			return pod, req, 0, fmt.Errorf("followSeconds %d: must be 1 to %d (logs.maxFollow)", s, int64(lim.MaxFollow/time.Second))
 		}
 		follow = time.Duration(s) * time.Second
 	}
-	return req, follow, nil
+	return pod, req, follow, nil
 }
 
 func (in *Intake) runLogs(ctx context.Context, id string, req cri.LogRequest, follow time.Duration) {

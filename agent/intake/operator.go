@@ -10,8 +10,10 @@ import (
 	"time"
 
 	v1 "k8s.io/api/core/v1"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/util/validation"
 
+	"github.com/mqlet/mqlet/agent/store"
 	"github.com/mqlet/mqlet/agent/streams"
 	apiv1 "github.com/mqlet/mqlet/api/v1"
 	"github.com/mqlet/mqlet/cri"
@@ -38,6 +40,8 @@ type Restarts interface {
 type Streams interface {
 	Start(id string, kind streams.Kind, fn func(ctx context.Context)) error
 	Cancel(id string) bool
+	// CancelIf cancels id when may allows its kind (Kind.Owner).
+	CancelIf(id string, may func(streams.Kind) bool) bool
 }
 
 // LogLimits bound the logs verb (config logs.*).
@@ -109,9 +113,21 @@ func (in *Intake) sendChunk(r apiv1.Reply) error {
 // instead of taking the agent down. Inside a batch (the pipeline) it starts
 // only once the batch is committed, on the pipeline's own intake, whose
 // sender and store outlive the batch's transaction.
-func (in *Intake) startStream(id, verb string, follow bool, fn func(in *Intake, ctx context.Context)) {
-	kind := streams.Kind{Follow: follow, Requester: in.cmdRequester}
+func (in *Intake) startStream(id, verb string, follow bool, pod *metav1.ObjectMeta, fn func(in *Intake, ctx context.Context)) {
+	kind := streams.Kind{Follow: follow, Requester: in.cmdRequester, Owner: streamOwner(pod)}
 	in.afterCommit(func(base *Intake) { base.startStreamNow(id, verb, kind, fn) })
+}
+
+// streamOwner names whose a stream is, so a cancel is allowed only in a
+// scope that sees its pod: "<namespace> <source>".
+func streamOwner(pod *metav1.ObjectMeta) string {
+	return pod.Namespace + " " + store.SourceOf(pod)
+}
+
+// ownerMeta is the metadata streamOwner was made of.
+func ownerMeta(owner string) *metav1.ObjectMeta {
+	ns, source, _ := strings.Cut(owner, " ")
+	return &metav1.ObjectMeta{Namespace: ns, Annotations: map[string]string{apiv1.AnnotationSource: source}}
 }
 
 // afterCommit runs fn once what the command stored is committed (at once
@@ -147,10 +163,12 @@ func (in *Intake) startStreamNow(id, verb string, kind streams.Kind, fn func(in 
 }
 
 // findPod returns the desired pod named by a verb's arguments, checked
-// before use; namespace defaults to "default".
+// before use and against the command's scope; namespace defaults to the
+// scope's ("default" for a node-wide command).
 func (in *Intake) findPod(namespace, name string) (*v1.Pod, error) {
-	if namespace == "" {
-		namespace = v1.NamespaceDefault
+	namespace, err := in.scope.namespace(store.KindPod, namespace, name)
+	if err != nil {
+		return nil, err
 	}
 	if msgs := validation.IsDNS1123Label(namespace); len(msgs) > 0 {
 		return nil, fmt.Errorf("namespace %q: %s", namespace, strings.Join(msgs, "; "))
@@ -167,6 +185,9 @@ func (in *Intake) findPod(namespace, name string) (*v1.Pod, error) {
 	}
 	for _, p := range pods {
 		if p.Namespace == namespace && p.Name == name {
+			if !in.scope.sees(&p.ObjectMeta) {
+				return nil, fmt.Errorf("pod %s/%s belongs to source %s, outside this command's scope (%s)", namespace, name, store.SourceOf(&p.ObjectMeta), in.scope.describe())
+			}
 			return p, nil
 		}
 	}

@@ -143,11 +143,12 @@ type refusal struct {
 }
 
 func (p *Pipeline) refusal(c Command, waiting int) refusal {
-	verb, id, err := p.in.opts.Topics.ParseCommand(c.Topic)
+	ct, err := p.in.opts.Topics.ParseCommand(c.Topic)
+	id := ct.RequestID
 	if id == "" || err != nil {
 		id = DeriveRequestID(c.Topic, c.Payload)
 	}
-	return refusal{id: id, verb: verb, waiting: waiting, ack: Command{Ack: c.Ack}.ack}
+	return refusal{id: id, verb: ct.Verb, waiting: waiting, ack: Command{Ack: c.Ack}.ack}
 }
 
 // Waiting is how many commands are queued.

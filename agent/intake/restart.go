@@ -45,7 +45,7 @@ func (in *Intake) handleRestart(r request) {
 		}
 	}
 	_ = in.replies.Send(apiv1.Reply{RequestID: id, Verb: verb, Phase: apiv1.Accepted, Message: fmt.Sprintf("restarting %s of pod %s/%s", what(args.Container), pod.Namespace, pod.Name)})
-	in.startStream(id, verb, false, func(in *Intake, ctx context.Context) { in.runRestart(ctx, id, pod, args.Container, names) })
+	in.startStream(id, verb, false, &pod.ObjectMeta, func(in *Intake, ctx context.Context) { in.runRestart(ctx, id, pod, args.Container, names) })
 }
 
 func what(container string) string {

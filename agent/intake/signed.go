@@ -1,11 +1,23 @@
 package intake
 
 import (
+	"fmt"
+
 	v1 "k8s.io/api/core/v1"
 
 	"github.com/mqlet/mqlet/agent/validate"
+	apiv1 "github.com/mqlet/mqlet/api/v1"
 	"github.com/mqlet/mqlet/signing"
 )
+
+// targetOf is the name a command on scope's topic is signed for: the
+// group's, or the node's.
+func targetOf(node string, scope apiv1.Scope) string {
+	if scope.Group != "" {
+		return scope.Group
+	}
+	return node
+}
 
 // Opener checks a command's signature envelope against the node's signing
 // policy and returns the inner command (signing.Verifier does this).
@@ -16,8 +28,8 @@ type Opener interface {
 // open runs the Opener, if any, on a command's payload. It fails the command
 // with the Opener's reason, or returns the inner command and remembers the
 // profile its signer may ask for, for the pod validation of this command.
-func (in *Intake) open(id, verb string, payload []byte) ([]byte, bool) {
-	in.cmdProfile, in.cmdRequester = "", ""
+func (in *Intake) open(id, verb string, scope apiv1.Scope, payload []byte) ([]byte, bool) {
+	in.cmdProfile, in.cmdRequester, in.scope = "", "", cmdScope{Scope: scope}
 	if in.opts.Opener == nil {
 		return payload, true
 	}
@@ -32,7 +44,18 @@ func (in *Intake) open(id, verb string, payload []byte) ([]byte, bool) {
 		return nil, false
 	}
 	if opened.Signed {
+		// The envelope names the node or group it was signed for: it must
+		// be the one whose topic it came on, so a command signed for one
+		// member cannot be sent to the whole group, nor one signed for a
+		// group to a node outside it.
+		if want := targetOf(in.opts.Topics.Node, scope); opened.Target != want {
+			err := fmt.Errorf("signature rejected: signed for %q, but sent on the topic of %q", opened.Target, want)
+			in.refuseUnrecorded(id, verb, err)
+			in.events.ObjectEvent(v1.ObjectReference{Kind: "Node", Name: in.opts.Topics.Node}, v1.EventTypeWarning, "FailedSignature", "request "+id+": "+err.Error())
+			return nil, false
+		}
 		in.log.Info().Str("requestId", id).Str("verb", verb).Str("keyId", opened.KeyID).Msg("signed command verified")
+		in.scope.keyNamespaces = opened.Namespaces
 	}
 	in.cmdProfile = opened.MaxProfile
 	if opened.Signed {

@@ -70,6 +70,12 @@ func (r ObjectRef) String() string { return r.Kind + " " + r.Namespace + "/" + r
 // documents), whose objects are named by their metadata. The grace period
 // comes only from the short form. Namespaces default to "default".
 func DecodeRef(payload []byte) ([]ObjectRef, *int64, error) {
+	return DecodeRefIn(payload, DefaultNamespace)
+}
+
+// DecodeRefIn is DecodeRef with namespaces defaulting to ns (the namespace
+// of a namespace-scoped command).
+func DecodeRefIn(payload []byte, ns string) ([]ObjectRef, *int64, error) {
 	short, err := isShortRef(payload)
 	if err != nil {
 		return nil, nil, err
@@ -79,7 +85,7 @@ func DecodeRef(payload []byte) ([]ObjectRef, *int64, error) {
 		if err := DecodeArgs(payload, &args); err != nil {
 			return nil, nil, err
 		}
-		ref, err := deleteRef(args)
+		ref, err := deleteRef(args, ns)
 		if err != nil {
 			return nil, nil, err
 		}
@@ -91,7 +97,7 @@ func DecodeRef(payload []byte) ([]ObjectRef, *int64, error) {
 	}
 	refs := make([]ObjectRef, 0, len(objs))
 	for i, obj := range objs {
-		ref, err := RefOf(obj)
+		ref, err := refIn(obj, ns)
 		if err != nil {
 			return nil, nil, fmt.Errorf("object %d: %w", i+1, err)
 		}
@@ -101,7 +107,7 @@ func DecodeRef(payload []byte) ([]ObjectRef, *int64, error) {
 }
 
 // deleteRef checks the short form and returns the reference it names.
-func deleteRef(a apiv1.DeleteRequest) (ObjectRef, error) {
+func deleteRef(a apiv1.DeleteRequest, defaultNS string) (ObjectRef, error) {
 	kind, ok := canonicalKind(a.Kind)
 	if !ok {
 		return ObjectRef{}, fmt.Errorf("kind %q: must be Pod, ConfigMap or Secret", a.Kind)
@@ -114,13 +120,16 @@ func deleteRef(a apiv1.DeleteRequest) (ObjectRef, error) {
 	}
 	ns := a.Namespace
 	if ns == "" {
-		ns = DefaultNamespace
+		ns = defaultNS
 	}
 	return ObjectRef{Kind: kind, Namespace: ns, Name: a.Name}, nil
 }
 
 // RefOf names a decoded object; its namespace defaults to "default".
-func RefOf(obj runtime.Object) (ObjectRef, error) {
+func RefOf(obj runtime.Object) (ObjectRef, error) { return refIn(obj, DefaultNamespace) }
+
+// refIn names a decoded object; its namespace defaults to defaultNS.
+func refIn(obj runtime.Object, defaultNS string) (ObjectRef, error) {
 	var kind string
 	switch obj.(type) {
 	case *v1.Pod:
@@ -141,7 +150,7 @@ func RefOf(obj runtime.Object) (ObjectRef, error) {
 	}
 	ns := m.GetNamespace()
 	if ns == "" {
-		ns = DefaultNamespace
+		ns = defaultNS
 	}
 	return ObjectRef{Kind: kind, Namespace: ns, Name: m.GetName()}, nil
 }

@@ -122,6 +122,9 @@ func (s *Sender) Send(r apiv1.Reply) error {
 	if r.TS.IsZero() {
 		r.TS = s.now().UTC()
 	}
+	if r.Node == "" {
+		r.Node = s.topics.Node
+	}
 	msgs, payload, err := s.encode(r)
 	if err != nil {
 		return err
@@ -184,6 +187,9 @@ func (s *Sender) encode(r apiv1.Reply) ([]outbox.Message, []byte, error) {
 	if r.TS.IsZero() {
 		r.TS = s.now().UTC()
 	}
+	if r.Node == "" {
+		r.Node = s.topics.Node
+	}
 	payload, err := json.Marshal(r)
 	if err != nil {
 		return nil, nil, fmt.Errorf("encoding reply to %s: %w", r.RequestID, err)
@@ -221,7 +227,7 @@ func (s *Sender) encode(r apiv1.Reply) ([]outbox.Message, []byte, error) {
 
 // parts cuts result into in_progress replies that each fit the bound.
 func (s *Sender) parts(r apiv1.Reply, result []byte) ([]outbox.Message, error) {
-	env, err := json.Marshal(apiv1.Reply{RequestID: r.RequestID, Verb: r.Verb, Phase: apiv1.InProgress, Seq: 1 << 30,
+	env, err := json.Marshal(apiv1.Reply{RequestID: r.RequestID, Node: r.Node, Verb: r.Verb, Phase: apiv1.InProgress, Seq: 1 << 30,
 		Message: "result part 1073741824 of 1073741824", Result: apiv1.Part{Data: []byte{}}, TS: r.TS})
 	if err != nil {
 		return nil, fmt.Errorf("encoding reply part to %s: %w", r.RequestID, err)
@@ -234,7 +240,7 @@ func (s *Sender) parts(r apiv1.Reply, result []byte) ([]outbox.Message, error) {
 	msgs := make([]outbox.Message, 0, n)
 	for i := 0; i < n; i++ {
 		piece := result[i*room : min((i+1)*room, len(result))]
-		p, err := json.Marshal(apiv1.Reply{RequestID: r.RequestID, Verb: r.Verb, Phase: apiv1.InProgress, Seq: i + 1,
+		p, err := json.Marshal(apiv1.Reply{RequestID: r.RequestID, Node: r.Node, Verb: r.Verb, Phase: apiv1.InProgress, Seq: i + 1,
 			Message: fmt.Sprintf("result part %d of %d", i+1, n), Result: apiv1.Part{Data: piece}, TS: r.TS})
 		if err != nil {
 			return nil, fmt.Errorf("encoding reply part to %s: %w", r.RequestID, err)
@@ -289,7 +295,7 @@ func (s *Sender) record(r apiv1.Reply, payload []byte, parts int) []byte {
 	if parts == 0 && len(payload) <= s.maxRecorded {
 		return payload
 	}
-	stub := apiv1.Reply{RequestID: r.RequestID, Verb: r.Verb, Phase: r.Phase, TS: r.TS,
+	stub := apiv1.Reply{RequestID: r.RequestID, Node: r.Node, Verb: r.Verb, Phase: r.Phase, TS: r.TS,
 		Message: truncate(r.Message, 1024) + fmt.Sprintf("; the full reply (%d bytes) is not kept: send the request again with a new request id to read it", len(payload))}
 	if parts > 0 {
 		stub.Message = truncate(r.Message, 1024) + fmt.Sprintf("; its %d parts are not kept: send the request again with a new request id to read them", parts)

@@ -68,7 +68,7 @@ func TestSecretsAreEncryptedAtRest(t *testing.T) {
 	if err != nil || len(list) != 1 {
 		t.Fatalf("ListSecrets: %v %v", list, err)
 	}
-	if _, err := s.Replace(nil); err != nil {
+	if _, err := s.Replace(nil, Scope{}); err != nil {
 		t.Fatalf("replace (deleting the encrypted secret): %v", err)
 	}
 }

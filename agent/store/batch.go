@@ -87,33 +87,13 @@ func (t *Tx) Apply(objs []runtime.Object) ([]Change, error) {
 }
 
 // Replace is Store.Replace inside the transaction.
-func (t *Tx) Replace(objs []runtime.Object) ([]Change, error) {
+func (t *Tx) Replace(objs []runtime.Object, scope Scope) ([]Change, error) {
 	if err := t.live(); err != nil {
 		return nil, err
 	}
-	changes, keep, err := t.s.putAll(t.tx, objs)
+	changes, err := t.s.replaceIn(t.tx, objs, scope)
 	if err != nil {
 		return nil, t.fail(fmt.Errorf("replace state store contents: %w", err))
-	}
-	for _, kind := range kindOrder {
-		b := t.tx.Bucket(kindBuckets[kind])
-		var doomed [][]byte
-		_ = b.ForEach(func(k, _ []byte) error {
-			if !keep[kind+" "+string(k)] {
-				doomed = append(doomed, append([]byte(nil), k...))
-			}
-			return nil
-		})
-		for _, k := range doomed {
-			prev, err := t.s.atRest.decode(kind, k, b.Get(k))
-			if err != nil {
-				return nil, t.fail(fmt.Errorf("replace state store contents: read %s %s: %w", kind, k, err))
-			}
-			if err := b.Delete(k); err != nil {
-				return nil, t.fail(fmt.Errorf("replace state store contents: delete %s %s: %w", kind, k, err))
-			}
-			changes = append(changes, Change{Kind: kind, Key: string(k), Action: Deleted, Object: prev})
-		}
 	}
 	t.noteSecretChanges(changes)
 	return changes, nil

@@ -20,6 +20,7 @@ import (
 	"errors"
 	"fmt"
 	"path/filepath"
+	"strings"
 	"sync/atomic"
 	"time"
 
@@ -345,45 +346,74 @@ func (s *Store) noteSecretChanges(changes []Change) {
 	}
 }
 
-// Replace makes objs the whole desired state in one transaction: objects
-// not among them are deleted and reported as Deleted.
-func (s *Store) Replace(objs []runtime.Object) ([]Change, error) {
+// Scope limits what a Replace may delete: the stored objects of one
+// source (SourceOf; "" for any) and of one namespace ("" for any).
+type Scope struct {
+	Source    string
+	Namespace string
+}
+
+// holds reports whether a stored object at key ("namespace/name") with
+// metadata m lies in the scope.
+func (sc Scope) holds(key string, m *metav1.ObjectMeta) bool {
+	if sc.Namespace != "" && !strings.HasPrefix(key, sc.Namespace+"/") {
+		return false
+	}
+	return sc.Source == "" || SourceOf(m) == sc.Source
+}
+
+// Replace makes objs the whole desired state of scope in one transaction:
+// the scope's objects not among them are deleted and reported as Deleted;
+// objects outside it stay.
+func (s *Store) Replace(objs []runtime.Object, scope Scope) ([]Change, error) {
 	var changes []Change
 	err := s.db.Update(func(tx *bolt.Tx) error {
-		applied, keep, err := s.putAll(tx, objs)
-		if err != nil {
-			return err
-		}
-		changes = applied
-		for _, kind := range kindOrder {
-			b := tx.Bucket(kindBuckets[kind])
-			var doomed [][]byte
-			err := b.ForEach(func(k, _ []byte) error {
-				if !keep[kind+" "+string(k)] {
-					doomed = append(doomed, append([]byte(nil), k...))
-				}
-				return nil
-			})
-			if err != nil {
-				return err
-			}
-			for _, k := range doomed {
-				prev, err := s.atRest.decode(kind, k, b.Get(k))
-				if err != nil {
-					return fmt.Errorf("read %s %s: %w", kind, k, err)
-				}
-				if err := b.Delete(k); err != nil {
-					return fmt.Errorf("delete %s %s: %w", kind, k, err)
-				}
-				changes = append(changes, Change{Kind: kind, Key: string(k), Action: Deleted, Object: prev})
-			}
-		}
-		return nil
+		var err error
+		changes, err = s.replaceIn(tx, objs, scope)
+		return err
 	})
 	if err != nil {
 		return nil, fmt.Errorf("replace state store contents: %w", err)
 	}
 	s.noteSecretChanges(changes)
+	return changes, nil
+}
+
+func (s *Store) replaceIn(tx *bolt.Tx, objs []runtime.Object, scope Scope) ([]Change, error) {
+	changes, keep, err := s.putAll(tx, objs)
+	if err != nil {
+		return nil, err
+	}
+	for _, kind := range kindOrder {
+		b := tx.Bucket(kindBuckets[kind])
+		type doomed struct {
+			key []byte
+			obj runtime.Object
+		}
+		var gone []doomed
+		err := b.ForEach(func(k, v []byte) error {
+			if keep[kind+" "+string(k)] {
+				return nil
+			}
+			prev, err := s.atRest.decode(kind, k, v)
+			if err != nil {
+				return fmt.Errorf("read %s %s: %w", kind, k, err)
+			}
+			if scope.holds(string(k), metaOf(prev)) {
+				gone = append(gone, doomed{append([]byte(nil), k...), prev})
+			}
+			return nil
+		})
+		if err != nil {
+			return nil, err
+		}
+		for _, d := range gone {
+			if err := b.Delete(d.key); err != nil {
+				return nil, fmt.Errorf("delete %s %s: %w", kind, d.key, err)
+			}
+			changes = append(changes, Change{Kind: kind, Key: string(d.key), Action: Deleted, Object: d.obj})
+		}
+	}
 	return changes, nil
 }
 

@@ -189,7 +189,7 @@ func TestClientUIDsAreRefused(t *testing.T) {
 			if !errors.As(err, &re) || re.Field != "metadata.uid" || !strings.Contains(err.Error(), c.want) {
 				t.Fatalf("Apply = %v, want a metadata.uid rejection containing %q", err, c.want)
 			}
-			if _, err := s.Replace([]runtime.Object{c.obj}); !errors.As(err, &re) {
+			if _, err := s.Replace([]runtime.Object{c.obj}, Scope{}); !errors.As(err, &re) {
 				t.Fatalf("Replace = %v, want the same rejection", err)
 			}
 		})
@@ -320,7 +320,7 @@ func TestPersistenceAcrossReopen(t *testing.T) {
 func TestReplace(t *testing.T) {
 	s, _ := newStore(t)
 	mustApply(t, s, pod("", "keep", "x:1"), pod("", "gone", "x:1"), configMap("cfg", "a"), secret("sec", "x"))
-	ch, err := s.Replace([]runtime.Object{pod("", "keep", "x:1"), pod("", "new", "x:1"), configMap("cfg", "b")})
+	ch, err := s.Replace([]runtime.Object{pod("", "keep", "x:1"), pod("", "new", "x:1"), configMap("cfg", "b")}, Scope{})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -341,11 +341,11 @@ func TestReplaceIsAtomic(t *testing.T) {
 	s, _ := newStore(t)
 	mustApply(t, s, pod("", "a", "x:1"), configMap("cfg", "a"))
 	bad := []runtime.Object{pod("", "a", "x:2"), &v1.Pod{}} // the second has no name
-	if _, err := s.Replace(bad); err == nil || !strings.Contains(err.Error(), "object 2") {
+	if _, err := s.Replace(bad, Scope{}); err == nil || !strings.Contains(err.Error(), "object 2") {
 		t.Fatalf("Replace with a nameless pod: %v", err)
 	}
 	dup := []runtime.Object{pod("", "a", "x:2"), pod("default", "a", "x:3")}
-	if _, err := s.Replace(dup); err == nil || !strings.Contains(err.Error(), "twice") {
+	if _, err := s.Replace(dup, Scope{}); err == nil || !strings.Contains(err.Error(), "twice") {
 		t.Fatalf("Replace with a duplicate: %v", err)
 	}
 	if _, err := s.Apply([]runtime.Object{configMap("cfg", "z"), &v1.Service{}}); err == nil {

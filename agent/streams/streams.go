@@ -47,6 +47,8 @@ type Kind struct {
 	// Requester names who asked (a signing key), or is empty when
 	// unknown; unknown requesters count as one.
 	Requester string
+	// Owner says whose the request's object is, for CancelIf.
+	Owner string
 }
 
 type running struct {
@@ -149,6 +151,19 @@ func (m *Manager) Cancel(id string) bool {
 	r := m.running[id]
 	m.mu.Unlock()
 	if r == nil {
+		return false
+	}
+	r.cancel(context.Canceled)
+	return true
+}
+
+// CancelIf ends the request id when may allows its kind; it reports
+// whether it did.
+func (m *Manager) CancelIf(id string, may func(Kind) bool) bool {
+	m.mu.Lock()
+	r := m.running[id]
+	m.mu.Unlock()
+	if r == nil || !may(r.kind) {
 		return false
 	}
 	r.cancel(context.Canceled)

@@ -37,9 +37,12 @@ func PhaseRank(phase string) int {
 // Reply is the payload published on <prefix>/<node>/reply/<requestId>.
 type Reply struct {
 	RequestID string `json:"requestId"`
-	Verb      string `json:"verb,omitempty"`
-	Phase     string `json:"phase"`
-	Message   string `json:"message,omitempty"`
+	// Node is the node answering: a group command is answered by every
+	// member, each on its own reply topic.
+	Node    string `json:"node,omitempty"`
+	Verb    string `json:"verb,omitempty"`
+	Phase   string `json:"phase"`
+	Message string `json:"message,omitempty"`
 	// Result is the verb's result type when sending; DecodeReply leaves it
 	// as json.RawMessage so each reader decodes the shape it expects.
 	Result any      `json:"result,omitempty"`

@@ -20,19 +20,70 @@ const MaxRequestIDLen = 128
 // of this node (another node, another prefix, or not under cmd/).
 var ErrNotCommand = errors.New("not a command topic of this node")
 
+// GroupLevel is the topic level under the prefix that holds group topics
+// (<prefix>/group/<group>/...); no node may be named so.
+const GroupLevel = "group"
+
+// Scope is who a command was sent to and what it may touch: this node or
+// one of its groups (Group, "" for the node itself), every namespace or
+// one (Namespace, "" for all). A command may only touch objects of its
+// scope's namespace.
+type Scope struct {
+	Group     string `json:"group,omitempty"`
+	Namespace string `json:"namespace,omitempty"`
+}
+
+// Source is the name of the desired-state source a scope writes to:
+// SourceNode for the node's own commands, "group/<name>" for a group's.
+func (s Scope) Source() string {
+	if s.Group == "" {
+		return SourceNode
+	}
+	return GroupLevel + "/" + s.Group
+}
+
+// String names the scope for messages: "node", "node, namespace a",
+// "group line-1, namespace a".
+func (s Scope) String() string {
+	out := "node"
+	if s.Group != "" {
+		out = "group " + s.Group
+	}
+	if s.Namespace != "" {
+		out += ", namespace " + s.Namespace
+	}
+	return out
+}
+
+// SourceNode is the source of objects stored by the node's own commands.
+const SourceNode = "node"
+
+// AnnotationSource records on every stored object (and so on every
+// published pod) the source it came from: SourceNode or "group/<name>"
+// (Scope.Source). mqlet sets it; a command may only repeat it.
+const AnnotationSource = "mqlet.io/source"
+
+// CommandTopic is a parsed command topic.
+type CommandTopic struct {
+	Verb      string
+	RequestID string // empty when the topic carries none
+	Scope     Scope
+}
+
 // Scheme builds the topics of one node.
 type Scheme struct {
 	Prefix string // empty means DefaultPrefix
 	Node   string
 }
 
-func (s Scheme) base() string {
-	p := s.Prefix
-	if p == "" {
-		p = DefaultPrefix
+func (s Scheme) prefix() string {
+	if s.Prefix == "" {
+		return DefaultPrefix
 	}
-	return p + "/" + s.Node
+	return s.Prefix
 }
+
+func (s Scheme) base() string { return s.prefix() + "/" + s.Node }
 
 // Validate reports whether the prefix and node name can form topics.
 func (s Scheme) Validate() error {
@@ -44,12 +95,36 @@ func (s Scheme) Validate() error {
 	return ValidateNodeName(s.Node)
 }
 
-// CommandFilter is the subscription filter for this node's commands.
-func (s Scheme) CommandFilter() string { return s.base() + "/cmd/#" }
+// CommandFilters are the subscription filters for this node's own
+// commands: node-wide and namespace-scoped.
+func (s Scheme) CommandFilters() []string {
+	return []string{s.base() + "/cmd/#", s.base() + "/ns/+/cmd/#"}
+}
 
-// Command is the topic of a command verb, with an optional request id.
+// GroupFilters are the subscription filters for the commands of group:
+// group-wide and namespace-scoped.
+func (s Scheme) GroupFilters(group string) []string {
+	b := s.prefix() + "/" + GroupLevel + "/" + group
+	return []string{b + "/cmd/#", b + "/ns/+/cmd/#"}
+}
+
+// Command is the topic of a node-wide command verb, with an optional
+// request id.
 func (s Scheme) Command(verb, requestID string) string {
-	t := s.base() + "/cmd/" + verb
+	return s.CommandIn(Scope{}, verb, requestID)
+}
+
+// CommandIn is the topic of a command verb in scope (this node's or a
+// group's, node-wide or of one namespace), with an optional request id.
+func (s Scheme) CommandIn(scope Scope, verb, requestID string) string {
+	t := s.base()
+	if scope.Group != "" {
+		t = s.prefix() + "/" + GroupLevel + "/" + scope.Group
+	}
+	if scope.Namespace != "" {
+		t += "/ns/" + scope.Namespace
+	}
+	t += "/cmd/" + verb
 	if requestID != "" {
 		t += "/" + requestID
 	}
@@ -102,33 +177,67 @@ func (s Scheme) ParseInput(topic string) (string, error) {
 // Reply is the topic answering one request.
 func (s Scheme) Reply(requestID string) string { return s.base() + "/reply/" + requestID }
 
-// ParseCommand splits a command topic of this node into verb and request id
-// (empty when the topic has none). It rejects topics of other nodes or
-// prefixes, an empty verb, extra levels and unsafe request ids.
-func (s Scheme) ParseCommand(topic string) (verb, requestID string, err error) {
-	head := s.base() + "/cmd/"
-	rest, ok := strings.CutPrefix(topic, head)
+// ParseCommand splits a command topic this node listens on into verb,
+// request id (empty when the topic has none) and scope: its own node
+// topics, node-wide or of one namespace, and any group's topics (whether
+// the node is in that group is the intake's question, since membership is
+// live). It rejects topics of other nodes or prefixes, an empty verb, extra
+// levels, unsafe request ids, group and namespace names that are not valid.
+func (s Scheme) ParseCommand(topic string) (CommandTopic, error) {
+	bad := func(format string, args ...any) (CommandTopic, error) {
+		return CommandTopic{}, fmt.Errorf("parse command topic %q: "+format, append([]any{topic}, args...)...)
+	}
+	p := s.Prefix
+	if p == "" {
+		p = DefaultPrefix
+	}
+	rest, ok := strings.CutPrefix(topic, p+"/")
 	if !ok {
-		return "", "", fmt.Errorf("parse command topic %q: %w", topic, ErrNotCommand)
+		return bad("%w", ErrNotCommand)
+	}
+	var c CommandTopic
+	switch {
+	case strings.HasPrefix(rest, s.Node+"/"):
+		rest = rest[len(s.Node)+1:]
+	case strings.HasPrefix(rest, GroupLevel+"/"):
+		rest = rest[len(GroupLevel)+1:]
+		g, after, _ := strings.Cut(rest, "/")
+		if err := ValidateGroupName(g); err != nil {
+			return bad("%w", err)
+		}
+		c.Scope.Group, rest = g, after
+	default:
+		return bad("%w", ErrNotCommand)
+	}
+	if ns, ok := strings.CutPrefix(rest, "ns/"); ok {
+		name, after, _ := strings.Cut(ns, "/")
+		if err := ValidateNamespace(name); err != nil {
+			return bad("%w", err)
+		}
+		c.Scope.Namespace, rest = name, after
+	}
+	rest, ok = strings.CutPrefix(rest, "cmd/")
+	if !ok {
+		return bad("%w", ErrNotCommand)
 	}
 	levels := strings.Split(rest, "/")
 	if len(levels) > 2 {
-		return "", "", fmt.Errorf("parse command topic %q: too many levels after cmd/ (want <verb>[/<requestId>])", topic)
+		return bad("too many levels after cmd/ (want <verb>[/<requestId>])")
 	}
-	verb = levels[0]
-	if verb == "" {
-		return "", "", fmt.Errorf("parse command topic %q: empty verb", topic)
+	c.Verb = levels[0]
+	if c.Verb == "" {
+		return bad("empty verb")
 	}
-	if !safeLevel(verb, 64) {
-		return "", "", fmt.Errorf("parse command topic %q: verb %q has characters outside [A-Za-z0-9._-]", topic, verb)
+	if !safeLevel(c.Verb, 64) {
+		return bad("verb %q has characters outside [A-Za-z0-9._-]", c.Verb)
 	}
 	if len(levels) == 2 {
-		requestID = levels[1]
-		if err := ValidateRequestID(requestID); err != nil {
-			return "", "", fmt.Errorf("parse command topic %q: %w", topic, err)
+		c.RequestID = levels[1]
+		if err := ValidateRequestID(c.RequestID); err != nil {
+			return bad("%w", err)
 		}
 	}
-	return verb, requestID, nil
+	return c, nil
 }
 
 // ValidateRequestID accepts 1..128 characters of [A-Za-z0-9._-], not "." or
@@ -165,7 +274,8 @@ func safeLevel(s string, maxLen int) bool {
 }
 
 // ValidateNodeName accepts a node name usable as one topic level: not empty,
-// no '/', no wildcards, no leading '$', no NUL.
+// no '/', no wildcards, no leading '$', no NUL, and not GroupLevel (the
+// level under which group topics live).
 func ValidateNodeName(node string) error {
 	if node == "" {
 		return errors.New("node name is empty")
@@ -173,7 +283,57 @@ func ValidateNodeName(node string) error {
 	if strings.Contains(node, "/") {
 		return fmt.Errorf("node name %q contains '/'", node)
 	}
+	if node == GroupLevel {
+		return fmt.Errorf("node name %q is reserved: <prefix>/%s/<group>/... are the group topics", node, GroupLevel)
+	}
 	return validateTopicText("node name", node)
+}
+
+// MaxGroupNameLen bounds a group name (a topic level and part of every
+// stored object's source).
+const MaxGroupNameLen = 63
+
+// ValidateGroupName accepts a group name: 1..63 characters of
+// [A-Za-z0-9._-], not "." nor "..". Group names are narrower than node
+// names: they appear in ACL patterns and in the source of stored objects.
+func ValidateGroupName(group string) error {
+	if group == "" {
+		return errors.New("group name is empty")
+	}
+	if !safeLevel(group, MaxGroupNameLen) {
+		return fmt.Errorf("group name %q: want 1 to %d characters of [A-Za-z0-9._-]", bounded(group), MaxGroupNameLen)
+	}
+	if group == "." || group == ".." {
+		return fmt.Errorf("group name %q is a dot path", group)
+	}
+	return nil
+}
+
+// ValidateNamespace accepts a Kubernetes namespace name (an RFC 1123 DNS
+// label: 1..63 characters of [a-z0-9-], starting and ending alphanumeric).
+func ValidateNamespace(ns string) error {
+	if ns == "" {
+		return errors.New("namespace is empty")
+	}
+	if len(ns) > 63 {
+		return fmt.Errorf("namespace %q is longer than 63 characters", bounded(ns))
+	}
+	for i := 0; i < len(ns); i++ {
+		c := ns[i]
+		alnum := c >= 'a' && c <= 'z' || c >= '0' && c <= '9'
+		if !alnum && (c != '-' || i == 0 || i == len(ns)-1) {
+			return fmt.Errorf("namespace %q is not a DNS label (lower-case alphanumerics and '-', starting and ending alphanumeric)", bounded(ns))
+		}
+	}
+	return nil
+}
+
+// bounded shortens a name from a topic before it is echoed in an error.
+func bounded(s string) string {
+	if len(s) > 80 {
+		return s[:80] + "..."
+	}
+	return s
 }
 
 // ValidatePrefix accepts a topic prefix of one or more non-empty levels with

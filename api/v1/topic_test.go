@@ -8,7 +8,13 @@ import (
 func TestTopics(t *testing.T) {
 	s := Scheme{Node: "gw1"}
 	cases := map[string]string{
-		s.CommandFilter():             "mqlet/v1/gw1/cmd/#",
+		s.CommandFilters()[0]:                                        "mqlet/v1/gw1/cmd/#",
+		s.CommandFilters()[1]:                                        "mqlet/v1/gw1/ns/+/cmd/#",
+		s.GroupFilters("l1")[0]:                                      "mqlet/v1/group/l1/cmd/#",
+		s.GroupFilters("l1")[1]:                                      "mqlet/v1/group/l1/ns/+/cmd/#",
+		s.CommandIn(Scope{Namespace: "a"}, "get", "r"):               "mqlet/v1/gw1/ns/a/cmd/get/r",
+		s.CommandIn(Scope{Group: "l1"}, "apply", ""):                 "mqlet/v1/group/l1/cmd/apply",
+		s.CommandIn(Scope{Group: "l1", Namespace: "b"}, "sync", "x"): "mqlet/v1/group/l1/ns/b/cmd/sync/x",
 		s.State():                     "mqlet/v1/gw1/state",
 		s.NodeTopic():                 "mqlet/v1/gw1/node",
 		s.Pod("default", "web"):       "mqlet/v1/gw1/pods/default/web",
@@ -42,16 +48,24 @@ func TestParseInput(t *testing.T) {
 
 func TestParseCommand(t *testing.T) {
 	s := Scheme{Node: "gw1"}
-	ok := []struct{ topic, verb, id string }{
-		{"mqlet/v1/gw1/cmd/apply", "apply", ""},
-		{"mqlet/v1/gw1/cmd/apply/req-1", "apply", "req-1"},
-		{"mqlet/v1/gw1/cmd/get/A.b_c-9", "get", "A.b_c-9"},
-		{"mqlet/v1/gw1/cmd/logs/" + strings.Repeat("x", 128), "logs", strings.Repeat("x", 128)},
+	ok := []struct {
+		topic, verb, id string
+		scope           Scope
+	}{
+		{"mqlet/v1/gw1/cmd/apply", "apply", "", Scope{}},
+		{"mqlet/v1/gw1/cmd/apply/req-1", "apply", "req-1", Scope{}},
+		{"mqlet/v1/gw1/cmd/get/A.b_c-9", "get", "A.b_c-9", Scope{}},
+		{"mqlet/v1/gw1/cmd/logs/" + strings.Repeat("x", 128), "logs", strings.Repeat("x", 128), Scope{}},
+		{"mqlet/v1/gw1/ns/team-a/cmd/get/r1", "get", "r1", Scope{Namespace: "team-a"}},
+		{"mqlet/v1/gw1/ns/b/cmd/apply", "apply", "", Scope{Namespace: "b"}},
+		{"mqlet/v1/group/line-1/cmd/apply/r2", "apply", "r2", Scope{Group: "line-1"}},
+		{"mqlet/v1/group/line-1/ns/a/cmd/sync", "sync", "", Scope{Group: "line-1", Namespace: "a"}},
+		{"mqlet/v1/group/gw1/cmd/get", "get", "", Scope{Group: "gw1"}},
 	}
 	for _, c := range ok {
-		verb, id, err := s.ParseCommand(c.topic)
-		if err != nil || verb != c.verb || id != c.id {
-			t.Errorf("ParseCommand(%q) = %q, %q, %v; want %q, %q", c.topic, verb, id, err, c.verb, c.id)
+		got, err := s.ParseCommand(c.topic)
+		if err != nil || got.Verb != c.verb || got.RequestID != c.id || got.Scope != c.scope {
+			t.Errorf("ParseCommand(%q) = %+v, %v; want %q, %q, %+v", c.topic, got, err, c.verb, c.id, c.scope)
 		}
 	}
 	bad := []string{
@@ -70,15 +84,44 @@ func TestParseCommand(t *testing.T) {
 		"mqlet/v1/gw1/cmd/apply/a b",      // space
 		"mqlet/v1/gw1/cmd/ap ply",         // bad verb
 		"mqlet/v1/gw1/cmd/apply/" + strings.Repeat("x", 129),
-		"mqlet/v1/gw1x/cmd/apply", // node prefix of another node
+		"mqlet/v1/gw1x/cmd/apply",                                 // node prefix of another node
+		"mqlet/v1/gw1/ns/cmd/apply",                               // no namespace
+		"mqlet/v1/gw1/ns//cmd/apply",                              // empty namespace
+		"mqlet/v1/gw1/ns/A/cmd/apply",                             // not a DNS label
+		"mqlet/v1/gw1/ns/-a/cmd/apply",                            // not a DNS label
+		"mqlet/v1/gw1/ns/a_b/cmd/apply",                           // not a DNS label
+		"mqlet/v1/gw1/ns/a/b/cmd/apply",                           // extra level
+		"mqlet/v1/gw1/ns/a",                                       // no cmd
+		"mqlet/v1/gw1/ns/a/pods/x",                                // not a command
+		"mqlet/v1/group/cmd/apply",                                // no group
+		"mqlet/v1/group//cmd/apply",                               // empty group
+		"mqlet/v1/group/a+b/cmd/apply",                            // wildcard
+		"mqlet/v1/group/a b/cmd/apply",                            // space
+		"mqlet/v1/group/../cmd/apply",                             // dot path
+		"mqlet/v1/group/l1/ns/a/ns/b/cmd/get",                     // two namespaces
+		"mqlet/v1/group/l1/reply/x",                               // not a command
+		"mqlet/v1/group/" + strings.Repeat("g", 64) + "/cmd/get",  // too long
+		"mqlet/v1/gw1/ns/" + strings.Repeat("n", 64) + "/cmd/get", // too long
 	}
 	for _, topic := range bad {
-		if verb, id, err := s.ParseCommand(topic); err == nil {
-			t.Errorf("ParseCommand(%q) = %q, %q, nil; want an error", topic, verb, id)
+		if got, err := s.ParseCommand(topic); err == nil {
+			t.Errorf("ParseCommand(%q) = %+v, nil; want an error", topic, got)
 		}
 	}
-	if _, _, err := s.ParseCommand("mqlet/v1/gw2/cmd/apply"); err == nil || !strings.Contains(err.Error(), ErrNotCommand.Error()) {
+	if _, err := s.ParseCommand("mqlet/v1/gw2/cmd/apply"); err == nil || !strings.Contains(err.Error(), ErrNotCommand.Error()) {
 		t.Errorf("other node error = %v, want ErrNotCommand", err)
+	}
+}
+
+func TestScopeSource(t *testing.T) {
+	if got := (Scope{}).Source(); got != SourceNode {
+		t.Errorf("node scope source %q", got)
+	}
+	if got := (Scope{Group: "l1", Namespace: "a"}).Source(); got != "group/l1" {
+		t.Errorf("group scope source %q", got)
+	}
+	if got := (Scope{Group: "l1", Namespace: "a"}).String(); got != "group l1, namespace a" {
+		t.Errorf("scope string %q", got)
 	}
 }
 
@@ -88,7 +131,7 @@ func TestValidate(t *testing.T) {
 			t.Errorf("ValidateNodeName(%q) = %v", n, err)
 		}
 	}
-	for _, n := range []string{"", "$sys", "a+b", "a#", "a/b"} {
+	for _, n := range []string{"", "$sys", "a+b", "a#", "a/b", "group"} {
 		if err := ValidateNodeName(n); err == nil {
 			t.Errorf("ValidateNodeName(%q) = nil, want error", n)
 		}

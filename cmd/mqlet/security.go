@@ -36,7 +36,7 @@ func verifierFrom(cfg *config.Config) (*signing.Verifier, io.Closer, error) {
 		if id == "" {
 			id = signing.KeyID(pub)
 		}
-		keys = append(keys, signing.Key{ID: id, Public: pub, Verbs: k.Verbs, MaxProfile: k.MaxProfile})
+		keys = append(keys, signing.Key{ID: id, Public: pub, Verbs: k.Verbs, MaxProfile: k.MaxProfile, Namespaces: k.Namespaces})
 	}
 	policy := signing.Policy{
 		Required:    sec.Commands == config.CommandsSignedOnly,

@@ -108,7 +108,8 @@ func startFakeAgent(t *testing.T, url string, answer func(received) []fakeReply)
 	var answering sync.WaitGroup
 	t.Cleanup(answering.Wait)
 	handler := func(cl paho.Client, m paho.Message) {
-		verb, id, err := scheme.ParseCommand(m.Topic())
+		ct, err := scheme.ParseCommand(m.Topic())
+		verb, id := ct.Verb, ct.RequestID
 		if err != nil {
 			t.Errorf("fake agent: bad command topic %q: %v", m.Topic(), err)
 			return
@@ -138,7 +139,7 @@ func startFakeAgent(t *testing.T, url string, answer func(received) []fakeReply)
 			}
 		}()
 	}
-	tok := c.Subscribe(scheme.CommandFilter(), 1, handler)
+	tok := c.Subscribe(scheme.CommandFilters()[0], 1, handler)
 	if !tok.WaitTimeout(5*time.Second) || tok.Error() != nil {
 		t.Fatalf("fake agent subscribing: %v", tok.Error())
 	}

@@ -14,6 +14,8 @@ import (
 	"math/rand/v2"
 	"net/url"
 	"os"
+	"slices"
+	"strings"
 	"sync"
 	"sync/atomic"
 	"time"
@@ -81,8 +83,9 @@ type Options struct {
 	// DISCONNECT; it is always sent retained.
 	Will *outbox.Message
 
-	// CommandFilter is subscribed at QoS 1 on every connect.
-	CommandFilter string
+	// CommandFilters are subscribed at QoS 1 on every connect;
+	// SetCommandFilters changes them.
+	CommandFilters []string
 	// InputFilter, when set, is subscribed at QoS 0 on every connect: the
 	// input of running requests, which nothing persists.
 	InputFilter string
@@ -127,9 +130,10 @@ type Session struct {
 	opts Options
 	log  zerolog.Logger
 
-	mu     sync.Mutex
-	active *conn  // usable connection, nil when none
-	epoch  *epoch // signals of the current or next connection
+	mu      sync.Mutex
+	active  *conn    // usable connection, nil when none
+	epoch   *epoch   // signals of the current or next connection
+	filters []string // subscribed at the next connect (opts.CommandFilters, then SetCommandFilters)
 
 	stop     chan struct{} // closed by Disconnect
 	stopOnce sync.Once
@@ -189,10 +193,11 @@ func New(opts Options, log zerolog.Logger) (*Session, error) {
 	}
 	u, _ := url.Parse(opts.BrokerURL)
 	return &Session{
-		opts:  opts,
-		log:   log.With().Str("component", "mqtt").Str("broker", u.Redacted()).Str("clientId", opts.ClientID).Logger(),
-		epoch: newEpoch(),
-		stop:  make(chan struct{}),
+		opts:    opts,
+		filters: slices.Clone(opts.CommandFilters),
+		log:     log.With().Str("component", "mqtt").Str("broker", u.Redacted()).Str("clientId", opts.ClientID).Logger(),
+		epoch:   newEpoch(),
+		stop:    make(chan struct{}),
 	}, nil
 }
 
@@ -497,9 +502,12 @@ func (s *Session) connect(ctx context.Context) (*conn, error) {
 	if err := s.wait(ctx, c, c.client.Connect()); err != nil {
 		return fail("connect to broker", err)
 	}
-	if s.opts.CommandFilter != "" {
-		if err := s.subscribe(ctx, c, s.opts.CommandFilter, 1); err != nil {
-			return fail("subscribe "+s.opts.CommandFilter, err)
+	s.mu.Lock()
+	filters := slices.Clone(s.filters)
+	s.mu.Unlock()
+	if len(filters) > 0 {
+		if err := s.subscribeAll(ctx, c, filters); err != nil {
+			return fail("subscribe "+strings.Join(filters, " "), err)
 		}
 	}
 	// A broker whose ACL predates the input topics refuses this one: the
@@ -511,7 +519,15 @@ func (s *Session) connect(ctx context.Context) (*conn, error) {
 	}
 	s.mu.Lock()
 	s.active = c
+	now := slices.Clone(s.filters)
 	s.mu.Unlock()
+	// Changed while this connection subscribed: catch up.
+	if !slices.Equal(now, filters) {
+		if err := s.refilter(ctx, c, filters, now); err != nil {
+			s.deactivate(c)
+			return fail("subscribe", err)
+		}
+	}
 	if s.opts.OnConnect != nil {
 		hookCtx, cancel := context.WithCancel(ctx)
 		// The hook's context also ends if this connection drops under it.
@@ -556,6 +572,75 @@ func (s *Session) subscribe(ctx context.Context, c *conn, filter string, qos byt
 		s.log.Debug().Err(err).Int("try", try+1).Msg("retrying subscription")
 	}
 	return err
+}
+
+// subscribeAll subscribes filters at QoS 1 in one SUBSCRIBE.
+func (s *Session) subscribeAll(ctx context.Context, c *conn, filters []string) error {
+	want := make(map[string]byte, len(filters))
+	for _, f := range filters {
+		want[f] = 1
+	}
+	var err error
+	for try := 0; try < subscribeTries; try++ {
+		tok := c.client.SubscribeMultiple(want, nil) // nil: the default handler
+		if err = s.wait(ctx, c, tok); err != nil {
+			return err
+		}
+		err = nil
+		for f, granted := range tok.(*paho.SubscribeToken).Result() {
+			if granted > 2 {
+				err = fmt.Errorf("broker refused the subscription to %s (code 0x%02x)", f, granted)
+			}
+		}
+		if err == nil {
+			return nil
+		}
+		s.log.Debug().Err(err).Int("try", try+1).Msg("retrying subscription")
+	}
+	return err
+}
+
+// SetCommandFilters makes filters the command subscriptions: on the
+// connection up now (new ones subscribed, dropped ones unsubscribed) and
+// at every later connect. A filter dropped while no connection is up stays
+// in the broker's persistent session until a later change; the receiver
+// must refuse what arrives on it.
+func (s *Session) SetCommandFilters(ctx context.Context, filters []string) error {
+	s.mu.Lock()
+	old := s.filters
+	s.filters = slices.Clone(filters)
+	c := s.active
+	s.mu.Unlock()
+	if c == nil {
+		return nil
+	}
+	return s.refilter(ctx, c, old, filters)
+}
+
+// refilter moves c's subscriptions from old to filters.
+func (s *Session) refilter(ctx context.Context, c *conn, old, filters []string) error {
+	var added, dropped []string
+	for _, f := range filters {
+		if !slices.Contains(old, f) {
+			added = append(added, f)
+		}
+	}
+	for _, f := range old {
+		if !slices.Contains(filters, f) {
+			dropped = append(dropped, f)
+		}
+	}
+	if len(added) > 0 {
+		if err := s.subscribeAll(ctx, c, added); err != nil {
+			return fmt.Errorf("subscribe %s: %w", strings.Join(added, " "), err)
+		}
+	}
+	if len(dropped) > 0 {
+		if err := s.wait(ctx, c, c.client.Unsubscribe(dropped...)); err != nil {
+			return fmt.Errorf("unsubscribe %s: %w", strings.Join(dropped, " "), err)
+		}
+	}
+	return nil
 }
 
 // wait waits for a paho token, bounded by the connect timeout, ctx,

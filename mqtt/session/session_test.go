@@ -36,12 +36,12 @@ func newFixture(t *testing.T, url string, tune func(*Options)) *fixture {
 		cmds:   make(chan received, 100),
 	}
 	opts := Options{
-		BrokerURL:     url,
-		ClientID:      ClientID(f.scheme.Node),
-		ReconnectMin:  20 * time.Millisecond,
-		ReconnectMax:  200 * time.Millisecond,
-		Will:          &outbox.Message{Topic: f.scheme.State(), Payload: []byte("offline"), QoS: 1, Retained: true},
-		CommandFilter: f.scheme.CommandFilter(),
+		BrokerURL:      url,
+		ClientID:       ClientID(f.scheme.Node),
+		ReconnectMin:   20 * time.Millisecond,
+		ReconnectMax:   200 * time.Millisecond,
+		Will:           &outbox.Message{Topic: f.scheme.State(), Payload: []byte("offline"), QoS: 1, Retained: true},
+		CommandFilters: f.scheme.CommandFilters(),
 		Handler: func(m Inbound) {
 			f.cmds <- received{topic: m.Topic, payload: string(m.Payload), retained: m.Retained}
 		},
