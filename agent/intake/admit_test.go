@@ -25,6 +25,8 @@ func (p phases) Get(namespace, name string) (*v1.Pod, bool) {
 	return &v1.Pod{Status: v1.PodStatus{Phase: ph}}, true
 }
 
+func (phases) Terminating() []*v1.Pod { return nil }
+
 // newAdmissionRig is a node "n1" labelled site=a, with 2 cpus and 1Gi of
 // allocatable memory.
 func newAdmissionRig(t *testing.T, status StatusSource) *rig {

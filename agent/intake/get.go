@@ -3,6 +3,7 @@ package intake
 import (
 	"errors"
 	"fmt"
+	"sort"
 	"strings"
 
 	v1 "k8s.io/api/core/v1"
@@ -80,7 +81,9 @@ func (in *Intake) handleGet(r request) {
 			in.fail(id, "get", fmt.Errorf("reading pods: %w", err))
 			return
 		}
+		desired := map[string]bool{}
 		for _, p := range pods {
+			desired[p.Namespace+"/"+p.Name] = true
 			if !match(&p.ObjectMeta) {
 				continue
 			}
@@ -90,6 +93,17 @@ func (in *Intake) handleGet(r request) {
 			p.Kind, p.APIVersion = "Pod", "v1"
 			res.Pods = append(res.Pods, p)
 		}
+		// A deleted pod is there until its grace period is over, with its
+		// deletion timestamp (Terminating), as the API server keeps it.
+		for _, p := range in.status.Terminating() {
+			if !desired[p.Namespace+"/"+p.Name] && match(&p.ObjectMeta) {
+				res.Pods = append(res.Pods, p)
+			}
+		}
+		sort.Slice(res.Pods, func(i, j int) bool {
+			a, b := res.Pods[i], res.Pods[j]
+			return a.Namespace < b.Namespace || (a.Namespace == b.Namespace && a.Name < b.Name)
+		})
 	}
 	if kind == "" || kind == "configmap" {
 		cms, err := in.store.ListConfigMaps()
@@ -122,7 +136,11 @@ func (in *Intake) handleGet(r request) {
 		}
 	}
 	if args.Name != "" && len(res.Pods)+len(res.ConfigMaps)+len(res.Secrets) == 0 {
-		in.fail(id, "get", fmt.Errorf("not found: %s %s/%s", args.Kind, args.Namespace, args.Name))
+		where := args.Namespace + "/" + args.Name
+		if args.Namespace == "" {
+			where = args.Name + " (in any namespace)"
+		}
+		in.fail(id, "get", fmt.Errorf("not found: %s %s", args.Kind, where))
 		return
 	}
 	msg := fmt.Sprintf("%d pods, %d configmaps, %d secrets", len(res.Pods), len(res.ConfigMaps), len(res.Secrets))

@@ -62,9 +62,11 @@ type Recorder interface {
 	ObjectEvent(ref v1.ObjectReference, eventType, reason, message string)
 }
 
-// StatusSource gives the current status of a pod, for get.
+// StatusSource gives the current status of a pod, for get, and the pods
+// deleted from the desired state that still terminate (their grace period).
 type StatusSource interface {
 	Get(namespace, name string) (*v1.Pod, bool)
+	Terminating() []*v1.Pod
 }
 
 // Marker remembers the command being handled (agent/inflight), so that one

@@ -105,6 +105,7 @@ func (f *fakeEvents) ObjectEvent(_ v1.ObjectReference, _, reason, _ string) {
 type noStatus struct{}
 
 func (noStatus) Get(string, string) (*v1.Pod, bool) { return nil, false }
+func (noStatus) Terminating() []*v1.Pod             { return nil }
 
 type rig struct {
 	in     *Intake

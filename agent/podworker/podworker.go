@@ -79,6 +79,7 @@ type Quarantines interface {
 
 // Reasons of the quarantine's events and status.
 const (
+	ReasonKilling          = "Killing"
 	ReasonQuarantined      = "Quarantined"
 	ReasonQuarantineLifted = "QuarantineLifted"
 	ReasonSyncPanicked     = "SyncPanicked"

@@ -9,6 +9,7 @@ import (
 	"time"
 
 	v1 "k8s.io/api/core/v1"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 
 	"github.com/mqlet/mqlet/agent/pending"
 	"github.com/mqlet/mqlet/agent/podstatus"
@@ -267,7 +268,12 @@ func (p *Pool) removePod(life, ctx context.Context, r *runner, namespace, name, 
 		if pr := p.opts.Probes; pr != nil {
 			pr.Forget(ref.UID)
 		}
-		done, ends, err := p.killAsync(life, r, ref, grace)
+		deleted := keepUID == ""
+		done, ends, err := p.killAsync(life, r, ref, grace, func() {
+			if deleted {
+				p.announceTermination(ref, grace)
+			}
+		})
 		if err != nil {
 			return fmt.Errorf("removing pod %s (uid %s): %w", key, ref.UID, err)
 		}
@@ -309,8 +315,9 @@ func (p *Pool) removePod(life, ctx context.Context, r *runner, namespace, name, 
 // slots and reports whether that has finished, with its error, or else
 // when its grace period ends (zero if unknown). The key is
 // queued again when it finishes.
-func (p *Pool) killAsync(life context.Context, r *runner, ref cri.PodRef, grace *int64) (bool, time.Time, error) {
+func (p *Pool) killAsync(life context.Context, r *runner, ref cri.PodRef, grace *int64, starting func()) (bool, time.Time, error) {
 	return r.killState(ref.UID, grace, func(k *kill) {
+		starting()
 		p.tasks.Add(1)
 		go func() {
 			defer p.tasks.Done()
@@ -322,6 +329,36 @@ func (p *Pool) killAsync(life context.Context, r *runner, ref cri.PodRef, grace 
 			p.queue.Add(r.key)
 		}()
 	})
+}
+
+// announceTermination makes a deleted pod's termination visible as the
+// kubelet does, before its grace period runs: a Killing event for each
+// container published running, and the pod published with its deletion
+// timestamp (shown Terminating) until it is gone. It needs the pod as last
+// published for that uid; a pod this process never published has only its
+// runtime labels, and is not announced.
+func (p *Pool) announceTermination(ref cri.PodRef, grace *int64) {
+	pod, ok := p.status.Get(ref.Namespace, ref.Name)
+	if !ok || string(pod.UID) != ref.UID {
+		return
+	}
+	for _, cs := range pod.Status.ContainerStatuses {
+		if cs.State.Running != nil {
+			p.events.Event(pod, v1.EventTypeNormal, ReasonKilling, "Stopping container "+cs.Name)
+		}
+	}
+	if pod.DeletionTimestamp == nil {
+		now := metav1.NewTime(time.Now())
+		pod.DeletionTimestamp = &now
+		if grace != nil {
+			pod.DeletionGracePeriodSeconds = grace
+		} else {
+			pod.DeletionGracePeriodSeconds = pod.Spec.TerminationGracePeriodSeconds
+		}
+	}
+	if err := p.status.Set(pod, pod.Status); err != nil {
+		p.log.Warn().Err(err).Str("pod", ref.Namespace+"/"+ref.Name).Msg("publishing the terminating pod")
+	}
 }
 
 // safePathElement reports whether a runtime pod's uid can name a directory

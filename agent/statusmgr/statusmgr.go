@@ -173,8 +173,11 @@ func (m *Manager) Set(pod *v1.Pod, status v1.PodStatus) error {
 			UID:               pod.UID,
 			Generation:        pod.Generation,
 			CreationTimestamp: pod.CreationTimestamp,
-			Labels:            pod.Labels,
-			Annotations:       pod.Annotations,
+			// Set while a deleted pod terminates (Terminating).
+			DeletionTimestamp:          pod.DeletionTimestamp,
+			DeletionGracePeriodSeconds: pod.DeletionGracePeriodSeconds,
+			Labels:                     pod.Labels,
+			Annotations:                pod.Annotations,
 		},
 		Spec:   pod.Spec,
 		Status: status,
@@ -224,6 +227,20 @@ func (m *Manager) Get(namespace, name string) (*v1.Pod, bool) {
 		return nil, false
 	}
 	return e.pod.DeepCopy(), true
+}
+
+// Terminating returns the pods published with a deletion timestamp: deleted
+// from the desired state, still in their grace period.
+func (m *Manager) Terminating() []*v1.Pod {
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	var out []*v1.Pod
+	for _, e := range m.pods {
+		if e.pod.DeletionTimestamp != nil {
+			out = append(out, e.pod.DeepCopy())
+		}
+	}
+	return out
 }
 
 // Stats returns how many statuses were published and how many unchanged ones were skipped.
