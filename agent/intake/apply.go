@@ -61,6 +61,10 @@ func (in *Intake) applyObjects(id string, payload []byte, replaceAll bool) {
 		in.fail(id, verb, err)
 		return
 	}
+	if err := in.checkProtected(objs, replaceAll); err != nil {
+		in.fail(id, verb, err)
+		return
+	}
 	var changes []store.Change
 	if replaceAll {
 		sc, scErr := in.scope.storeScope()

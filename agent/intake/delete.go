@@ -34,6 +34,16 @@ func (in *Intake) handleDelete(r request) {
 		in.fail(id, "delete", errors.New("gracePeriodSeconds must not be negative"))
 		return
 	}
+	var objs []string
+	for _, r := range refs {
+		if r.Kind == store.KindConfigMap || r.Kind == store.KindSecret {
+			objs = append(objs, objRef(r.Kind, r.Namespace, r.Name))
+		}
+	}
+	if err := in.checkProtectedDeletes(objs); err != nil {
+		in.fail(id, "delete", err)
+		return
+	}
 	want := map[string]pending.Want{}
 	var deleted, missing []string
 	var objChanges []store.Change
