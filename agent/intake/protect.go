@@ -178,17 +178,24 @@ func (in *Intake) checkProtected(objs []apiruntime.Object, replaceAll bool) erro
 		named[ref] = true
 	}
 	var stored map[string]string
+	var replaced []string
 	if replaceAll || len(elevated) > 0 {
+		var sc *store.Scope
+		if replaceAll {
+			s, err := in.scope.storeScope()
+			if err != nil {
+				return err
+			}
+			sc = &s
+		}
 		var err error
-		if stored, err = in.storedSignedProfiles(); err != nil {
+		if stored, replaced, err = in.storedSignedProfiles(sc); err != nil {
 			return err
 		}
 	}
-	if replaceAll {
-		for ref := range stored {
-			if !named[ref] {
-				written = append(written, ref) // deleted by the sync
-			}
+	for _, ref := range replaced {
+		if !named[ref] {
+			written = append(written, ref) // deleted by the sync
 		}
 	}
 	if len(written) > 0 {
@@ -234,24 +241,33 @@ func orUnsigned(profile string) string {
 }
 
 // storedSignedProfiles maps every stored ConfigMap and Secret ("Kind
-// ns/name") to its AnnotationSignedProfile ("" when absent).
-func (in *Intake) storedSignedProfiles() (map[string]string, error) {
+// ns/name") to its AnnotationSignedProfile ("" when absent), and lists
+// those in sc, the scope a sync replaces (none when sc is nil).
+func (in *Intake) storedSignedProfiles(sc *store.Scope) (map[string]string, []string, error) {
 	out := map[string]string{}
+	var inScope []string
+	note := func(kind string, m *metav1.ObjectMeta) {
+		ref := objRef(kind, m.Namespace, m.Name)
+		out[ref] = m.Annotations[AnnotationSignedProfile]
+		if sc != nil && sc.Holds(store.Key(m.Namespace, m.Name), m) {
+			inScope = append(inScope, ref)
+		}
+	}
 	cms, err := in.store.ListConfigMaps()
 	if err != nil {
-		return nil, fmt.Errorf("reading stored ConfigMaps: %w", err)
+		return nil, nil, fmt.Errorf("reading stored ConfigMaps: %w", err)
 	}
 	for _, c := range cms {
-		out[objRef(store.KindConfigMap, c.Namespace, c.Name)] = c.Annotations[AnnotationSignedProfile]
+		note(store.KindConfigMap, &c.ObjectMeta)
 	}
 	secrets, err := in.store.ListSecrets()
 	if err != nil {
-		return nil, fmt.Errorf("reading stored Secrets: %w", err)
+		return nil, nil, fmt.Errorf("reading stored Secrets: %w", err)
 	}
 	for _, s := range secrets {
-		out[objRef(store.KindSecret, s.Namespace, s.Name)] = s.Annotations[AnnotationSignedProfile]
+		note(store.KindSecret, &s.ObjectMeta)
 	}
-	return out, nil
+	return out, inScope, nil
 }
 
 // checkProtectedDeletes is the rule for a delete: a ConfigMap or Secret a

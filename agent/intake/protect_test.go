@@ -106,6 +106,10 @@ func TestObjectsOfASignedPrivilegedPodInheritItsSignature(t *testing.T) {
 	}
 	expect("unsigned change of its ConfigMap", send("apply", []byte(cmYAML("plain", "b"))), apiv1.Accepted, "updated")
 
+	// A sync of another namespace deletes nothing of default: not refused.
+	r.in.Handle(Command{Topic: "mqlet/v1/n1/ns/other/cmd/sync/ns1", Payload: []byte(`{"apiVersion":"v1","kind":"List","items":[]}`)})
+	expect("unsigned sync of another namespace", outcome("ns1"), apiv1.Accepted, "")
+
 	// Once the privileged pods are gone, their objects are free again.
 	expect("signed delete of the pods", signed(ops, "delete", `{"kind":"Pod","name":"p"}`), apiv1.Accepted, "deleted")
 	expect("unsigned change while p2 uses another", send("apply", []byte(cmYAML("cfg", "after"))), apiv1.Accepted, "updated")

@@ -353,6 +353,10 @@ type Scope struct {
 	Namespace string
 }
 
+// Holds reports whether a stored object at key ("namespace/name") with
+// metadata m lies in the scope.
+func (sc Scope) Holds(key string, m *metav1.ObjectMeta) bool { return sc.holds(key, m) }
+
 // holds reports whether a stored object at key ("namespace/name") with
 // metadata m lies in the scope.
 func (sc Scope) holds(key string, m *metav1.ObjectMeta) bool {
