@@ -245,3 +245,24 @@ func BenchmarkUnseal(b *testing.B) {
 		}
 	}
 }
+
+// One sealed value opens on each of several nodes (a group), with its own key.
+func TestSealToSeveralNodes(t *testing.T) {
+	a, ra := node(t)
+	b, rb := node(t)
+	_, rc := node(t)
+	out, n, err := SealManifest([]byte(`{"apiVersion":"v1","kind":"Secret","metadata":{"name":"g"},"stringData":{"pw":"`+value+`"}}`), To(ra, rb))
+	if err != nil || n != 1 {
+		t.Fatal(n, err)
+	}
+	for _, id := range []*Identity{a, b} {
+		s := decodeSecrets(t, out)[0]
+		if err := id.UnsealSecret(s); err != nil || string(s.Data["pw"]) != value {
+			t.Fatalf("node %s: %v", id.KeyID(), err)
+		}
+	}
+	s := decodeSecrets(t, out)[0]
+	if !strings.Contains(s.Annotations[AnnotationSealedTo], ra.KeyID()) || strings.Contains(s.Annotations[AnnotationSealedTo], rc.KeyID()) {
+		t.Fatalf("annotation %q", s.Annotations[AnnotationSealedTo])
+	}
+}

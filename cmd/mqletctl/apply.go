@@ -31,7 +31,7 @@ func runManifestVerb(ctx context.Context, cfg *globalConfig, verb string, args [
 	fs.Var(&files, "f", "manifest `FILE` or directory (YAML or JSON; - for stdin; repeatable)")
 	fs.Var(&files, "filename", "same as -f")
 	noWait := fs.Bool("no-wait", false, "return once the agent accepted (stored) the request")
-	sealTo := fs.String("seal-to", "", "seal Secrets to this sealing key (age1..., as the node's state shows it) instead of the one the node's retained state publishes")
+	sealTo := fs.String("seal-to", "", "seal Secrets to these sealing keys (age1..., comma-separated, as nodes' states show them) instead of the one the node's retained state publishes")
 	unsealed := fs.Bool("unsealed", false, "send Secrets in clear (readable by every subscriber of the broker)")
 	cfg.registerOutput(fs, "json (one reply per line)")
 	pos, err := parseInterleaved(fs, args)

@@ -77,10 +77,11 @@ func printTrustedKey(e env, s *signing.Signer) {
 
 // runSign prints a signed envelope instead of sending it, for a dashboard
 // or mosquitto_pub on a node that wants signed commands.
-func runSign(_ context.Context, cfg *globalConfig, args []string, e env) error {
+func runSign(ctx context.Context, cfg *globalConfig, args []string, e env) error {
 	fs := newFlagSet("sign", cfg)
 	file := fs.String("f", "", "the command body: manifest or JSON args (- for stdin)")
 	id := fs.String("request-id", "", "request id of the topic it will be sent on (default: a new one)")
+	sealTo := fs.String("seal-to", "", "seal the Secrets of an apply or sync body to these sealing keys (age1..., comma-separated) first")
 	pos, err := parseInterleaved(fs, args)
 	if err != nil {
 		return err
@@ -108,6 +109,11 @@ func runSign(_ context.Context, cfg *globalConfig, args []string, e env) error {
 	body, err := readManifest(*file, e.stdin)
 	if err != nil {
 		return err
+	}
+	if *sealTo != "" && (verb == "apply" || verb == "sync") {
+		if body, err = sealSecrets(ctx, cfg, body, *sealTo); err != nil {
+			return err
+		}
 	}
 	env, err := cfg.seal(verb, *id, body)
 	if err != nil {

@@ -5,6 +5,7 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
+	"strings"
 	"time"
 
 	apiv1 "github.com/mqlet/mqlet/api/v1"
@@ -12,23 +13,29 @@ import (
 )
 
 // sealSecrets seals every Secret of an apply or sync payload to the node's
-// sealing key (package sealing): the key given as sealTo, else the one the
-// node publishes in its retained state. A payload without a Secret is sent
+// sealing key (package sealing): the keys given as sealTo (comma-separated:
+// each node of a group opens them with its own), else the one the node
+// publishes in its retained state. A payload without a Secret is sent
 // as it is and no key is looked up.
 func sealSecrets(ctx context.Context, cfg *globalConfig, payload []byte, sealTo string) ([]byte, error) {
 	out, _, err := sealing.SealManifest(payload, func() ([]sealing.Recipient, error) {
-		key := sealTo
-		if key == "" {
-			var err error
-			if key, err = nodeSealingKey(ctx, cfg); err != nil {
+		keys := strings.Split(sealTo, ",")
+		if sealTo == "" {
+			key, err := nodeSealingKey(ctx, cfg)
+			if err != nil {
 				return nil, err
 			}
+			keys = []string{key}
 		}
-		r, err := sealing.ParseRecipient(key)
-		if err != nil {
-			return nil, err
+		rs := make([]sealing.Recipient, 0, len(keys))
+		for _, k := range keys {
+			r, err := sealing.ParseRecipient(k)
+			if err != nil {
+				return nil, err
+			}
+			rs = append(rs, r)
 		}
-		return []sealing.Recipient{r}, nil
+		return rs, nil
 	})
 	if err != nil {
 		return nil, fmt.Errorf("sealing Secrets to node %q: %w (--unsealed sends them in clear)", cfg.Node, err)
