@@ -7,6 +7,12 @@
 # Ctrl-C kill tee first, and an echo into the broken pipe would end the
 # script before anything is stopped. So SIGPIPE is ignored, the cleanup
 # never writes to stdout, and its notes on stderr may fail harmlessly.
+#
+# Ctrl-C sends SIGINT to the whole foreground process group. containerd and
+# mqlet run in sessions of their own (setsid), so they are still up when
+# the cleanup starts: it stops mqlet, then removes every pod through the
+# runtime (mqlet stop-pods: their network namespaces, veths, mounts and
+# directories under the pod log dir), and only then stops containerd.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 export PATH=/usr/local/go/bin:$PATH
@@ -17,6 +23,7 @@ PORT=${PORT:-1883}
 STATE=${MQLET_TEST_DIR}-state
 MQLET_PID=""
 SUB_PID=""
+CRI=""
 
 note() { echo "demo: $*" >&2 2>/dev/null || true; }
 
@@ -29,6 +36,10 @@ cleanup() {
 	[ -n "$SUB_PID" ] && kill "$SUB_PID" 2>/dev/null
 	if [ -n "$MQLET_PID" ] && kill "$MQLET_PID" 2>/dev/null; then
 		wait "$MQLET_PID" 2>/dev/null
+	fi
+	if [ -n "$CRI" ] && [ -x bin/mqlet ]; then
+		bin/mqlet stop-pods --cri-endpoint "$CRI" --state-dir "$STATE" --log-level warn >/dev/null 2>&1 ||
+			note "some pods could not be removed through the runtime; containerd-down.sh removes what they left"
 	fi
 	test/env/containerd-down.sh >/dev/null 2>&1
 	# Volumes mqlet mounted under its state dir go before the dir itself.
@@ -50,9 +61,9 @@ if (exec 3<>"/dev/tcp/127.0.0.1/$PORT") 2>/dev/null; then
 fi
 make -s build
 
-CRI=$(test/env/containerd-up.sh)
+CRI=$(setsid -w test/env/containerd-up.sh)
 mkdir -p "$STATE"
-bin/mqlet --node "$NODE" --state-dir "$STATE" --cri-endpoint "$CRI" \
+setsid bin/mqlet --node "$NODE" --state-dir "$STATE" --cri-endpoint "$CRI" \
 	--embedded-broker true --embedded-broker-listen "127.0.0.1:$PORT" \
 	--broker "tcp://127.0.0.1:$PORT" --metrics-interval 30s &
 MQLET_PID=$!

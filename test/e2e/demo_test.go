@@ -1,0 +1,211 @@
+package e2e
+
+import (
+	"bufio"
+	"context"
+	"net"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"strconv"
+	"strings"
+	"syscall"
+	"testing"
+	"time"
+)
+
+// `make demo`, then Ctrl-C as a terminal sends it (SIGINT to the whole
+// foreground process group): nothing of the demo is left — no network
+// namespace or veth of its pods, no mount under its dirs, no pod log
+// directory, no process (issue 22: containerd died with the group before
+// the cleanup could list the sandboxes, so every pod's netns and veth, and
+// its log directory, stayed behind).
+//
+// It runs the real demo (containerd, mqlet, the sample pod) on the demo's
+// own dir, bridge and subnet: MQLET_TEST_DEMO_DIR, _BRIDGE and _SUBNET
+// (default the demo's own defaults), which no other containerd may use.
+func TestDemoCtrlCLeavesNothing(t *testing.T) {
+	dir := envOr("MQLET_TEST_DEMO_DIR", "/run/mqlet-demo")
+	bridge := envOr("MQLET_TEST_DEMO_BRIDGE", "mqletdemo0")
+	subnet := envOr("MQLET_TEST_DEMO_SUBNET", "10.88.78.0/24")
+	_, cidr, err := net.ParseCIDR(subnet)
+	if err != nil {
+		t.Fatalf("MQLET_TEST_DEMO_SUBNET %q: %v", subnet, err)
+	}
+	port := strconv.Itoa(freeTCPPort(t))
+	root, err := filepath.Abs(filepath.Join("..", ".."))
+	if err != nil {
+		t.Fatal(err)
+	}
+	logsBefore := podLogDirs(t)
+
+	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Minute)
+	defer cancel()
+	cmd := exec.CommandContext(ctx, "make", "-s", "demo")
+	cmd.Dir = root
+	cmd.Env = append(os.Environ(), "DEMO_DIR="+dir, "DEMO_BRIDGE="+bridge, "DEMO_SUBNET="+subnet, "PORT="+port, "NODE=demo")
+	cmd.SysProcAttr = &syscall.SysProcAttr{Setpgid: true} // a foreground job of its own
+	stdout, err := cmd.StdoutPipe()
+	if err != nil {
+		t.Fatal(err)
+	}
+	var stderr syncBuffer
+	cmd.Stderr = &stderr
+	if err := cmd.Start(); err != nil {
+		t.Fatalf("make demo: %v", err)
+	}
+	pgid := cmd.Process.Pid
+	ended := make(chan error, 1)
+	running := make(chan struct{})
+	var out syncBuffer
+	go func() {
+		sc := bufio.NewScanner(stdout)
+		signalled := false
+		for sc.Scan() {
+			out.Write([]byte(sc.Text() + "\n"))
+			if !signalled && strings.HasPrefix(sc.Text(), "demo: running.") {
+				signalled = true
+				close(running)
+			}
+		}
+		ended <- cmd.Wait()
+	}()
+	t.Cleanup(func() {
+		_ = syscall.Kill(-pgid, syscall.SIGKILL)
+		_ = exec.Command(filepath.Join(root, "test/env/containerd-down.sh")).Run()
+	})
+	select {
+	case <-running:
+	case err := <-ended:
+		t.Fatalf("the demo ended before it ran (%v):\n%s\n%s", err, out.String(), stderr.String())
+	case <-time.After(8 * time.Minute):
+		t.Fatalf("the demo did not say it runs:\n%s\n%s", out.String(), stderr.String())
+	}
+
+	// What the demo's pod made: its netns (holding an address of the demo
+	// subnet), its veth on the demo bridge, its log directory.
+	var netns []string
+	for _, ns := range lines(t, "ip", "netns", "list") {
+		name := strings.Fields(ns)[0]
+		addrs, _ := exec.Command("ip", "-n", name, "-o", "-4", "addr").Output() // another test's netns may go meanwhile
+		for _, a := range strings.Split(string(addrs), "\n") {
+			if f := strings.Fields(a); len(f) > 3 {
+				if ip, _, err := net.ParseCIDR(f[3]); err == nil && cidr.Contains(ip) {
+					netns = append(netns, name)
+				}
+			}
+		}
+	}
+	var veths []string
+	for _, l := range lines(t, "ip", "-o", "link", "show", "master", bridge) {
+		if f := strings.Fields(l); len(f) > 1 {
+			veths = append(veths, strings.SplitN(strings.TrimSuffix(f[1], ":"), "@", 2)[0])
+		}
+	}
+	var logs []string
+	for d := range podLogDirs(t) {
+		if !logsBefore[d] && strings.HasPrefix(filepath.Base(d), "default_hello_") {
+			logs = append(logs, d)
+		}
+	}
+	if len(netns) == 0 || len(veths) == 0 || len(logs) == 0 {
+		t.Fatalf("the demo's pod is not there to clean up: netns %v, veths %v, log dirs %v", netns, veths, logs)
+	}
+
+	// Ctrl-C, as the terminal sends it.
+	if err := syscall.Kill(-pgid, syscall.SIGINT); err != nil {
+		t.Fatal(err)
+	}
+	select {
+	case <-ended:
+	case <-time.After(3 * time.Minute):
+		t.Fatalf("the demo did not end after SIGINT:\n%s", stderr.String())
+	}
+	if !strings.Contains(stderr.String(), "demo: cleaned up") {
+		t.Errorf("the cleanup did not finish:\n%s", stderr.String())
+	}
+	for _, name := range netns {
+		if _, err := os.Stat("/run/netns/" + name); err == nil {
+			t.Errorf("network namespace %s of the demo's pod left", name)
+		}
+	}
+	for _, v := range veths {
+		if exec.Command("ip", "link", "show", v).Run() == nil {
+			t.Errorf("veth %s of the demo's pod left", v)
+		}
+	}
+	if exec.Command("ip", "link", "show", bridge).Run() == nil {
+		t.Errorf("bridge %s left", bridge)
+	}
+	for _, d := range logs {
+		if _, err := os.Stat(d); err == nil {
+			t.Errorf("pod log directory %s left", d)
+		}
+	}
+	mounts, err := os.ReadFile("/proc/mounts")
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, l := range strings.Split(string(mounts), "\n") {
+		if f := strings.Fields(l); len(f) > 1 && strings.HasPrefix(f[1], dir) {
+			t.Errorf("mount left: %s", l)
+		}
+	}
+	for _, pattern := range []string{dir, "--state-dir " + dir + "-state"} {
+		if pids, _ := exec.Command("pgrep", "-f", pattern).Output(); len(strings.TrimSpace(string(pids))) > 0 {
+			t.Errorf("processes of the demo left (%s): %s", pattern, pids)
+		}
+	}
+	for _, d := range []string{dir, dir + "-state"} {
+		if _, err := os.Stat(d); err == nil {
+			t.Errorf("directory %s left", d)
+		}
+	}
+}
+
+func envOr(key, def string) string {
+	if v := os.Getenv(key); v != "" {
+		return v
+	}
+	return def
+}
+
+func freeTCPPort(t *testing.T) int {
+	t.Helper()
+	l, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer l.Close()
+	return l.Addr().(*net.TCPAddr).Port
+}
+
+// lines runs a command and returns its non-empty output lines.
+func lines(t *testing.T, name string, args ...string) []string {
+	t.Helper()
+	out, err := exec.Command(name, args...).Output()
+	if err != nil {
+		t.Fatalf("%s %v: %v", name, args, err)
+	}
+	var ls []string
+	for _, l := range strings.Split(string(out), "\n") {
+		if strings.TrimSpace(l) != "" {
+			ls = append(ls, l)
+		}
+	}
+	return ls
+}
+
+// podLogDirs are the directories under the host's pod log dir.
+func podLogDirs(t *testing.T) map[string]bool {
+	t.Helper()
+	entries, err := os.ReadDir("/var/log/pods")
+	if err != nil && !os.IsNotExist(err) {
+		t.Fatal(err)
+	}
+	out := map[string]bool{}
+	for _, e := range entries {
+		out[filepath.Join("/var/log/pods", e.Name())] = true
+	}
+	return out
+}
