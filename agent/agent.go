@@ -208,7 +208,7 @@ func New(ctx context.Context, opts Options, deps Deps, log zerolog.Logger) (*Age
 	// Replies and events are persisted in groups (see intake.Group).
 	a.group = intake.NewGroup(st, out, log.With().Str("component", "intake").Logger())
 	a.events = events.New(eventSink{topics: opts.Topics, out: a.group.Publisher(), log: log, history: opts.EventLog}, events.Options{Node: opts.Topics.Node}, log.With().Str("component", "events").Logger())
-	reg, err := retained.New(out, st, []string{session.BrokerID(opts.Session.BrokerURL)}, log.With().Str("component", "retained").Logger())
+	reg, err := retained.New(out, st, opts.Session.BrokerIDs(), log.With().Str("component", "retained").Logger())
 	if err != nil {
 		return nil, err
 	}

@@ -76,6 +76,7 @@ type Config struct {
 // MQTT is the broker session.
 type MQTT struct {
 	Broker             string   `json:"broker"`
+	Brokers            []string `json:"brokers"`
 	TopicPrefix        string   `json:"topicPrefix"`
 	Username           string   `json:"username"`
 	PasswordFile       string   `json:"passwordFile"`
@@ -91,6 +92,18 @@ type MQTT struct {
 	MaxInflight        int      `json:"maxInflight"`
 	OutboxMaxBytes     int64    `json:"outboxMaxBytes"`
 	MaxPayloadBytes    int      `json:"maxPayloadBytes"`
+}
+
+// MaxBrokers bounds mqtt.brokers.
+const MaxBrokers = 16
+
+// BrokerList is the brokers the session tries in turn: mqtt.brokers, or
+// mqtt.broker as its one-element case.
+func (m MQTT) BrokerList() []string {
+	if len(m.Brokers) > 0 {
+		return m.Brokers
+	}
+	return []string{m.Broker}
 }
 
 // EmbeddedBroker runs an MQTT broker inside mqlet.
@@ -211,6 +224,7 @@ func Default() Config {
 		GoMaxProcs: 1,
 		MQTT: MQTT{
 			Broker:          "tcp://127.0.0.1:1883",
+			Brokers:         []string{},
 			TopicPrefix:     "mqlet/v1",
 			KeepAlive:       Duration{30 * time.Second},
 			PingTimeout:     Duration{10 * time.Second},
@@ -311,8 +325,30 @@ func (c *Config) Validate() error {
 	default:
 		bad("logFormat", "%q is not one of auto, json, console", c.LogFormat)
 	}
-	if err := session.ValidateBrokerURL(c.MQTT.Broker); err != nil {
-		bad("mqtt.broker", "%v", err)
+	if len(c.MQTT.Brokers) == 0 {
+		if err := session.ValidateBrokerURL(c.MQTT.Broker); err != nil {
+			bad("mqtt.broker", "%v", err)
+		}
+	} else {
+		if c.MQTT.Broker != c.MQTT.Brokers[0] && c.MQTT.Broker != Default().MQTT.Broker {
+			bad("mqtt.broker", "%q is not the first of mqtt.brokers (%q): give the list alone (mqtt.broker is its one-element case)", c.MQTT.Broker, c.MQTT.Brokers[0])
+		}
+		if len(c.MQTT.Brokers) > MaxBrokers {
+			bad("mqtt.brokers", "%d brokers, at most %d", len(c.MQTT.Brokers), MaxBrokers)
+		}
+		seen := map[string]int{}
+		for i, b := range c.MQTT.Brokers {
+			field := fmt.Sprintf("mqtt.brokers[%d]", i)
+			if err := session.ValidateBrokerURL(b); err != nil {
+				bad(field, "%v", err)
+				continue
+			}
+			id := session.BrokerID(b)
+			if j, dup := seen[id]; dup {
+				bad(field, "repeats mqtt.brokers[%d]", j)
+			}
+			seen[id] = i
+		}
 	}
 	if err := apiv1.ValidatePrefix(c.MQTT.TopicPrefix); err != nil {
 		bad("mqtt.topicPrefix", "%v", err)

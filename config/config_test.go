@@ -79,14 +79,17 @@ func TestInvalidConfigNamesTheField(t *testing.T) {
 		"type path":       {"pods:\n  workers: many\n", "pods.workers"},
 		"list item field": {"security:\n  trustedKeys:\n  - keyid: x\n", "security.trustedKeys[0].keyid: unknown field"},
 		// Schemes and prefixes the session and topic scheme refuse at start.
-		"tls scheme":       {"mqtt:\n  broker: tls://x:8883\n", "mqtt.broker"},
-		"mqtt scheme":      {"mqtt:\n  broker: mqtt://x:1883\n", "mqtt.broker"},
-		"mqtts scheme":     {"mqtt:\n  broker: mqtts://x:8883\n", "mqtt.broker"},
-		"no port":          {"mqtt:\n  broker: tcp://x\n", "mqtt.broker"},
-		"empty level":      {"mqtt:\n  topicPrefix: a//b\n", "mqtt.topicPrefix"},
-		"bad label key":    {"nodeLabels: {\"a b\": x}\n", "nodeLabels[a b]"},
-		"bad label value":  {"nodeLabels: {site: \"-x-\"}\n", "nodeLabels[site]"},
-		"well-known label": {"nodeLabels: {kubernetes.io/hostname: other}\n", "nodeLabels[kubernetes.io/hostname]"},
+		"tls scheme":         {"mqtt:\n  broker: tls://x:8883\n", "mqtt.broker"},
+		"mqtt scheme":        {"mqtt:\n  broker: mqtt://x:1883\n", "mqtt.broker"},
+		"mqtts scheme":       {"mqtt:\n  broker: mqtts://x:8883\n", "mqtt.broker"},
+		"no port":            {"mqtt:\n  broker: tcp://x\n", "mqtt.broker"},
+		"empty level":        {"mqtt:\n  topicPrefix: a//b\n", "mqtt.topicPrefix"},
+		"bad label key":      {"nodeLabels: {\"a b\": x}\n", "nodeLabels[a b]"},
+		"bad label value":    {"nodeLabels: {site: \"-x-\"}\n", "nodeLabels[site]"},
+		"well-known label":   {"nodeLabels: {kubernetes.io/hostname: other}\n", "nodeLabels[kubernetes.io/hostname]"},
+		"bad broker in list": {"mqtt:\n  brokers: [tcp://a:1, http://b:2]\n", "mqtt.brokers[1]"},
+		"repeated broker":    {"mqtt:\n  brokers: [tcp://a:1, tcp://u:p@a:1]\n", "mqtt.brokers[1]: repeats mqtt.brokers[0]"},
+		"broker and list":    {"mqtt:\n  broker: tcp://x:1\n  brokers: [tcp://a:1, tcp://b:2]\n", "mqtt.broker"},
 	}
 	for name, tc := range cases {
 		t.Run(name, func(t *testing.T) {
@@ -102,6 +105,31 @@ func TestInvalidConfigNamesTheField(t *testing.T) {
 				t.Fatalf("error %q does not name %q", err, tc.field)
 			}
 		})
+	}
+}
+
+func TestBrokersListAndItsOneElementCase(t *testing.T) {
+	file := filepath.Join(t.TempDir(), "c.yaml")
+	if err := os.WriteFile(file, []byte("mqtt:\n  brokers: [tcp://a:1, ssl://b:8883]\n"), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	cfg, err := Load(&Flags{ConfigFile: file, set: map[string]string{}}, noEnv)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if got := cfg.MQTT.BrokerList(); !reflect.DeepEqual(got, []string{"tcp://a:1", "ssl://b:8883"}) || cfg.MQTT.Broker != "tcp://a:1" {
+		t.Fatalf("brokers %v, broker %s", got, cfg.MQTT.Broker)
+	}
+	// A flag (or MQLET_BROKER) replaces the file's list, as flags replace the file.
+	cfg, err = Load(&Flags{ConfigFile: file, set: map[string]string{"broker": "tcp://c:3"}}, noEnv)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if got := cfg.MQTT.BrokerList(); !reflect.DeepEqual(got, []string{"tcp://c:3"}) {
+		t.Fatalf("brokers with --broker: %v", got)
+	}
+	if got := Default().MQTT.BrokerList(); !reflect.DeepEqual(got, []string{"tcp://127.0.0.1:1883"}) {
+		t.Fatalf("default brokers: %v", got)
 	}
 }
 

@@ -110,6 +110,9 @@ func Load(f *Flags, getenv func(string) string) (*Config, error) {
 	if err := cfg.Validate(); err != nil {
 		return nil, err
 	}
+	if len(cfg.MQTT.Brokers) > 0 {
+		cfg.MQTT.Broker = cfg.MQTT.Brokers[0]
+	}
 	return &cfg, nil
 }
 
@@ -126,7 +129,9 @@ func (c *Config) override(flagName, v string) error {
 	case "node":
 		c.Node = v
 	case "broker":
-		c.MQTT.Broker = v
+		// One broker given as a flag or in the environment replaces the
+		// file's list, as any flag replaces the file's value.
+		c.MQTT.Broker, c.MQTT.Brokers = v, nil
 	case "state-dir":
 		c.StateDir = v
 	case "cri-endpoint":

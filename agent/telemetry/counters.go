@@ -48,6 +48,7 @@ func Counters(agent CounterSource, box OutboxStats, sess SessionStats) CounterSo
 			out["mqtt_messages_out"] = s.MessagesOut
 			out["mqtt_reconnects"] = s.Reconnects
 			out["mqtt_connect_failures"] = s.ConnectFailures
+			out["mqtt_failovers"] = s.Failovers
 			var connected uint64
 			if s.Connected {
 				connected = 1

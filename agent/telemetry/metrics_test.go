@@ -214,10 +214,10 @@ func (f fixedSession) Stats() session.Stats { return session.Stats(f) }
 func TestCountersMergeAgentOutboxAndSession(t *testing.T) {
 	got := Counters(func() map[string]uint64 { return map[string]uint64{"pod_syncs": 3} },
 		fixedOutbox{Depth: 4, Bytes: 900, Dropped: 2, DroppedFinal: 1, Sent: 10},
-		fixedSession{Connected: true, MessagesIn: 5, MessagesOut: 6, Reconnects: 1, ConnectFailures: 8})()
+		fixedSession{Connected: true, MessagesIn: 5, MessagesOut: 6, Reconnects: 1, ConnectFailures: 8, Failovers: 2})()
 	want := map[string]uint64{
 		"pod_syncs": 3, "outbox_depth": 4, "outbox_bytes": 900, "outbox_dropped": 2, "outbox_dropped_final_replies": 1, "outbox_sent": 10,
-		"mqtt_messages_in": 5, "mqtt_messages_out": 6, "mqtt_reconnects": 1, "mqtt_connect_failures": 8, "mqtt_connected": 1,
+		"mqtt_messages_in": 5, "mqtt_messages_out": 6, "mqtt_reconnects": 1, "mqtt_connect_failures": 8, "mqtt_failovers": 2, "mqtt_connected": 1,
 	}
 	if len(got) != len(want) {
 		t.Fatalf("counters %v, want %v", got, want)

@@ -10,6 +10,7 @@ import (
 	"os"
 	"path/filepath"
 	"runtime"
+	"slices"
 	"strings"
 
 	"github.com/rs/zerolog"
@@ -94,7 +95,11 @@ func runAgent(ctx context.Context, cfg *config.Config, sources map[string]string
 	if err != nil {
 		return err
 	}
-	log.Info().Str("bootId", a.BootID()).Str("broker", redacted(brokerURL(cfg))).Str("cri", cfg.Runtime.CRIEndpoint).Msg("mqlet running")
+	brokers := brokerURLs(cfg)
+	for i := range brokers {
+		brokers[i] = redacted(brokers[i])
+	}
+	log.Info().Str("bootId", a.BootID()).Strs("brokers", brokers).Str("cri", cfg.Runtime.CRIEndpoint).Msg("mqlet running")
 	return a.Run(ctx)
 }
 
@@ -206,17 +211,18 @@ func startEmbeddedBroker(ctx context.Context, cfg *config.Config, log zerolog.Lo
 	return b, nil
 }
 
-// brokerURL points at the embedded broker when it runs and no other broker
-// was configured.
-func brokerURL(cfg *config.Config) string {
-	if cfg.EmbeddedBroker.Enabled && cfg.MQTT.Broker == config.Default().MQTT.Broker {
+// brokerURLs are the brokers to try in turn: the embedded broker when it
+// runs and no other broker was configured, else mqtt.brokers (or
+// mqtt.broker, its one-element case).
+func brokerURLs(cfg *config.Config) []string {
+	if cfg.EmbeddedBroker.Enabled && len(cfg.MQTT.Brokers) == 0 && cfg.MQTT.Broker == config.Default().MQTT.Broker {
 		scheme := "tcp"
 		if cfg.EmbeddedBroker.CertFile != "" {
 			scheme = "ssl"
 		}
-		return scheme + "://" + cfg.EmbeddedBroker.Listen
+		return []string{scheme + "://" + cfg.EmbeddedBroker.Listen}
 	}
-	return cfg.MQTT.Broker
+	return slices.Clone(cfg.MQTT.BrokerList())
 }
 
 func tlsFor(cfg *config.Config) (*tls.Config, error) {
@@ -345,7 +351,7 @@ func agentOptions(cfg *config.Config, state *nodeState) (agent.Options, error) {
 			MaxTimeout: cfg.Exec.MaxTimeout.Duration, MaxOutputBytes: cfg.Exec.MaxOutputBytes},
 		Version: version.Version,
 		Session: session.Options{
-			BrokerURL:    brokerURL(cfg),
+			Brokers:      brokerURLs(cfg),
 			ClientID:     session.ClientID(cfg.Node),
 			Username:     cfg.MQTT.Username,
 			Password:     cfg.MQTT.Password,

@@ -1,6 +1,6 @@
 // Package session keeps mqlet's MQTT broker session: it connects with
-// paho.mqtt.golang, reconnects with capped exponential backoff and full
-// jitter, subscribes the command filter on every connect, hands inbound
+// paho.mqtt.golang to one of its brokers, reconnects (failing over to the
+// next broker) with capped exponential backoff and full jitter, subscribes the command filter on every connect, hands inbound
 // commands to a handler before they are acknowledged, and publishes with
 // broker acknowledgement. It satisfies outbox.Publisher.
 package session
@@ -60,11 +60,17 @@ type Inbound struct {
 
 // Options configure a Session.
 type Options struct {
-	BrokerURL string // tcp://, ssl://, ws:// or wss://
-	ClientID  string // ClientID(node) by convention
-	Username  string
-	Password  string      // never logged
-	TLS       *tls.Config // for ssl:// and wss://; see TLSConfig
+	BrokerURL string // tcp://, ssl://, ws:// or wss://; the one-element case of Brokers
+	// Brokers, when set (instead of BrokerURL), are tried in turn: a lost
+	// connection is retried on its broker first (it holds the session), and
+	// each failed attempt moves on to the next, in list order, so a dead
+	// broker costs one attempt. A connection stays on its broker until it
+	// is lost; nothing moves back to an earlier broker by itself.
+	Brokers  []string
+	ClientID string // ClientID(node) by convention
+	Username string
+	Password string      // never logged
+	TLS      *tls.Config // for ssl:// and wss://; see TLSConfig
 
 	KeepAlive      time.Duration
 	PingTimeout    time.Duration
@@ -123,6 +129,7 @@ type Stats struct {
 	Connects        uint64
 	Reconnects      uint64 // successful connects after the first
 	ConnectFailures uint64
+	Failovers       uint64 // connects to another broker than the last one
 }
 
 // Session is one logical MQTT session spanning many connections.
@@ -138,7 +145,10 @@ type Session struct {
 	stop     chan struct{} // closed by Disconnect
 	stopOnce sync.Once
 
-	messagesIn, messagesOut, connects, connectFailures atomic.Uint64
+	messagesIn, messagesOut, connects, connectFailures, failovers atomic.Uint64
+	// broker is the index in opts.Brokers of the current or last
+	// connection; written by Run only.
+	broker atomic.Int64
 }
 
 // epoch is one connection's lifetime as seen by the outbox.
@@ -164,8 +174,18 @@ func (c *conn) markLost(err error) {
 
 // New validates opts and returns an unconnected session; call Run.
 func New(opts Options, log zerolog.Logger) (*Session, error) {
-	if err := ValidateBrokerURL(opts.BrokerURL); err != nil {
-		return nil, err
+	switch {
+	case len(opts.Brokers) == 0:
+		opts.Brokers = []string{opts.BrokerURL}
+	case opts.BrokerURL != "":
+		return nil, errors.New("mqtt session: BrokerURL and Brokers both set (BrokerURL is the one-element case)")
+	default:
+		opts.Brokers = slices.Clone(opts.Brokers)
+	}
+	for _, b := range opts.Brokers {
+		if err := ValidateBrokerURL(b); err != nil {
+			return nil, err
+		}
 	}
 	if opts.ClientID == "" {
 		return nil, errors.New("mqtt session: empty client id")
@@ -191,11 +211,10 @@ func New(opts Options, log zerolog.Logger) (*Session, error) {
 	if opts.RandInt63n == nil {
 		opts.RandInt63n = rand.Int64N
 	}
-	u, _ := url.Parse(opts.BrokerURL)
 	return &Session{
 		opts:    opts,
 		filters: slices.Clone(opts.CommandFilters),
-		log:     log.With().Str("component", "mqtt").Str("broker", u.Redacted()).Str("clientId", opts.ClientID).Logger(),
+		log:     log.With().Str("component", "mqtt").Str("clientId", opts.ClientID).Logger(),
 		epoch:   newEpoch(),
 		stop:    make(chan struct{}),
 	}, nil
@@ -219,8 +238,30 @@ func BrokerID(raw string) string {
 }
 
 // Broker is the identity (BrokerID) of the broker of the current or last
-// connection.
-func (s *Session) Broker() string { return BrokerID(s.opts.BrokerURL) }
+// connection (the first broker before any).
+func (s *Session) Broker() string { return BrokerID(s.opts.Brokers[s.broker.Load()]) }
+
+// BrokerIDs are the identities of the session's brokers, in order.
+func (o Options) BrokerIDs() []string {
+	list := o.Brokers
+	if len(list) == 0 {
+		list = []string{o.BrokerURL}
+	}
+	ids := make([]string, len(list))
+	for i, b := range list {
+		ids[i] = BrokerID(b)
+	}
+	return ids
+}
+
+// redacted is raw for a log line: its password, if any, masked.
+func redacted(raw string) string {
+	u, err := url.Parse(raw)
+	if err != nil {
+		return "(unparsable broker URL)"
+	}
+	return u.Redacted()
+}
 
 // ValidateBrokerURL accepts tcp://, ssl://, ws:// and wss:// URLs with a host
 // (and port for tcp/ssl).
@@ -310,6 +351,7 @@ func (s *Session) Stats() Stats {
 		Connects:        connects,
 		Reconnects:      reconnects,
 		ConnectFailures: s.connectFailures.Load(),
+		Failovers:       s.failovers.Load(),
 	}
 }
 
@@ -410,19 +452,27 @@ func (s *Session) Disconnect(quiesce time.Duration) {
 
 // Run connects and keeps reconnecting until ctx ends (it then disconnects
 // cleanly and returns ctx.Err()) or Disconnect is called (it returns nil).
+//
+// With several brokers, a lost connection is retried on its broker, and
+// every failed attempt moves to the next broker; the backoff grows with each
+// failed attempt whatever the broker, so a fleet losing a broker spreads
+// over the others with jitter instead of arriving at once.
 func (s *Session) Run(ctx context.Context) error {
 	attempt := 0
+	next := 0 // index in opts.Brokers of the next attempt
 	for {
 		if s.stopped() {
 			return nil
 		}
-		c, err := s.connect(ctx)
+		c, err := s.connect(ctx, next)
 		if err == nil {
 			var stable bool
 			stable, err = s.serve(ctx, c)
 			if stable {
 				attempt = 0
 			}
+		} else {
+			next = (next + 1) % len(s.opts.Brokers)
 		}
 		if ctx.Err() != nil {
 			return ctx.Err()
@@ -432,7 +482,7 @@ func (s *Session) Run(ctx context.Context) error {
 		}
 		delay := BackoffDelay(attempt, s.opts.ReconnectMin, s.opts.ReconnectMax, s.opts.RandInt63n)
 		attempt++
-		s.log.Warn().Err(err).Dur("retryIn", delay).Int("attempt", attempt).Msg("mqtt connection down; reconnecting")
+		s.log.Warn().Err(err).Dur("retryIn", delay).Int("attempt", attempt).Str("nextBroker", redacted(s.opts.Brokers[next])).Msg("mqtt connection down; reconnecting")
 		timer := time.NewTimer(delay)
 		select {
 		case <-timer.C:
@@ -457,10 +507,10 @@ func (s *Session) stopped() bool {
 
 // connect makes one connection attempt: CONNECT, then SUBSCRIBE of the
 // command filter, then OnConnect.
-func (s *Session) connect(ctx context.Context) (*conn, error) {
+func (s *Session) connect(ctx context.Context, broker int) (*conn, error) {
 	c := &conn{lost: make(chan struct{}), slots: make(chan struct{}, s.opts.MaxInflight)}
 	po := paho.NewClientOptions().
-		AddBroker(s.opts.BrokerURL).
+		AddBroker(s.opts.Brokers[broker]).
 		SetClientID(s.opts.ClientID).
 		SetUsername(s.opts.Username).
 		SetPassword(s.opts.Password).
@@ -497,7 +547,7 @@ func (s *Session) connect(ctx context.Context) (*conn, error) {
 		// does not make the broker publish the will.
 		c.client.Disconnect(uint(failQuiesce.Milliseconds()))
 		c.markLost(err)
-		return nil, fmt.Errorf("%s: %w", what, err)
+		return nil, fmt.Errorf("%s %s: %w", what, redacted(s.opts.Brokers[broker]), err)
 	}
 	if err := s.wait(ctx, c, c.client.Connect()); err != nil {
 		return fail("connect to broker", err)
@@ -516,6 +566,9 @@ func (s *Session) connect(ctx context.Context) (*conn, error) {
 		if err := s.subscribe(ctx, c, s.opts.InputFilter, 0); err != nil {
 			s.log.Warn().Err(err).Str("filter", s.opts.InputFilter).Msg("not subscribed to the input of running requests; a followed log ends after logs.unreadTimeout (grant the node read on it in the broker's ACL)")
 		}
+	}
+	if prev := s.broker.Swap(int64(broker)); prev != int64(broker) {
+		s.failovers.Add(1)
 	}
 	s.mu.Lock()
 	s.active = c
@@ -677,7 +730,7 @@ func (s *Session) serve(ctx context.Context, c *conn) (stable bool, err error) {
 	ep := s.epoch
 	s.mu.Unlock()
 	n := s.connects.Add(1)
-	s.log.Info().Bool("reconnect", n > 1).Msg("mqtt connected")
+	s.log.Info().Bool("reconnect", n > 1).Str("broker", redacted(s.opts.Brokers[s.broker.Load()])).Msg("mqtt connected")
 	close(ep.up)
 	start := time.Now()
 	select {

@@ -7,6 +7,7 @@ import (
 	"fmt"
 	"path/filepath"
 	"strings"
+	"sync"
 	"sync/atomic"
 	"testing"
 	"time"
@@ -14,6 +15,7 @@ import (
 	"github.com/rs/zerolog"
 
 	apiv1 "github.com/mqlet/mqlet/api/v1"
+	"github.com/mqlet/mqlet/internal/testutil/mosquitto"
 	"github.com/mqlet/mqlet/mqtt/broker"
 	"github.com/mqlet/mqlet/mqtt/broker/testcert"
 	"github.com/mqlet/mqlet/mqtt/outbox"
@@ -373,4 +375,57 @@ func TestManualAckFollowsAckNotReturn(t *testing.T) {
 		ack()
 		ack() // a second call is harmless
 	})
+}
+
+// With two brokers, the session starts on the first; when that one dies it
+// retries it, moves to the second, subscribes there and runs OnConnect
+// there; a lost connection to the second is retried on the second.
+func TestFailoverToTheNextBroker(t *testing.T) {
+	first, second := mosquitto.Start(t), mosquitto.Start(t)
+	var onConnect []string
+	var mu sync.Mutex
+	f := newFixture(t, "", func(o *Options) {
+		o.BrokerURL, o.Brokers = "", []string{first.URL(), "tcp://user:secret@" + second.Addr()}
+		publish := o.OnConnect
+		o.OnConnect = func(ctx context.Context) error {
+			mu.Lock()
+			onConnect = append(onConnect, "")
+			mu.Unlock()
+			return publish(ctx)
+		}
+	})
+	runSession(t, f.s)
+	waitClosed(t, f.s.Connected(), "first connection")
+	if got := f.s.Broker(); got != first.URL() {
+		t.Fatalf("first connection to %s, want %s", got, first.URL())
+	}
+	_, down := f.s.Connection()
+	first.Stop()
+	waitClosed(t, down, "loss of the first broker")
+	waitClosed(t, f.s.Connected(), "connection to the second broker")
+	if got, want := f.s.Broker(), "tcp://"+second.Addr(); got != want {
+		t.Fatalf("moved to %s, want %s (its id holds no user info)", got, want)
+	}
+	if st := f.s.Stats(); st.Failovers != 1 || st.Reconnects != 1 {
+		t.Fatalf("stats %+v: want 1 failover, 1 reconnect", st)
+	}
+	obs := newObserver(t, second.URL(), "obs-"+f.scheme.Node)
+	cmd := f.scheme.Command("apply", "on-second")
+	obs.publish(t, cmd, "hello", false)
+	expect(t, f.nextCommand(t), cmd, "hello")
+
+	// The first comes back: the session stays where it is.
+	first.Restart()
+	_, down = f.s.Connection()
+	select {
+	case <-down:
+		t.Fatal("the session left a working broker")
+	case <-time.After(500 * time.Millisecond):
+	}
+	mu.Lock()
+	n := len(onConnect)
+	mu.Unlock()
+	if n != 2 {
+		t.Fatalf("OnConnect ran %d times, want 2", n)
+	}
 }

@@ -116,6 +116,19 @@ func (b *Broker) Stop() {
 	b.cmd = nil
 }
 
+// Kill ends the broker with SIGKILL, as a crash or a lost host would: its
+// clients' connections drop without a DISCONNECT and nothing is saved.
+func (b *Broker) Kill() {
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	if b.cmd == nil {
+		return
+	}
+	_ = b.cmd.Process.Kill()
+	<-b.exited
+	b.cmd = nil
+}
+
 // Restart stops the broker if running and starts it again on the same port
 // with the same persistence directory.
 func (b *Broker) Restart() {
