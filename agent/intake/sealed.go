@@ -19,11 +19,25 @@ type Unsealer interface {
 // ReasonFailedUnseal is the event reason of a Secret refused at unsealing.
 const ReasonFailedUnseal = "FailedUnseal"
 
+// maxSealedValues bounds the values one command may ask the node to open:
+// each costs an X25519 agreement (about 0.25 ms), so a payload of small
+// sealed values could otherwise buy seconds of CPU.
+const maxSealedValues = 1024
+
 // unsealAll replaces the values of every sealed Secret of a command by
 // their plaintext, before validation and storing, and returns one problem
 // per Secret refused: sealed to another key, not openable, or (with
 // RequireSealedSecrets) not sealed at all.
 func (in *Intake) unsealAll(objs []apiruntime.Object) []string {
+	sealed := 0
+	for _, o := range objs {
+		if sec, ok := o.(*v1.Secret); ok && sealing.IsSealed(sec) {
+			sealed += len(sec.Data)
+		}
+	}
+	if sealed > maxSealedValues {
+		return []string{fmt.Sprintf("%d sealed values in one command, at most %d are opened: send the Secrets in several commands", sealed, maxSealedValues)}
+	}
 	var problems []string
 	for _, o := range objs {
 		sec, ok := o.(*v1.Secret)

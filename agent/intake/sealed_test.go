@@ -1,6 +1,7 @@
 package intake
 
 import (
+	"fmt"
 	"strings"
 	"testing"
 
@@ -75,5 +76,28 @@ func TestSealedSecretIsUnsealedAtApply(t *testing.T) {
 	r.in.Handle(Command{Topic: "mqlet/v1/n1/cmd/sync/s5", Payload: sealFor(t, node, `{"apiVersion":"v1","kind":"List","items":[`+plainSecret+`]}`)})
 	if last := r.sender.last("s5"); last.Phase != "accepted" {
 		t.Fatalf("sealed sync: %+v", last)
+	}
+}
+
+func TestTooManySealedValuesAreRefusedBeforeAnyIsOpened(t *testing.T) {
+	r := newRig(t)
+	node, err := sealing.NewIdentity()
+	if err != nil {
+		t.Fatal(err)
+	}
+	r.in.opts.Unsealer = node
+	r.in.opts.MaxPayloadBytes = 4 << 20
+	var b strings.Builder
+	b.WriteString(`{"apiVersion":"v1","kind":"Secret","metadata":{"name":"many","annotations":{"mqlet.io/sealed-to":"` + node.KeyID() + `"}},"data":{`)
+	for i := 0; i <= maxSealedValues; i++ {
+		if i > 0 {
+			b.WriteString(",")
+		}
+		fmt.Fprintf(&b, `"k%d":"eA=="`, i)
+	}
+	b.WriteString("}}")
+	r.in.Handle(Command{Topic: "mqlet/v1/n1/cmd/apply/m1", Payload: []byte(b.String())})
+	if last := r.sender.last("m1"); last.Phase != "failed" || !strings.Contains(last.Message, "at most 1024 are opened") {
+		t.Fatalf("%d sealed values: %+v", maxSealedValues+1, last)
 	}
 }
