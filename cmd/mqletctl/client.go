@@ -25,6 +25,9 @@ type client struct {
 	// retainedWait is how long request waits for the node's retained
 	// state before saying there is no such node (0: it does not check).
 	retainedWait time.Duration
+	// waitOffline waits for the reply of a node whose retained state says
+	// offline; else request returns errQueued at once.
+	waitOffline bool
 	// stream marks a request that runs while it is read (a followed log):
 	// request says it reads on the request's input topic every
 	// apiv1.InputInterval, and cancels it on the agent when ctx is
@@ -66,7 +69,7 @@ func dial(ctx context.Context, cfg *globalConfig) (*client, error) {
 		}
 		opts.SetTLSConfig(tlsCfg)
 	}
-	c := &client{mqtt: paho.NewClient(opts), topics: cfg.scheme(), broker: redacted, seal: cfg.seal, retainedWait: cfg.RetainedWait}
+	c := &client{mqtt: paho.NewClient(opts), topics: cfg.scheme(), broker: redacted, seal: cfg.seal, retainedWait: cfg.RetainedWait, waitOffline: cfg.WaitOffline}
 	if err := wait(ctx, c.mqtt.Connect()); err != nil {
 		c.mqtt.Disconnect(0)
 		if errors.Is(err, context.DeadlineExceeded) {
@@ -191,6 +194,10 @@ func (c *client) request(ctx context.Context, verb string, payload []byte, onRep
 				if len(m.Payload) > 0 {
 					noNode = nil // the node exists; wait for its reply
 				}
+				var st apiv1.NodeState
+				if !c.waitOffline && last == "" && json.Unmarshal(m.Payload, &st) == nil && st.State == apiv1.StateOffline {
+					return requestID, queuedError{node: c.topics.Node, requestID: requestID, since: st.TS}
+				}
 				continue
 			}
 			r, err := apiv1.DecodeReply(m.Payload)
@@ -249,4 +256,20 @@ func (c *client) cancelRequest(id string) {
 		return
 	}
 	_ = c.publish(ctx, c.topics.Command(apiv1.VerbCancel, cancelID), payload)
+}
+
+// queuedError says a command went to a node whose retained state says
+// offline: the broker keeps it for the node's session, and the node runs
+// it when it connects again (or answers it expired).
+type queuedError struct {
+	node, requestID string
+	since           time.Time
+}
+
+func (q queuedError) Error() string {
+	since := ""
+	if !q.since.IsZero() {
+		since = " since " + q.since.UTC().Format(time.RFC3339)
+	}
+	return fmt.Sprintf("queued: node %s offline%s; request %s waits at the broker and runs when the node is back (--wait-offline waits for its reply)", q.node, since, q.requestID)
 }

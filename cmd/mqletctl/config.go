@@ -41,6 +41,7 @@ type globalConfig struct {
 	KeyFile      string
 	Timeout      time.Duration
 	RetainedWait time.Duration
+	WaitOffline  bool
 	Output       string
 	SignKey      string
 	KeyID        string
@@ -114,6 +115,7 @@ func (c *globalConfig) registerOn(fs *flag.FlagSet) {
 	fs.StringVar(&c.KeyFile, "key-file", c.KeyFile, "PEM client key for mTLS")
 	fs.DurationVar(&c.Timeout, "timeout", c.Timeout, "how long to wait for the broker and the agent's reply")
 	fs.DurationVar(&c.RetainedWait, "retained-wait", c.RetainedWait, "how long status waits for retained topics that may not exist")
+	fs.BoolVar(&c.WaitOffline, "wait-offline", c.WaitOffline, "wait for the reply of a node whose retained state says offline (default: say the command is queued and exit 3)")
 	fs.StringVar(&c.SignKey, "sign-key", c.SignKey, "Ed25519 private key file (from 'keys generate'): sign every command for the node (env "+envSignKey+")")
 	fs.StringVar(&c.KeyID, "key-id", c.KeyID, "key id put in signed commands (default: derived from the key, as the node derives it)")
 	fs.DurationVar(&c.SignTTL, "sign-ttl", c.SignTTL, "how long a signed command stays valid")

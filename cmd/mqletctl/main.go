@@ -23,6 +23,8 @@ const (
 	exitOK    = 0
 	exitFail  = 1 // the command failed, timed out or the broker was unreachable
 	exitUsage = 2 // bad command line
+	// exitQueued: the node is offline; the command waits at the broker.
+	exitQueued = 3
 )
 
 func main() {
@@ -177,7 +179,11 @@ func run(ctx context.Context, args []string, e env) int {
 	err := c.run(ctx, cfg, rest, e)
 	var help helpRequest
 	var ue usageError
+	var queued queuedError
 	switch {
+	case errors.As(err, &queued):
+		fmt.Fprintln(e.stderr, queued.Error())
+		return exitQueued
 	case errors.As(err, &help):
 		printCommandHelp(e.stdout, c, help.fs)
 		return exitOK
@@ -326,7 +332,7 @@ func usage(w io.Writer, top *flag.FlagSet) {
 	printFlags(w, all)
 	fmt.Fprintln(w, "\nThe MQTT password is read from $"+envPassword+" or --password-file, never from a flag.")
 	fmt.Fprintln(w, "With --sign-key FILE (env "+envSignKey+") every command is signed for its node, verb and request id.")
-	fmt.Fprintln(w, "Exit codes: 0 success, 1 command failed / timed out / broker unreachable, 2 bad usage.")
+	fmt.Fprintln(w, "Exit codes: 0 success, 1 command failed / timed out / broker unreachable, 2 bad usage, 3 queued: the node is offline (the command waits at the broker).")
 }
 
 func runVersion(_ context.Context, cfg *globalConfig, args []string, e env) error {

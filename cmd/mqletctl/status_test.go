@@ -3,6 +3,7 @@ package main
 import (
 	"encoding/json"
 	"strings"
+	"sync"
 	"testing"
 	"time"
 
@@ -105,5 +106,56 @@ func TestStatusWithoutRetainedState(t *testing.T) {
 	}
 	if took := time.Since(start); took < 300*time.Millisecond || took > 10*time.Second {
 		t.Errorf("status waited %v for absent retained topics, want about --retained-wait", took)
+	}
+}
+
+// A command to a node whose retained state says offline returns at once:
+// queued (exit 3), saying since when, and the command is at the broker;
+// --wait-offline waits for the reply instead.
+func TestCommandToAnOfflineNodeIsQueued(t *testing.T) {
+	url := startBroker(t, broker.Options{})
+	c := testClient(t, url, "old-agent")
+	mustPublish(t, c, scheme.State(), true, []byte(`{"state":"offline","bootId":"b1","version":"test","ts":"2026-03-01T11:00:00Z"}`))
+	var got []string
+	var mu sync.Mutex
+	tok := c.Subscribe(scheme.CommandFilters()[0], 1, func(_ paho.Client, m paho.Message) {
+		mu.Lock()
+		got = append(got, m.Topic())
+		mu.Unlock()
+	})
+	if !tok.WaitTimeout(5*time.Second) || tok.Error() != nil {
+		t.Fatal(tok.Error())
+	}
+	for _, args := range [][]string{{"apply", "-f", "-"}, {"get", "pods"}, {"logs", "web"}, {"restart", "pod", "web"}} {
+		start := time.Now()
+		res := runCLI(t, url, podManifest, append([]string{"--timeout", "20s"}, args...)...)
+		if res.code != 3 || !strings.HasPrefix(res.stderr, "queued: node n1 offline since 2026-03-01T11:00:00Z; request ") {
+			t.Errorf("%v to an offline node: want exit 3 and queued: %v", args, res)
+		}
+		if took := time.Since(start); took > 10*time.Second {
+			t.Errorf("%v took %v, want at once (--timeout is 20s)", args, took)
+		}
+	}
+	deadline := time.Now().Add(10 * time.Second)
+	for {
+		mu.Lock()
+		n := len(got)
+		mu.Unlock()
+		if n == 4 {
+			break
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("%d commands reached the broker, want 4 (queued, not dropped): %v", n, got)
+		}
+		time.Sleep(20 * time.Millisecond)
+	}
+	start := time.Now()
+	res := runCLI(t, url, "", "--timeout", "20s", "top", "node")
+	if res.code != 1 || !strings.Contains(res.stderr, "node n1 is offline since 2026-03-01T11:00:00Z") || time.Since(start) > 10*time.Second {
+		t.Errorf("top against an offline node: want it said at once: %v", res)
+	}
+	res = runCLI(t, url, podManifest, "--timeout", "1s", "--wait-offline", "apply", "-f", "-")
+	if res.code != 1 || !strings.Contains(res.stderr, "timed out") {
+		t.Errorf("--wait-offline: want the reply awaited (timed out, exit 1): %v", res)
 	}
 }

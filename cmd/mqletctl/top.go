@@ -13,6 +13,8 @@ import (
 
 	v1 "k8s.io/api/core/v1"
 	statsapi "k8s.io/kubelet/pkg/apis/stats/v1alpha1"
+
+	apiv1 "github.com/mqlet/mqlet/api/v1"
 )
 
 // runTop is `top node` / `top pods`: usage from the next metrics message
@@ -66,6 +68,11 @@ func runTop(ctx context.Context, cfg *globalConfig, args []string, e env) error 
 			if m.Topic == topics.State() {
 				if len(m.Payload) > 0 {
 					noNode.Stop()
+				}
+				// An offline node sends no metrics: say so at once.
+				var st apiv1.NodeState
+				if json.Unmarshal(m.Payload, &st) == nil && st.State == apiv1.StateOffline {
+					return fmt.Errorf("node %s is offline since %s: it sends no metrics", cfg.Node, st.TS.UTC().Format(time.RFC3339))
 				}
 				continue
 			}
