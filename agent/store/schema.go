@@ -20,6 +20,10 @@ import (
 // mqlet refuses a newer store rather than misread it.
 const SchemaVersion = 4
 
+// SchemaSecretsEncrypted is the first schema whose Secrets are encrypted at
+// rest: the backup of an older store holds them in clear.
+const SchemaSecretsEncrypted = 4
+
 // schemaKey holds the version in the meta bucket as a decimal string.
 var schemaKey = []byte("store.schemaVersion")
 
