@@ -287,6 +287,8 @@ func (a *Agent) buildSession() error {
 	so.CommandFilters = a.opts.Topics.CommandFilters()
 	so.InputFilter = a.opts.Topics.InputFilter()
 	so.Handler = a.HandleCommand
+	so.WatchFilter = a.opts.Topics.PodFilter()
+	so.WatchHandler = a.handlePodTopic
 	so.ManualAck = true // the agent acknowledges each command once it is persisted
 	so.Will = &will
 	// Every connect, to the same broker or another, publishes the node's
@@ -349,6 +351,33 @@ func (a *Agent) HandleCommand(m session.Inbound) {
 		return
 	}
 	a.cmds.Submit(intake.Command{Topic: m.Topic, Payload: m.Payload, Retained: m.Retained, Duplicate: m.Duplicate, Ack: m.Ack})
+}
+
+// handlePodTopic clears a status on the node's pod topics that the node
+// did not publish: a retained one found at a (re)connect, or one published
+// meanwhile (MQTT 3.1.1 delivers it without the retain flag, so any
+// non-empty status of a pod the node does not hold counts). The node's own
+// statuses come back here too and are left alone.
+func (a *Agent) handlePodTopic(m session.Inbound) {
+	if len(m.Payload) == 0 {
+		return
+	}
+	ns, name, ok := a.opts.Topics.ParsePod(m.Topic)
+	if !ok {
+		return
+	}
+	// Only a pod the store says it does not have is foreign; a failed
+	// read keeps the topic.
+	_, err := a.store.Pod(ns, name)
+	desired := !errors.Is(err, store.ErrNotFound)
+	cleared, err := a.status.ClearForeign(ns, name, desired)
+	if err != nil {
+		a.log.Warn().Err(err).Str("topic", m.Topic).Msg("clearing a pod status the node did not publish")
+		return
+	}
+	if cleared {
+		a.log.Warn().Str("topic", m.Topic).Bool("retained", m.Retained).Msg("cleared a pod status the node did not publish")
+	}
 }
 
 // Events is the event recorder, for components wired outside the agent.

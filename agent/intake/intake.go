@@ -5,6 +5,7 @@
 package intake
 
 import (
+	"bytes"
 	"crypto/sha256"
 	"encoding/hex"
 	"encoding/json"
@@ -34,6 +35,10 @@ type Store interface {
 	ListConfigMaps() ([]*v1.ConfigMap, error)
 	ListSecrets() ([]*v1.Secret, error)
 	LookupReply(requestID string) ([]byte, bool, error)
+	// BindRequest keeps the digest of the command a request id names;
+	// RequestDigest returns it (nil: none).
+	BindRequest(requestID string, digest []byte) error
+	RequestDigest(requestID string) ([]byte, error)
 	// PutPending records that the request is owed a final reply, with the
 	// command's changes (see store.PendingReply).
 	PutPending(p store.PendingReply) error
@@ -124,6 +129,7 @@ const (
 	ReasonCommandStoppedAgent = "CommandStoppedAgent"
 	ReasonRetainedCommand     = "RetainedCommand"
 	ReasonOutOfScope          = "OutOfScope"
+	ReasonRequestIDReused     = "RequestIDReused"
 )
 
 // Messages of refusals operators act on.
@@ -132,6 +138,7 @@ const (
 	MsgStoppedAgent    = "this command stopped the agent: mqlet was handling it when it died, so it is not run again; fix it and send it with a new request id"
 	MsgInternalError   = "internal error while handling this command; it was not applied"
 	MsgEmptyPayload    = "empty payload: nothing to do (an empty message clears a retained one; the request id stays unused)"
+	MsgRequestIDReused = "request id already used by a different command: this command was not run and the earlier one's answer does not apply to it; send it under a new request id"
 )
 
 // Intake handles commands. Handle is called by the MQTT session for every
@@ -181,6 +188,18 @@ func (in *Intake) Handle(cmd Command) {
 	recorded, handled, lookupErr := in.store.LookupReply(id)
 	if lookupErr != nil {
 		log.Error().Err(lookupErr).Msg("looking up request record")
+	}
+	// A request id is bound to the command that first used it: another
+	// command under it (someone who published that id first, or a reuse) is
+	// refused loudly, never answered from the first one's record.
+	digest := commandDigest(topicName, payload)
+	if bound, err := in.store.RequestDigest(id); err != nil {
+		log.Error().Err(err).Msg("looking up the command bound to the request id")
+	} else if bound != nil && !bytes.Equal(bound, digest) && len(payload) > 0 {
+		log.Warn().Msg("request id already used by a different command; refused")
+		in.nodeEvent(v1.EventTypeWarning, ReasonRequestIDReused, fmt.Sprintf("request %s (%s) on %s: %s", id, verb, topicName, MsgRequestIDReused))
+		in.refuseUnrecorded(id, verb, errors.New(MsgRequestIDReused))
+		return
 	}
 
 	// A retained command is replayed on every subscription: it never runs.
@@ -237,7 +256,10 @@ func (in *Intake) Handle(cmd Command) {
 
 	payload, ok := in.open(id, verb, ct.Scope, payload)
 	if !ok {
-		return
+		return // refused unrecorded: the id stays free
+	}
+	if err := in.store.BindRequest(id, digest); err != nil {
+		log.Error().Err(err).Msg("binding the request id to its command; a different command under it would not be told apart")
 	}
 	if in.opts.MaxPayloadBytes > 0 && len(payload) > in.opts.MaxPayloadBytes {
 		in.fail(id, verb, fmt.Errorf("payload of %d bytes exceeds the limit of %d bytes", len(payload), in.opts.MaxPayloadBytes))
@@ -323,6 +345,16 @@ func (in *Intake) Stats() (received, rejected uint64) {
 func stoppedAgent(recorded []byte) bool {
 	r, err := apiv1.DecodeReply(recorded)
 	return err == nil && r.Phase == apiv1.Failed && r.Message == MsgStoppedAgent
+}
+
+// commandDigest identifies a command by its topic and payload (the
+// envelope as received, so a signed command's nonce counts).
+func commandDigest(topicName string, payload []byte) []byte {
+	h := sha256.New()
+	h.Write([]byte(topicName))
+	h.Write([]byte{0})
+	h.Write(payload)
+	return h.Sum(nil)
 }
 
 // DeriveRequestID names a request that came without an id: the same topic

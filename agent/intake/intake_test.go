@@ -177,6 +177,40 @@ func TestRedeliveryIsAnsweredNotExecuted(t *testing.T) {
 	}
 }
 
+// A request id is bound to the command that first used it: someone who
+// publishes the operator's id first cannot have the operator's command
+// answered from their record; it is refused loudly, the id's record stays,
+// and the first command's redelivery is still answered from it.
+func TestRequestIDBoundToItsCommand(t *testing.T) {
+	r := newRig(t)
+	r.in.Handle(Command{Topic: "mqlet/v1/n1/cmd/get/r7", Payload: []byte(`{}`)})
+	if r.sender.last("r7").Phase != apiv1.Succeeded {
+		t.Fatalf("first command: %+v", r.sender.last("r7"))
+	}
+	r.in.Handle(Command{Topic: "mqlet/v1/n1/cmd/apply/r7", Payload: []byte(webPod)})
+	last := r.sender.last("r7")
+	if last.Phase != apiv1.Failed || last.Message != MsgRequestIDReused || last.Verb != "apply" {
+		t.Fatalf("another command under the id: %+v", last)
+	}
+	if len(r.sched.keys) != 0 {
+		t.Fatalf("the refused command ran: %v", r.sched.keys)
+	}
+	if rec, ok, _ := r.st.LookupReply("r7"); !ok || !strings.Contains(string(rec), `"verb":"get"`) {
+		t.Fatalf("the refusal replaced the record: %s", rec)
+	}
+	resent := len(r.sender.resent)
+	r.in.Handle(Command{Topic: "mqlet/v1/n1/cmd/get/r7", Payload: []byte(`{}`), Duplicate: true})
+	if len(r.sender.resent) != resent+1 {
+		t.Fatal("the first command's redelivery was not answered from its record")
+	}
+	// The same payload on another verb's topic is another command too.
+	r.in.Handle(Command{Topic: "mqlet/v1/n1/cmd/apply/r8", Payload: []byte(webPod)})
+	r.in.Handle(Command{Topic: "mqlet/v1/n1/cmd/delete/r8", Payload: []byte(webPod)})
+	if last := r.sender.last("r8"); last.Phase != apiv1.Failed || last.Message != MsgRequestIDReused {
+		t.Fatalf("a delete under an apply's id: %+v", last)
+	}
+}
+
 // A deliberate repeat of a command without a request id (no DUP flag) runs
 // again: the same delete sent after the pod was applied again deletes it
 // again, instead of being answered from the first delete's record.

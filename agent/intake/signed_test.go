@@ -1,11 +1,16 @@
 package intake
 
 import (
+	"context"
 	"path/filepath"
 	"strings"
 	"testing"
 	"time"
 
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+
+	"github.com/mqlet/mqlet/agent/store"
+	"github.com/mqlet/mqlet/agent/streams"
 	"github.com/mqlet/mqlet/agent/validate"
 	apiv1 "github.com/mqlet/mqlet/api/v1"
 	"github.com/mqlet/mqlet/signing"
@@ -152,5 +157,57 @@ func TestRefusedSignatureKeepsTheRequestIDFree(t *testing.T) {
 	}
 	if _, err := r.st.Pod("default", "web"); err != nil {
 		t.Fatalf("signed pod not stored: %v", err)
+	}
+}
+
+type heldStreams struct{ running map[string]streams.Kind }
+
+func (h *heldStreams) Start(id string, kind streams.Kind, fn func(ctx context.Context)) error {
+	h.running[id] = kind
+	return nil
+}
+
+func (h *heldStreams) Cancel(id string) bool {
+	return h.CancelIf(id, func(streams.Kind) bool { return true })
+}
+
+func (h *heldStreams) CancelIf(id string, may func(streams.Kind) bool) bool {
+	k, ok := h.running[id]
+	if !ok || !may(k) {
+		return false
+	}
+	delete(h.running, id)
+	return true
+}
+
+// Within its scope, a stream started by a signed command is cancelled only
+// by a cancel signed with the same key: MQTT 3.1.1 names no publisher, so
+// the key is all that tells requesters apart there.
+func TestCancelOfASignedStreamNeedsItsKey(t *testing.T) {
+	r, ops, dev := signedRig(t, false)
+	held := &heldStreams{running: map[string]streams.Kind{}}
+	r.in.opts.Verbs.Streams = held
+	owner := "default " + store.SourceOf(&metav1.ObjectMeta{Namespace: "default"})
+	r.in.startStreamNow("s1", "logs", streams.Kind{Requester: "key ops", Owner: owner}, func(*Intake, context.Context) {})
+	r.in.startStreamNow("s2", "logs", streams.Kind{Owner: owner}, func(*Intake, context.Context) {})
+
+	r.in.Handle(Command{Topic: "mqlet/v1/n1/cmd/cancel/c1", Payload: []byte(`{"requestId":"s1"}`)})
+	if last := r.sender.last("c1"); last.Phase != apiv1.Failed || !strings.Contains(last.Message, "signed with key ops") {
+		t.Fatalf("an unsigned cancel of a signed stream: %+v", last)
+	}
+	r.in.Handle(Command{Topic: "mqlet/v1/n1/cmd/cancel/c2", Payload: signedFor(t, dev, "cancel", "c2", `{"requestId":"s1"}`)})
+	if last := r.sender.last("c2"); last.Phase != apiv1.Failed {
+		t.Fatalf("a cancel signed by another key: %+v", last)
+	}
+	if _, ok := held.running["s1"]; !ok {
+		t.Fatal("the signed stream was cancelled")
+	}
+	r.in.Handle(Command{Topic: "mqlet/v1/n1/cmd/cancel/c3", Payload: signedFor(t, ops, "cancel", "c3", `{"requestId":"s1"}`)})
+	if last := r.sender.last("c3"); last.Phase != apiv1.Succeeded {
+		t.Fatalf("a cancel signed by the stream's key: %+v", last)
+	}
+	r.in.Handle(Command{Topic: "mqlet/v1/n1/cmd/cancel/c4", Payload: []byte(`{"requestId":"s2"}`)})
+	if last := r.sender.last("c4"); last.Phase != apiv1.Succeeded {
+		t.Fatalf("an unsigned cancel of an unsigned stream: %+v", last)
 	}
 }

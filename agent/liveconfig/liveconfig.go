@@ -338,7 +338,26 @@ func (s *Settings) save(remote map[string]string) error {
 	return nil
 }
 
-// View is the effective configuration, each setting with its source.
+// Hidden is the value the view shows for a setting it does not reveal.
+const Hidden = `"<hidden>"`
+
+// hiddenSettings are not revealed by the view (any broker login may read
+// it): who the node logs in as, where its credentials and keys lie, which
+// host paths a pod may mount and which keys and registries it trusts.
+// Every setting whose name ends in "File" is hidden as well.
+var hiddenSettings = map[string]bool{
+	"mqtt.username":              true,
+	"admission.allowedHostPaths": true,
+	"security.trustedKeys":       true,
+	"images.allowedRegistries":   true,
+}
+
+func hidden(path string) bool {
+	return hiddenSettings[path] || strings.HasSuffix(path, "File")
+}
+
+// View is the effective configuration, each setting with its source;
+// hidden settings show Hidden in place of their value.
 func (s *Settings) View() (apiv1.ConfigView, error) {
 	eff := s.Effective()
 	leaves, err := eff.Leaves()
@@ -355,6 +374,9 @@ func (s *Settings) View() (apiv1.ConfigView, error) {
 		}
 		if _, ok := s.remote[path]; ok {
 			src = apiv1.SourceRemote
+		}
+		if hidden(path) {
+			v = json.RawMessage(Hidden)
 		}
 		view.Settings[path] = apiv1.ConfigValue{Value: v, Source: src}
 	}

@@ -1,6 +1,7 @@
 package liveconfig
 
 import (
+	"encoding/json"
 	"strings"
 	"testing"
 	"time"
@@ -135,5 +136,42 @@ func TestLogLevelAndPeriodsAreLiveWithBounds(t *testing.T) {
 	}
 	if s.LogLevel() != "info" {
 		t.Fatalf("a refused patch changed logLevel to %s", s.LogLevel())
+	}
+}
+
+// The view, which any broker login may read, does not reveal who the node
+// logs in as, where its credentials lie, nor which host paths pods may mount.
+func TestViewHidesCredentialsAndHostPaths(t *testing.T) {
+	cfg := config.Default()
+	cfg.MQTT.Username = "gw-user-7"
+	cfg.MQTT.PasswordFile = "/etc/mqlet/secret-pw"
+	cfg.MQTT.KeyFile = "/etc/mqlet/client.key"
+	cfg.EmbeddedBroker.PasswordFile = "/etc/mqlet/broker-pw"
+	cfg.Admission.AllowedHostPaths = []string{"/srv/private-data"}
+	cfg.Images.CredentialsFile = "/etc/mqlet/registry.json"
+	s, _, err := Open(&cfg, map[string]string{"mqtt.username": apiv1.SourceFile}, t.TempDir())
+	if err != nil {
+		t.Fatal(err)
+	}
+	view, err := s.View()
+	if err != nil {
+		t.Fatal(err)
+	}
+	raw, _ := json.Marshal(view)
+	for _, leak := range []string{"gw-user-7", "secret-pw", "client.key", "broker-pw", "private-data", "registry.json"} {
+		if strings.Contains(string(raw), leak) {
+			t.Errorf("the view reveals %q", leak)
+		}
+	}
+	for _, path := range []string{"mqtt.username", "mqtt.passwordFile", "admission.allowedHostPaths", "embeddedBroker.passwordFile", "images.credentialsFile"} {
+		if v, ok := view.Settings[path]; !ok || string(v.Value) != Hidden {
+			t.Errorf("%s: %+v, want it listed as %s", path, v, Hidden)
+		}
+	}
+	if v := view.Settings["mqtt.username"]; v.Source != apiv1.SourceFile {
+		t.Errorf("a hidden setting keeps its source: %+v", v)
+	}
+	if v := view.Settings["gc.interval"]; string(v.Value) == Hidden {
+		t.Error("an ordinary setting is hidden")
 	}
 }

@@ -218,6 +218,25 @@ func (m *Manager) Remove(namespace, name string) error {
 	return nil
 }
 
+// ClearForeign clears the retained status topic of a pod this node does
+// not hold (not desired, not set by this process, not in the ledger): a
+// broker user can publish a fake retained status on the node's topics,
+// which would otherwise be taken as the node's word and survive restarts.
+// It reports whether it cleared the topic.
+func (m *Manager) ClearForeign(namespace, name string, desired bool) (bool, error) {
+	if desired || m.Retained(namespace, name) {
+		return false, nil
+	}
+	// Under the lock, so a status Set for the pod meanwhile is queued
+	// after this clear, never before it.
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	if _, ok := m.pods[namespace+"/"+name]; ok {
+		return false, nil
+	}
+	return true, m.put(namespace, name, nil)
+}
+
 // Get returns the last status set for the pod.
 func (m *Manager) Get(namespace, name string) (*v1.Pod, bool) {
 	m.mu.Lock()

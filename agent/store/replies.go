@@ -74,7 +74,7 @@ func (s *Store) recordReply(tx *bolt.Tx, requestID string, reply []byte, at time
 		if k == nil {
 			break
 		}
-		freed, err := deleteReply(replies, index, k)
+		freed, err := deleteReply(replies, index, tx.Bucket(bucketDigests), k)
 		if err != nil {
 			return err
 		}
@@ -139,12 +139,15 @@ func (s *Store) PruneReplies(now time.Time) (int, error) {
 		if err != nil {
 			return err
 		}
+		if err := pruneDigests(tx.Bucket(bucketDigests), cutoff); err != nil {
+			return err
+		}
 		for {
 			k, _ := index.Cursor().First()
 			if len(k) < 8 || binary.BigEndian.Uint64(k[:8]) >= cutoff {
 				return index.SetSequence(total)
 			}
-			freed, err := deleteReply(replies, index, k)
+			freed, err := deleteReply(replies, index, tx.Bucket(bucketDigests), k)
 			if err != nil {
 				return err
 			}
@@ -187,7 +190,7 @@ func indexKey(stamp, id []byte) []byte {
 
 // deleteReply removes the record of an index key and says how many bytes
 // it counted.
-func deleteReply(replies, index *bolt.Bucket, indexK []byte) (uint64, error) {
+func deleteReply(replies, index, digests *bolt.Bucket, indexK []byte) (uint64, error) {
 	k := append([]byte(nil), indexK...) // cursor keys are invalid after a delete
 	if err := index.Delete(k); err != nil {
 		return 0, err
@@ -202,6 +205,9 @@ func deleteReply(replies, index *bolt.Bucket, indexK []byte) (uint64, error) {
 	}
 	freed := recordSize(id, v)
 	if err := replies.Delete(id); err != nil {
+		return 0, err
+	}
+	if err := digests.Delete(id); err != nil {
 		return 0, err
 	}
 	if n := replies.Sequence(); n > 0 {
@@ -255,6 +261,95 @@ func (s *Store) SetMeta(key string, value []byte) error {
 	})
 	if err != nil {
 		return fmt.Errorf("write meta %q to state store: %w", key, err)
+	}
+	return nil
+}
+
+// A request id is bound to the command that first used it (a hash of its
+// topic and payload), so that a command published later under the same id
+// by someone else is refused instead of being answered from the first
+// one's record. The binding goes with the id's reply record.
+
+// BindRequest keeps digest as the command requestID names.
+func (s *Store) BindRequest(requestID string, digest []byte) error {
+	err := s.db.Update(func(tx *bolt.Tx) error { return s.bindRequest(tx, requestID, digest) })
+	if err != nil {
+		return fmt.Errorf("bind request %q in state store: %w", requestID, err)
+	}
+	return nil
+}
+
+// RequestDigest returns the digest requestID is bound to, nil when none
+// (unused, expired, or recorded by an older mqlet).
+func (s *Store) RequestDigest(requestID string) ([]byte, error) {
+	var d []byte
+	err := s.db.View(func(tx *bolt.Tx) error {
+		d = s.requestDigest(tx, requestID)
+		return nil
+	})
+	return d, err
+}
+
+// BindRequest is Store.BindRequest inside the transaction.
+func (t *Tx) BindRequest(requestID string, digest []byte) error {
+	if err := t.live(); err != nil {
+		return err
+	}
+	if err := t.s.bindRequest(t.tx, requestID, digest); err != nil {
+		return t.fail(fmt.Errorf("bind request %q in state store: %w", requestID, err))
+	}
+	return nil
+}
+
+// RequestDigest is Store.RequestDigest inside the transaction.
+func (t *Tx) RequestDigest(requestID string) ([]byte, error) {
+	if err := t.live(); err != nil {
+		return nil, err
+	}
+	return t.s.requestDigest(t.tx, requestID), nil
+}
+
+// maxDigestBytes bounds a digest (a sha256 is 32).
+const maxDigestBytes = 64
+
+func (s *Store) bindRequest(tx *bolt.Tx, requestID string, digest []byte) error {
+	if requestID == "" || len(digest) == 0 || len(digest) > maxDigestBytes {
+		return errors.New("empty request id or bad digest")
+	}
+	v := make([]byte, 8, 8+len(digest))
+	binary.BigEndian.PutUint64(v, uint64(s.opts.Now().UnixNano()))
+	return tx.Bucket(bucketDigests).Put([]byte(requestID), append(v, digest...))
+}
+
+func (s *Store) requestDigest(tx *bolt.Tx, requestID string) []byte {
+	v := tx.Bucket(bucketDigests).Get([]byte(requestID))
+	if len(v) <= 8 {
+		return nil
+	}
+	at := time.Unix(0, int64(binary.BigEndian.Uint64(v[:8])))
+	if s.opts.Now().Sub(at) > s.opts.ReplyTTL {
+		return nil
+	}
+	return append([]byte(nil), v[8:]...)
+}
+
+// pruneDigests drops bindings made before cutoff (their records expired,
+// or the command was never recorded).
+func pruneDigests(digests *bolt.Bucket, cutoff uint64) error {
+	var old [][]byte
+	err := digests.ForEach(func(k, v []byte) error {
+		if len(v) < 8 || binary.BigEndian.Uint64(v[:8]) < cutoff {
+			old = append(old, append([]byte(nil), k...))
+		}
+		return nil
+	})
+	if err != nil {
+		return err
+	}
+	for _, k := range old {
+		if err := digests.Delete(k); err != nil {
+			return err
+		}
 	}
 	return nil
 }

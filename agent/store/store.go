@@ -116,8 +116,9 @@ var (
 	bucketQuarantine = []byte("quarantine")      // pod key -> Quarantine JSON
 	bucketPending    = []byte("pending-replies") // requestID -> 8-byte seq + PendingReply JSON
 	bucketFinals     = []byte("pending-finals")  // requestID -> 8-byte seq + uvarint topic length + topic + payload
+	bucketDigests    = []byte("request-digests") // requestID -> 8-byte time + sha256 of the command it named
 
-	allBuckets  = [][]byte{bucketPods, bucketConfigMaps, bucketSecrets, bucketReplies, bucketReplyIndex, bucketMeta, bucketSeq, bucketQuarantine, bucketPending, bucketFinals}
+	allBuckets  = [][]byte{bucketPods, bucketConfigMaps, bucketSecrets, bucketReplies, bucketReplyIndex, bucketMeta, bucketSeq, bucketQuarantine, bucketPending, bucketFinals, bucketDigests}
 	kindBuckets = map[string][]byte{KindPod: bucketPods, KindConfigMap: bucketConfigMaps, KindSecret: bucketSecrets}
 	kindOrder   = []string{KindPod, KindConfigMap, KindSecret}
 )

@@ -142,6 +142,23 @@ func (s Scheme) Pod(namespace, name string) string {
 	return s.base() + "/pods/" + namespace + "/" + name
 }
 
+// PodFilter matches the status topic of every pod of the node.
+func (s Scheme) PodFilter() string { return s.base() + "/pods/+/+" }
+
+// ParsePod splits a pod status topic of this node into namespace and name;
+// ok is false for any other topic.
+func (s Scheme) ParsePod(topic string) (namespace, name string, ok bool) {
+	rest, found := strings.CutPrefix(topic, s.base()+"/pods/")
+	if !found {
+		return "", "", false
+	}
+	namespace, name, found = strings.Cut(rest, "/")
+	if !found || namespace == "" || name == "" || strings.Contains(name, "/") {
+		return "", "", false
+	}
+	return namespace, name, true
+}
+
 // Events is the (non-retained) v1.Event topic.
 func (s Scheme) Events() string { return s.base() + "/events" }
 

@@ -101,6 +101,11 @@ type Options struct {
 	// command first never loses it. It must not block for long nor publish
 	// synchronously.
 	Handler func(m Inbound)
+	// WatchFilter, when set, is subscribed at QoS 0 on every connect after
+	// the command filters; its messages go to WatchHandler (Ack does nothing),
+	// never to Handler. A refused watch subscription is logged, not fatal.
+	WatchFilter  string
+	WatchHandler func(m Inbound)
 	// ManualAck leaves the acknowledgement to Inbound.Ack, so a handler can
 	// queue messages and persist many at once before acknowledging them.
 	ManualAck bool
@@ -170,6 +175,15 @@ func (c *conn) markLost(err error) {
 		c.lostErr = err
 		close(c.lost)
 	})
+}
+
+func (c *conn) isLost() bool {
+	select {
+	case <-c.lost:
+		return true
+	default:
+		return false
+	}
 }
 
 // New validates opts and returns an unconnected session; call Run.
@@ -526,6 +540,18 @@ func (s *Session) connect(ctx context.Context, broker int) (*conn, error) {
 		SetWriteTimeout(DefaultWriteTimeout).
 		SetDefaultPublishHandler(func(_ paho.Client, m paho.Message) {
 			s.messagesIn.Add(1)
+			// A persistent session may deliver the watch filter's messages
+			// before this connection subscribed it again: routed by topic,
+			// they never reach the command handler.
+			if s.opts.WatchFilter != "" && MatchFilter(s.opts.WatchFilter, m.Topic()) {
+				if s.opts.WatchHandler != nil {
+					s.opts.WatchHandler(Inbound{Topic: m.Topic(), Payload: m.Payload(), Retained: m.Retained(), Duplicate: m.Duplicate(), Ack: noAck})
+				}
+				if s.opts.ManualAck {
+					m.Ack()
+				}
+				return
+			}
 			ack := noAck
 			if s.opts.ManualAck {
 				ack = m.Ack
@@ -565,6 +591,14 @@ func (s *Session) connect(ctx context.Context, broker int) (*conn, error) {
 	if s.opts.InputFilter != "" {
 		if err := s.subscribe(ctx, c, s.opts.InputFilter, 0); err != nil {
 			s.log.Warn().Err(err).Str("filter", s.opts.InputFilter).Msg("not subscribed to the input of running requests; a followed log ends after logs.unreadTimeout (grant the node read on it in the broker's ACL)")
+		}
+	}
+	if s.opts.WatchFilter != "" {
+		if err := s.subscribe(ctx, c, s.opts.WatchFilter, 0); err != nil {
+			if c.isLost() {
+				return fail("subscribe "+s.opts.WatchFilter, err)
+			}
+			s.log.Warn().Err(err).Str("filter", s.opts.WatchFilter).Msg("watch subscription refused (the broker's ACL must let the node read it); going on without it")
 		}
 	}
 	if prev := s.broker.Swap(int64(broker)); prev != int64(broker) {
@@ -750,4 +784,19 @@ func (s *Session) serve(ctx context.Context, c *conn) (stable bool, err error) {
 	s.epoch = newEpoch()
 	s.mu.Unlock()
 	return time.Since(start) >= s.opts.StableAfter, err
+}
+
+// MatchFilter reports whether topic matches the MQTT topic filter (with
+// the + and # wildcards).
+func MatchFilter(filter, topic string) bool {
+	f, t := strings.Split(filter, "/"), strings.Split(topic, "/")
+	for i, level := range f {
+		if level == "#" {
+			return i < len(t) || i == len(t)
+		}
+		if i >= len(t) || (level != "+" && level != t[i]) {
+			return false
+		}
+	}
+	return len(f) == len(t)
 }
