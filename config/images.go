@@ -3,6 +3,8 @@ package config
 import (
 	"path/filepath"
 	"time"
+
+	"github.com/mqlet/mqlet/internal/imagepolicy"
 )
 
 // Images is how images are pulled: how many pulls run at once, how long one
@@ -30,6 +32,14 @@ type Images struct {
 	PreloadInterval Duration `json:"preloadInterval"`
 	// Ctr is containerd's ctr binary, which does the import (CRI has none).
 	Ctr string `json:"ctr"`
+	// AllowedRegistries are the registries images may come from, checked at
+	// admission before any connection: "*" is any registry that is not the
+	// node itself (loopback, link-local, unspecified, the node's own
+	// addresses, localhost), a host or host:port allows that registry even
+	// when local, "*.domain" the hosts below domain. Without "*" only the
+	// listed ones. A name allowed by "*" is resolved just before its pull
+	// and refused if it resolves to a local address.
+	AllowedRegistries []string `json:"allowedRegistries"`
 }
 
 func defaultImages() Images {
@@ -40,6 +50,8 @@ func defaultImages() Images {
 		PullBackoffMax:  Duration{300 * time.Second},
 		PreloadInterval: Duration{10 * time.Second},
 		Ctr:             "ctr",
+		// Copied: a caller changing its config must not change the default.
+		AllowedRegistries: append([]string(nil), imagepolicy.Default...),
 	}
 }
 
@@ -64,6 +76,11 @@ func (im *Images) validate(bad func(field, format string, args ...any)) {
 	}
 	if im.PreloadInterval.Duration <= 0 {
 		bad("images.preloadInterval", "must be positive")
+	}
+	if len(im.AllowedRegistries) == 0 {
+		bad("images.allowedRegistries", `must list at least one registry pattern ("*": any that is not the node itself)`)
+	} else if _, err := imagepolicy.New(im.AllowedRegistries); err != nil {
+		bad("images.allowedRegistries", "%v", err)
 	}
 	if im.Ctr == "" {
 		bad("images.ctr", "must name the ctr binary")

@@ -6,6 +6,7 @@ import (
 	v1 "k8s.io/api/core/v1"
 
 	"github.com/mqlet/mqlet/internal/defaults"
+	"github.com/mqlet/mqlet/internal/imagepolicy"
 	"github.com/mqlet/mqlet/internal/redact"
 )
 
@@ -66,6 +67,9 @@ type Config struct {
 	// HostIPs are the node's addresses, primary first: status.hostIP(s) in
 	// the downward API, and a hostNetwork pod's IPs.
 	HostIPs []string
+	// Registries are the registries images may come from; a name is
+	// checked again, resolved, just before its pull. nil: the default.
+	Registries *imagepolicy.Policy
 	// Allocatable is what resourceFieldRef reads for a container without
 	// a limit (nil: the machine's CPUs and memory).
 	Allocatable v1.ResourceList

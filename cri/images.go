@@ -111,9 +111,15 @@ func (m *Manager) pullImage(ctx context.Context, w pullWork, auth *runtimeapi.Au
 		return "", 0, err
 	}
 	ctx = quietContext(ctx)
+	if err := m.cfg.Registries.CheckResolved(ctx, w.image); err != nil {
+		return "", 0, newPullError(w.image, err)
+	}
 	ref, err := svc.image.PullImage(ctx, &runtimeapi.ImageSpec{Image: w.image}, auth, w.sandbox)
 	if err != nil {
-		return "", 0, err
+		// The registry's own words stay in the node's log: what is
+		// published (events, status, reply) is the class and the host.
+		m.log.Warn().Err(err).Str("image", w.image).Msg("image pull failed")
+		return "", 0, newPullError(w.image, err)
 	}
 	var size uint64
 	if resp, err := svc.image.ImageStatus(ctx, &runtimeapi.ImageSpec{Image: ref}, false); err == nil {

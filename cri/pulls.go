@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"regexp"
 	"strings"
 	"sync"
 	"time"
@@ -11,6 +12,8 @@ import (
 	"k8s.io/client-go/util/flowcontrol"
 	runtimeapi "k8s.io/cri-api/pkg/apis/runtime/v1"
 	"k8s.io/utils/clock"
+
+	"github.com/mqlet/mqlet/internal/imagepolicy"
 )
 
 // ImagePulled is sent on the PLEG channel for each pod that waited on a
@@ -281,10 +284,83 @@ func definitePullError(err error) bool {
 		return false
 	}
 	msg := strings.ToLower(err.Error())
-	for _, s := range []string{"401 unauthorized", "403 forbidden", "unauthorized", "denied", "manifest unknown", ": not found", "name unknown", "invalid reference format"} {
+	for _, s := range []string{"401 unauthorized", "403 forbidden", "unauthorized", "denied", "manifest unknown", ": not found", "name unknown", "invalid reference format", imagepolicy.ErrNotAllowed.Error()} {
 		if strings.Contains(msg, s) {
 			return true
 		}
 	}
 	return false
+}
+
+// pullError is a failed pull as it is published (events, the container's
+// status, the apply's reply): what went wrong, as a class, and the
+// registry's host, never the registry's own words. An image may name any
+// host; one that is no registry answers with its banner or page, which
+// would otherwise come back to whoever asked. errors.Is still sees the
+// cause (deadlines, cancellation, an unavailable runtime).
+type pullError struct {
+	image, registry, class string
+	cause                  error
+}
+
+func newPullError(image string, cause error) error {
+	reg, err := imagepolicy.Registry(image)
+	if err != nil {
+		reg = "(unparsable reference)"
+	}
+	return &pullError{image: image, registry: reg, class: pullErrorClass(cause), cause: cause}
+}
+
+func (e *pullError) Error() string {
+	return fmt.Sprintf("failed to pull image %q from registry %s: %s", e.image, e.registry, e.class)
+}
+
+func (e *pullError) Is(target error) bool { return errors.Is(e.cause, target) }
+
+var httpStatus = regexp.MustCompile(`\b([1-5][0-9][0-9]) [A-Z][A-Za-z ]*`)
+
+// pullErrorClass names what a pull error is, in words of mqlet's own.
+func pullErrorClass(err error) string {
+	switch {
+	case errors.Is(err, imagepolicy.ErrNotAllowed):
+		return err.Error() // mqlet's own words
+	case errors.Is(err, context.Canceled):
+		return "cancelled"
+	case errors.Is(err, context.DeadlineExceeded):
+		return "timed out"
+	case errors.Is(err, ErrUnavailable):
+		return "the container runtime is unavailable"
+	}
+	msg := strings.ToLower(err.Error())
+	for _, c := range []struct{ substr, class string }{
+		{"401 unauthorized", "401 Unauthorized"},
+		{"403 forbidden", "403 Forbidden"},
+		{"denied", "access denied"},
+		{"manifest unknown", "not found"},
+		{"name unknown", "not found"},
+		{"404 not found", "not found"},
+		{": not found", "not found"},
+		{"invalid reference format", "invalid reference format"},
+		{"connection refused", "connection refused"},
+		{"no such host", "no such host"},
+		{"network is unreachable", "network is unreachable"},
+		{"no route to host", "no route to host"},
+		{"i/o timeout", "timed out"},
+		{"deadline exceeded", "timed out"},
+		{"server gave http response to https client", "TLS error (the server speaks plain HTTP)"},
+		{"x509:", "TLS error (certificate)"},
+		{"tls:", "TLS error"},
+		{"malformed http", "not an HTTP registry (malformed answer)"},
+		{"transport connection broken", "not an HTTP registry (malformed answer)"},
+		{"connection reset", "connection reset"},
+		{"eof", "connection closed by the registry"},
+	} {
+		if strings.Contains(msg, c.substr) {
+			return c.class
+		}
+	}
+	if m := httpStatus.FindStringSubmatch(err.Error()); m != nil {
+		return "registry answered status " + m[1]
+	}
+	return "the registry's answer is not a usable image (see mqlet's log)"
 }

@@ -250,3 +250,28 @@ func TestDefinitePullErrors(t *testing.T) {
 		}
 	}
 }
+
+// What a failed pull publishes is its class and the registry's host, never
+// the registry's own words (a service that is no registry answers with its
+// banner).
+func TestPullErrorKeepsClassAndHostOnly(t *testing.T) {
+	for raw, class := range map[string]string{
+		`failed to pull and unpack image "127.0.0.1:2222/x:1": failed to resolve reference "127.0.0.1:2222/x:1": failed to do request: Head "http://127.0.0.1:2222/v2/x/manifests/1": net/http: HTTP/1.x transport connection broken: malformed HTTP response "SSH-2.0-OpenSSH_9.2p1 banner-secret"`: "not an HTTP registry (malformed answer)",
+		`failed to resolve reference "r.example/x:1": pulling from host r.example failed with status code [manifests 1]: 401 Unauthorized`:                                                                                                                                                           "401 Unauthorized",
+		`failed to resolve reference "r.example/x:1": r.example/x:1: not found`:                                                "not found",
+		`failed to do request: Head "http://r.example/v2/": dial tcp 10.0.0.9:80: connect: connection refused`:                 "connection refused",
+		`unexpected status from GET request to http://r.example/v2/x/blobs/sha256:00: 500 Internal Server Error banner-secret`: "registry answered status 500",
+		`failed to unpack: invalid character '<' looking for beginning of value banner-secret`:                                 "the registry's answer is not a usable image (see mqlet's log)",
+	} {
+		err := newPullError("r.example:5000/x:1", errors.New(raw))
+		if strings.Contains(err.Error(), "banner-secret") || !strings.HasSuffix(err.Error(), ": "+class) || !strings.Contains(err.Error(), "registry r.example:5000") {
+			t.Errorf("%q published as %q, want class %q", raw, err, class)
+		}
+	}
+	if err := newPullError("x:1", context.DeadlineExceeded); !errors.Is(err, context.DeadlineExceeded) || definitePullError(err) {
+		t.Errorf("a deadline: %v", err)
+	}
+	if err := newPullError("x:1", errors.New("pulling from host h failed with status code [manifests 1]: 401 Unauthorized")); !definitePullError(err) {
+		t.Errorf("a 401 is definite: %v", err)
+	}
+}

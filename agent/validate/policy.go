@@ -1,6 +1,7 @@
 package validate
 
 import (
+	"errors"
 	"fmt"
 	"strconv"
 	"strings"
@@ -9,6 +10,8 @@ import (
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/util/validation/field"
 	"k8s.io/pod-security-admission/api"
+
+	"github.com/mqlet/mqlet/internal/imagepolicy"
 )
 
 // Profile is a Pod Security Standards level.
@@ -139,6 +142,10 @@ type Policy struct {
 	// Host is what the node's kernel enforces (not configured: detected at
 	// start); the zero value enforces neither AppArmor nor SELinux.
 	Host HostSecurity `json:"-" yaml:"-"`
+	// Registries are the registries images may come from
+	// (images.allowedRegistries); nil allows imagepolicy.Default. No
+	// signing key's profile loosens them.
+	Registries *imagepolicy.Policy `json:"-" yaml:"-"`
 }
 
 // ProfileFor is the profile pods of namespace are checked against. A
@@ -174,7 +181,25 @@ func (p Policy) WithProfile(profile Profile) Policy {
 // meta is the pod's (defaulted) metadata; its namespace selects the profile.
 func (p Policy) Check(meta *metav1.ObjectMeta, spec *v1.PodSpec) field.ErrorList {
 	errs := p.checkPodSecurity(meta, spec)
+	errs = append(errs, p.checkRegistries(spec)...)
 	return append(errs, checkNode(meta, spec, p.Host)...)
+}
+
+// checkRegistries refuses an image whose registry is not allowed, before
+// anything connects to it.
+func (p Policy) checkRegistries(spec *v1.PodSpec) field.ErrorList {
+	var errs field.ErrorList
+	for _, list := range []struct {
+		name       string
+		containers []v1.Container
+	}{{"initContainers", spec.InitContainers}, {"containers", spec.Containers}} {
+		for i, c := range list.containers {
+			if err := p.Registries.Check(c.Image); err != nil && errors.Is(err, imagepolicy.ErrNotAllowed) {
+				errs = append(errs, field.Forbidden(field.NewPath("spec", list.name).Index(i).Child("image"), err.Error()))
+			}
+		}
+	}
+	return errs
 }
 
 func (p Policy) checkPodSecurity(meta *metav1.ObjectMeta, spec *v1.PodSpec) field.ErrorList {

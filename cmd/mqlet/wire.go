@@ -32,6 +32,7 @@ import (
 	"github.com/mqlet/mqlet/config"
 	"github.com/mqlet/mqlet/cri"
 	"github.com/mqlet/mqlet/internal/crashout"
+	"github.com/mqlet/mqlet/internal/imagepolicy"
 	"github.com/mqlet/mqlet/internal/lsm"
 	"github.com/mqlet/mqlet/internal/redact"
 	"github.com/mqlet/mqlet/internal/version"
@@ -194,7 +195,18 @@ func criConfig(cfg *config.Config, secrets *redact.Live) cri.Config {
 		PullBackoffMax:   cfg.Images.PullBackoffMax.Duration,
 		NodeCredentials:  cfg.Images.CredentialsFile,
 		HostIPs:          hostIPs(),
+		Registries:       registries(cfg),
 	}
+}
+
+// registries is the policy of images.allowedRegistries (validated with the
+// config, so it parses).
+func registries(cfg *config.Config) *imagepolicy.Policy {
+	p, err := imagepolicy.New(cfg.Images.AllowedRegistries)
+	if err != nil {
+		p, _ = imagepolicy.New([]string{}) // the default; unreachable after config.Validate
+	}
+	return p
 }
 
 func startEmbeddedBroker(ctx context.Context, cfg *config.Config, log zerolog.Logger) (*broker.Broker, error) {
@@ -264,6 +276,11 @@ func policyFrom(a config.Admission) validate.Policy {
 	}
 }
 
+func policyWithRegistries(p validate.Policy, r *imagepolicy.Policy) validate.Policy {
+	p.Registries = r
+	return p
+}
+
 // hostSecurity is which security modules the kernel enforces, for the
 // kubelet's admission rules on AppArmor profiles and SELinux options.
 func hostSecurity(h lsm.Host) validate.HostSecurity {
@@ -315,7 +332,7 @@ func agentOptions(cfg *config.Config, state *nodeState) (agent.Options, error) {
 	opts := agent.Options{
 		Topics:          topics,
 		MaxPayloadBytes: cfg.MQTT.MaxPayloadBytes,
-		Policy:          policyFrom(cfg.Admission),
+		Policy:          policyWithRegistries(policyFrom(cfg.Admission), registries(cfg)),
 		Workers:         cfg.Pods.Workers,
 		PodResync:       cfg.Pods.Resync.Duration,
 		Restart:         restart.Policy{Base: cfg.Pods.BackoffBase.Duration, Max: cfg.Pods.BackoffMax.Duration, ResetAfter: cfg.Pods.BackoffResetAfter.Duration},

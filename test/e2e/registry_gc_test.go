@@ -38,7 +38,7 @@ func TestRegistryImageGCWithRealImages(t *testing.T) {
 	// First the desired pod "keep", which protects the local busybox the
 	// other tests need; then mqlet again with image GC every second, always
 	// finding the disk over 1 %.
-	e := newPodEnv(t, "")
+	e := newPodEnv(t, "images:\n"+allowLocalRegistries)
 	e.cleanupPods("keep", "a")
 	e.apply(podYAML("keep", e.ns, "Always", "sleep 3600"), "succeeded", podReadyTimeout)
 	restart := func(extra string) {
@@ -48,10 +48,10 @@ func TestRegistryImageGCWithRealImages(t *testing.T) {
 		e.agent.Restart()
 		e.mq.WaitState(mark, e.node, "online", 30*time.Second)
 	}
-	restart("  nodeStatusInterval: 2s\ngc:\n  interval: 1s\n  imageGCHighPercent: 1\n  imageGCLowPercent: 0\n") // the first line goes under telemetry
+	restart("  nodeStatusInterval: 2s\ngc:\n  interval: 1s\n  imageGCHighPercent: 1\n  imageGCLowPercent: 0\nimages:\n" + allowLocalRegistries) // the first line goes under telemetry
 	// Runs before the pods are deleted: without "keep" the busybox image
 	// would be unused and go too.
-	t.Cleanup(func() { restart("") })
+	t.Cleanup(func() { restart("images:\n" + allowLocalRegistries) })
 	e.apply([]byte(regPod("a", e.ns, imgA, "IfNotPresent")), "succeeded", podReadyTimeout)
 	e.apply([]byte(regPod("b", e.ns, imgB, "IfNotPresent")), "succeeded", podReadyTimeout)
 	if !present(imgB) {

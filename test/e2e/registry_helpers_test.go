@@ -29,6 +29,11 @@ import (
 	"github.com/mqlet/mqlet/internal/testutil/containerd"
 )
 
+// allowLocalRegistries is the images.allowedRegistries line (under
+// images:) that admits the test registries on 127.0.0.1, any port, beside
+// every registry that is not the node itself: the default refuses loopback.
+const allowLocalRegistries = "  allowedRegistries: [\"*\", \"127.0.0.1\"]\n"
+
 // Registry is one docker-registry (CNCF distribution) process on a free
 // loopback port, optionally with TLS (a CA made here) and htpasswd auth. The
 // test containerd trusts it through a hosts.toml in its certs.d directory

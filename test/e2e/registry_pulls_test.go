@@ -19,11 +19,12 @@ import (
 	"github.com/mqlet/mqlet/internal/testutil/containerd"
 )
 
-// Short pull backoffs, so growing delays show within a test.
+// Short pull backoffs, so growing delays show within a test; the test
+// registries are on loopback, which only an explicit allow list admits.
 const pullTestConfig = `images:
   pullBackoffBase: 2s
   pullBackoffMax: 8s
-`
+` + allowLocalRegistries
 
 // regPod is a pod running image under pull policy with the given pull secrets.
 func regPod(name, namespace, image, policy string, secrets ...string) string {
@@ -399,7 +400,7 @@ func removeImage(tb testing.TB, image string) {
 func TestRegistryFixedPullSecretIsANewAttempt(t *testing.T) {
 	reg := StartRegistry(t, true)
 	image := reg.Push(containerd.BusyboxImage, "private/fixed:1")
-	e := newPodEnv(t, "images:\n  pullBackoffBase: 60s\n  pullBackoffMax: 300s\n")
+	e := newPodEnv(t, "images:\n  pullBackoffBase: 60s\n  pullBackoffMax: 300s\n"+allowLocalRegistries)
 	e.cleanupPods("renamed", "inplace")
 	secret := func(name, pass string) string {
 		return fmt.Sprintf(`{"apiVersion":"v1","kind":"Secret","type":"kubernetes.io/dockerconfigjson","metadata":{"name":%q,"namespace":%q},"stringData":{".dockerconfigjson":%q}}`,
