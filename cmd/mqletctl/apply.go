@@ -73,10 +73,17 @@ func runDelete(ctx context.Context, cfg *globalConfig, args []string, e env) err
 	ns := namespaceFlag(fs, "namespace of KIND NAME (default: default)")
 	grace := fs.Int64("grace-period", -1, "seconds the containers get to stop (only with KIND NAME; -1: the pod's own)")
 	noWait := fs.Bool("no-wait", false, "return once the agent accepted the request")
+	force := fs.Bool("force", false, "delete node: clear its retained topics even while it is online")
 	cfg.registerOutput(fs, "json (one reply per line)")
 	pos, err := parseInterleaved(fs, args)
 	if err != nil {
 		return err
+	}
+	if len(pos) == 2 && isNodeKind(pos[0]) && len(files) == 0 {
+		return decommission(ctx, cfg, pos[1], *force, e)
+	}
+	if *force {
+		return usageError{errNodeFlag}
 	}
 	if err := cfg.checkOutput("json"); err != nil {
 		return err
@@ -98,7 +105,7 @@ func runDelete(ctx context.Context, cfg *globalConfig, args []string, e env) err
 	case len(pos) == 2:
 		kind, ok := canonicalKind(pos[0])
 		if !ok {
-			return usageError{fmt.Errorf("delete: unknown kind %q (pod, configmap, secret)", pos[0])}
+			return usageError{fmt.Errorf("delete: unknown kind %q (pod, configmap, secret, node)", pos[0])}
 		}
 		args := map[string]any{"kind": kind, "name": pos[1]}
 		if *ns != "" {

@@ -84,8 +84,9 @@ func helpTexts() map[string]helpText {
 	return map[string]helpText{
 		"apply": {"apply -f FILE|DIR|- [--no-wait]",
 			"  mqletctl apply -f web.yaml --node gw1\n  mqletctl apply -f manifests/    # every .yaml, .yml and .json file, in name order"},
-		"delete": {"delete -f FILE|DIR|- | delete KIND NAME [-n NS] [--grace-period N]",
-			"  mqletctl delete pod web -n default\n  mqletctl delete -f web.yaml    # every object in the file"},
+		"delete": {"delete -f FILE|DIR|- | delete KIND NAME [-n NS] [--grace-period N] | delete node NAME [--force]",
+			"  mqletctl delete pod web -n default\n  mqletctl delete -f web.yaml    # every object in the file\n" +
+				"  mqletctl delete node gw7          # decommission: clear its retained state, node and pod topics"},
 		"sync": {"sync -f FILE|- [--no-wait]",
 			"  mqletctl sync -f desired.yaml"},
 		"get": {"get pods|configmaps|secrets|nodes|all [NAME] [-n NS] [-l SELECTOR] [-o json|yaml|wide|name] [-w]\n  " +

@@ -3,10 +3,12 @@ package main
 import (
 	"context"
 	"encoding/json"
+	"fmt"
 	"strings"
 	"testing"
 	"time"
 
+	paho "github.com/eclipse/paho.mqtt.golang"
 	v1 "k8s.io/api/core/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 
@@ -148,5 +150,68 @@ func TestGetPodsWatch(t *testing.T) {
 	}
 	if lines := strings.Split(strings.TrimSpace(out.String()), "\n"); len(lines) != 4 || !strings.HasPrefix(lines[0], "NAME") {
 		t.Errorf("want a header and three rows:\n%s", out.String())
+	}
+}
+
+// delete node X clears what X left retained (state, node, pods), refuses
+// while X is online unless --force, and says not found for a node that
+// left nothing.
+func TestDeleteNodeClearsItsRetainedTopics(t *testing.T) {
+	url := startBroker(t, broker.Options{})
+	c := testClient(t, url, "publisher")
+	publishNode := func(state string) {
+		mustPublish(t, c, scheme.State(), true, []byte(`{"state":"`+state+`","bootId":"b1","version":"test","ts":"2026-03-01T11:00:00Z"}`))
+		mustPublish(t, c, scheme.NodeTopic(), true, []byte(`{"metadata":{"name":"n1"}}`))
+		mustPublish(t, c, scheme.Pod("default", "web"), true, []byte(`{"metadata":{"name":"web","namespace":"default"}}`))
+		mustPublish(t, c, scheme.Pod("edge", "db"), true, []byte(`{"metadata":{"name":"db","namespace":"edge"}}`))
+	}
+	publishNode("online")
+	vars := map[string]string{envBroker: url}
+	res := runCLIEnv(t, vars, "", "--retained-wait", "300ms", "delete", "node", "n1")
+	if res.code != 1 || !strings.Contains(res.stderr, "node n1 is online") {
+		t.Fatalf("delete node of an online node: want it refused: %v", res)
+	}
+	retainedOf := func() []string {
+		t.Helper()
+		got := make(chan string, 16)
+		sub := testClient(t, url, fmt.Sprint("reader-", time.Now().UnixNano()))
+		tok := sub.Subscribe("mqlet/v1/n1/#", 1, func(_ paho.Client, m paho.Message) {
+			if m.Retained() && len(m.Payload()) > 0 {
+				got <- m.Topic()
+			}
+		})
+		if !tok.WaitTimeout(5*time.Second) || tok.Error() != nil {
+			t.Fatal(tok.Error())
+		}
+		var topics []string
+		for {
+			select {
+			case tp := <-got:
+				topics = append(topics, tp)
+			case <-time.After(500 * time.Millisecond):
+				return topics
+			}
+		}
+	}
+	if n := len(retainedOf()); n != 4 {
+		t.Fatalf("a refused delete node cleared topics: %d of 4 left", n)
+	}
+	publishNode("offline")
+	res = runCLIEnv(t, vars, "", "--retained-wait", "300ms", "delete", "node", "n1")
+	if res.code != 0 || res.stdout != "node/n1 deleted (4 retained topics cleared)\n" {
+		t.Fatalf("delete node of an offline node: %v", res)
+	}
+	if left := retainedOf(); len(left) != 0 {
+		t.Fatalf("retained topics left after delete node: %v", left)
+	}
+	publishNode("online")
+	if res := runCLIEnv(t, vars, "", "--retained-wait", "300ms", "delete", "node", "n1", "--force"); res.code != 0 {
+		t.Fatalf("delete node --force of an online node: %v", res)
+	}
+	if res := runCLIEnv(t, vars, "", "--retained-wait", "300ms", "delete", "node", "ghost"); res.code != 1 || !strings.Contains(res.stderr, `nodes "ghost" not found`) {
+		t.Fatalf("delete node of an unknown node: %v", res)
+	}
+	if res := runCLIEnv(t, vars, "", "delete", "pod", "web", "--force"); res.code != 2 {
+		t.Fatalf("--force on a pod delete: want usage error: %v", res)
 	}
 }
