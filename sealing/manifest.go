@@ -16,12 +16,17 @@ import (
 
 // SealManifest seals every Secret of a manifest (YAML or JSON, one or more
 // documents, Lists too) to the recipients and returns the manifest and how
-// many Secrets it sealed. The recipients are asked for (once) only when a
+// many Secrets it sealed. A Secret without a namespace is given
+// defaultNamespace, the one the node will put it in: its values are bound
+// to it, so the sealed Secret names it. The recipients are asked for (once) only when a
 // Secret needs them. A manifest without a Secret comes back as it is;
 // one with Secrets is re-encoded (JSON for one document, YAML documents
 // otherwise). Secrets already sealed are left alone; stringData is folded
 // into data first (stringData wins, as in the API server).
-func SealManifest(payload []byte, recipients func() ([]Recipient, error)) ([]byte, int, error) {
+func SealManifest(payload []byte, defaultNamespace string, recipients func() ([]Recipient, error)) ([]byte, int, error) {
+	if defaultNamespace == "" {
+		return nil, 0, errors.New("sealing: no default namespace")
+	}
 	dec := utilyaml.NewYAMLOrJSONDecoder(bytes.NewReader(payload), 4096)
 	var docs []map[string]any
 	for {
@@ -50,7 +55,7 @@ func SealManifest(payload []byte, recipients func() ([]Recipient, error)) ([]byt
 		return to, err
 	}
 	for i, doc := range docs {
-		n, err := sealDoc(doc, lookup)
+		n, err := sealDoc(doc, defaultNamespace, lookup)
 		if err != nil {
 			return nil, 0, fmt.Errorf("document %d: %w", i+1, err)
 		}
@@ -77,10 +82,10 @@ func SealManifest(payload []byte, recipients func() ([]Recipient, error)) ([]byt
 	return b.Bytes(), sealed, nil
 }
 
-func sealDoc(doc map[string]any, to func() ([]Recipient, error)) (int, error) {
+func sealDoc(doc map[string]any, defaultNamespace string, to func() ([]Recipient, error)) (int, error) {
 	switch doc["kind"] {
 	case "Secret":
-		return sealSecret(doc, to)
+		return sealSecret(doc, defaultNamespace, to)
 	case "List":
 		items, _ := doc["items"].([]any)
 		n := 0
@@ -89,7 +94,7 @@ func sealDoc(doc map[string]any, to func() ([]Recipient, error)) (int, error) {
 			if !ok {
 				continue
 			}
-			k, err := sealDoc(m, to)
+			k, err := sealDoc(m, defaultNamespace, to)
 			if err != nil {
 				return 0, fmt.Errorf("item %d: %w", j+1, err)
 			}
@@ -101,13 +106,16 @@ func sealDoc(doc map[string]any, to func() ([]Recipient, error)) (int, error) {
 }
 
 // sealSecret seals one Secret given as decoded JSON.
-func sealSecret(sec map[string]any, recipients func() ([]Recipient, error)) (int, error) {
+func sealSecret(sec map[string]any, defaultNamespace string, recipients func() ([]Recipient, error)) (int, error) {
 	meta, _ := sec["metadata"].(map[string]any)
 	name, _ := meta["name"].(string)
 	if name == "" {
 		return 0, errors.New("a Secret without metadata.name cannot be sealed")
 	}
 	namespace, _ := meta["namespace"].(string)
+	if namespace == "" {
+		namespace = defaultNamespace
+	}
 	annotations, _ := meta["annotations"].(map[string]any)
 	if _, done := annotations[AnnotationSealedTo]; done {
 		return 0, nil
@@ -161,6 +169,7 @@ func sealSecret(sec map[string]any, recipients func() ([]Recipient, error)) (int
 		meta["annotations"] = annotations
 	}
 	annotations[AnnotationSealedTo] = strings.Join(ids, ",")
+	meta["namespace"] = namespace
 	sec["data"] = out
 	delete(sec, "stringData")
 	return 1, nil

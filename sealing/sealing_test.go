@@ -86,7 +86,7 @@ items:
   metadata: {name: other}
   stringData: {pw: ` + value + `}
 `)
-	out, n, err := SealManifest(manifest, To(r))
+	out, n, err := SealManifest(manifest, "default", To(r))
 	if err != nil || n != 2 {
 		t.Fatalf("SealManifest: %d sealed, %v", n, err)
 	}
@@ -121,14 +121,14 @@ items:
 	}
 	// No Secret: the manifest is sent as it was.
 	plain := []byte(`{"apiVersion":"v1","kind":"ConfigMap","metadata":{"name":"c"}}`)
-	if got, n, err := SealManifest(plain, To(r)); err != nil || n != 0 || !bytes.Equal(got, plain) {
+	if got, n, err := SealManifest(plain, "default", To(r)); err != nil || n != 0 || !bytes.Equal(got, plain) {
 		t.Fatalf("manifest without Secret: %q %d %v", got, n, err)
 	}
 }
 
 func sealedSecret(t *testing.T, r Recipient, ns, name string) *v1.Secret {
 	t.Helper()
-	out, _, err := SealManifest([]byte(`{"apiVersion":"v1","kind":"Secret","metadata":{"name":"`+name+`","namespace":"`+ns+`"},"stringData":{"pw":"`+value+`"}}`), To(r))
+	out, _, err := SealManifest([]byte(`{"apiVersion":"v1","kind":"Secret","metadata":{"name":"`+name+`","namespace":"`+ns+`"},"stringData":{"pw":"`+value+`"}}`), "default", To(r))
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -251,7 +251,7 @@ func TestSealToSeveralNodes(t *testing.T) {
 	a, ra := node(t)
 	b, rb := node(t)
 	_, rc := node(t)
-	out, n, err := SealManifest([]byte(`{"apiVersion":"v1","kind":"Secret","metadata":{"name":"g"},"stringData":{"pw":"`+value+`"}}`), To(ra, rb))
+	out, n, err := SealManifest([]byte(`{"apiVersion":"v1","kind":"Secret","metadata":{"name":"g"},"stringData":{"pw":"`+value+`"}}`), "default", To(ra, rb))
 	if err != nil || n != 1 {
 		t.Fatal(n, err)
 	}

@@ -40,6 +40,8 @@ func (in *Intake) applyObjects(id string, payload []byte, replaceAll bool) {
 		in.nodeEvent(v1.EventTypeWarning, ReasonOutOfScope, fmt.Sprintf("request %s: %s", id, summarize(problems)))
 		return
 	}
+	// After scoping, which gives objects their namespace: a sealed value
+	// opens only in the namespace it was sealed for.
 	if problems := in.unsealAll(objs); len(problems) > 0 {
 		in.fail(id, verb, fmt.Errorf("%d Secret(s) refused, nothing applied: %s", len(problems), summarize(problems)), problems...)
 		in.nodeEvent(v1.EventTypeWarning, ReasonFailedUnseal, fmt.Sprintf("request %s: %s", id, summarize(problems)))

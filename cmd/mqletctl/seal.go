@@ -18,7 +18,9 @@ import (
 // publishes in its retained state. A payload without a Secret is sent
 // as it is and no key is looked up.
 func sealSecrets(ctx context.Context, cfg *globalConfig, payload []byte, sealTo string) ([]byte, error) {
-	out, _, err := sealing.SealManifest(payload, func() ([]sealing.Recipient, error) {
+	// The node puts a Secret without a namespace in "default" (commands on
+	// the node-wide topic, the only ones mqletctl sends).
+	out, _, err := sealing.SealManifest(payload, "default", func() ([]sealing.Recipient, error) {
 		keys := strings.Split(sealTo, ",")
 		if sealTo == "" {
 			key, err := nodeSealingKey(ctx, cfg)
