@@ -2,10 +2,11 @@
 # The benchmark (`make bench`). On a Debian 12 machine as root it installs
 # what test/run-tests.sh installs (nothing more), starts a private containerd
 # on its own socket and bridge, builds mqlet, runs `go run ./test/bench`
-# (footprint, command intake, pod start vs raw CRI made one after another
-# and in parallel, idle telemetry, delete of the running pods, exit →
-# status delay), prints the report (JSON in test/.work/bench.json) and stops
-# everything it started, also when interrupted.
+# (footprint, memory at rest with 0, 20 and 50 pods, command intake, pod
+# start vs raw CRI made one after another and in parallel, idle telemetry,
+# delete of the running pods, exit → status delay), prints the report (JSON
+# in test/.work/bench.json) and stops everything it started, also when
+# interrupted.
 # Extra arguments go to the bench command, e.g. `test/run-bench.sh --duration 20s`.
 set -euo pipefail
 cd "$(dirname "$0")/.."
@@ -33,10 +34,10 @@ export MQLET_TEST_CRI_ENDPOINT
 echo "== building"
 if ! make -s build >"$WORK/build.log" 2>&1; then
 	# mqletctl may be mid-work; the bench needs only mqlet.
-	CGO_ENABLED=0 go build -trimpath -o bin/mqlet ./cmd/mqlet
+	CGO_ENABLED=0 go build -trimpath -tags grpcnotrace -o bin/mqlet ./cmd/mqlet
 fi
 # make build strips symbols; an unstripped build of the same source gives the size comparison.
-CGO_ENABLED=0 go build -trimpath -o "$WORK/mqlet.unstripped" ./cmd/mqlet
+CGO_ENABLED=0 go build -trimpath -tags grpcnotrace -o "$WORK/mqlet.unstripped" ./cmd/mqlet
 go build -o "$WORK/bench" ./test/bench
 
 echo "== running the benchmark (about 3 minutes)"

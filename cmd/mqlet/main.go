@@ -71,12 +71,20 @@ func run(args []string, stdout, stderr io.Writer) int {
 
 	ctx, stop := signal.NotifyContext(context.Background(), syscall.SIGTERM, syscall.SIGINT)
 	defer stop()
+	if heapProfiler != nil {
+		defer heapProfiler(ctx)()
+	}
 	if err := runAgent(ctx, cfg, config.Sources(flags, os.Getenv), log, level, &secrets); err != nil {
 		log.Error().Err(err).Msg("mqlet stopped with an error")
 		return 1
 	}
 	return 0
 }
+
+// heapProfiler is set by builds with -tags heapprofile (heapprofile.go):
+// it writes a heap profile on SIGUSR1 until ctx ends, and its stop waits
+// for that.
+var heapProfiler func(ctx context.Context) (stop func())
 
 // goMaxProcs is the GOMAXPROCS to set from the configuration: none when it
 // asks for Go's default or when the environment already says (Go read it).

@@ -1,10 +1,10 @@
 // Command bench measures mqlet against a real mosquitto and a real
-// containerd: footprint, command intake, pod start latency next to raw CRI,
+// containerd: footprint, memory at rest by pods, command intake, pod start latency next to raw CRI,
 // an idle agent with pods, and container exit → status delay. It prints a
 // report and writes it as JSON. test/run-bench.sh (make bench) prepares the
 // containerd and the binary and runs it.
 //
-//	go run ./test/bench --cri-endpoint unix:///run/mqlet-bench/containerd.sock [--steps footprint,intake,pods,idle,exit] [--duration 60s]
+//	go run ./test/bench --cri-endpoint unix:///run/mqlet-bench/containerd.sock [--steps footprint,rss,intake,pods,idle,exit] [--duration 60s]
 package main
 
 import (
@@ -17,6 +17,7 @@ import (
 	"os/signal"
 	"path/filepath"
 	"slices"
+	"strconv"
 	"strings"
 	"syscall"
 	"time"
@@ -46,9 +47,10 @@ type options struct {
 	unstripped    string
 	logLevel      string
 	probePods     bool
+	rssPods       []int
 }
 
-var allSteps = []string{"footprint", "intake", "burst", "pods", "idle", "exit"}
+var allSteps = []string{"footprint", "rss", "intake", "burst", "pods", "idle", "exit"}
 
 func main() {
 	os.Exit(run(os.Args[1:], os.Stdout, os.Stderr))
@@ -56,7 +58,7 @@ func main() {
 
 func parseFlags(args []string, stderr io.Writer) (options, error) {
 	var o options
-	var steps string
+	var steps, rssPods string
 	fs := flag.NewFlagSet("bench", flag.ContinueOnError)
 	fs.SetOutput(stderr)
 	fs.StringVar(&o.mqlet, "mqlet", "bin/mqlet", "the mqlet binary to measure")
@@ -76,6 +78,7 @@ func parseFlags(args []string, stderr io.Writer) (options, error) {
 	fs.IntVar(&o.workers, "mqlet-workers", 0, "pods.workers (sync slots) for mqlet (0: its default)")
 	fs.IntVar(&o.exitPods, "exit-pods", 10, "pods whose container exits, for the exit → status delay")
 	fs.StringVar(&o.logLevel, "mqlet-log-level", "info", "mqlet's --log-level (debug gives a timeline of each step in the kept logs)")
+	fs.StringVar(&rssPods, "rss-pods", "0,20,50", "pod counts at which the rss step reads mqlet's memory at rest, ascending")
 	fs.BoolVar(&o.probePods, "probe-pods", false, "give the burst pods (and so the idle step) an exec liveness and an httpGet readiness probe every 10 s")
 	fs.BoolVar(&o.keep, "keep", false, "keep the scratch dir (logs, state) even when every step passed")
 	fs.BoolVar(&o.brokerNoDelay, "broker-tcp-nodelay", false, "set mosquitto's set_tcp_nodelay (off by default in mosquitto 2.0)")
@@ -92,6 +95,13 @@ func parseFlags(args []string, stderr io.Writer) (options, error) {
 			return o, fmt.Errorf("unknown step %q (known: %s)", s, strings.Join(allSteps, ","))
 		}
 		o.steps = append(o.steps, s)
+	}
+	for _, f := range strings.Split(rssPods, ",") {
+		n, err := strconv.Atoi(strings.TrimSpace(f))
+		if err != nil || n < 0 || len(o.rssPods) > 0 && n < o.rssPods[len(o.rssPods)-1] {
+			return o, fmt.Errorf("--rss-pods %q: want ascending counts, e.g. 0,20,50", rssPods)
+		}
+		o.rssPods = append(o.rssPods, n)
 	}
 	if o.criEndpoint == "" {
 		return o, errors.New("no CRI endpoint: pass --cri-endpoint or set MQLET_TEST_CRI_ENDPOINT (test/env/containerd-up.sh prints it)")
@@ -164,12 +174,19 @@ func measure(ctx context.Context, opts options, log zerolog.Logger) (rep *report
 		rep.Footprint = fp
 		rep.fail("footprint", err)
 	}
-	if !want("intake") && !want("burst") && !want("pods") && !want("idle") && !want("exit") {
+	if !want("rss") && !want("intake") && !want("burst") && !want("pods") && !want("idle") && !want("exit") {
 		return rep, nil
 	}
 	if err := e.bringUp(ctx); err != nil {
 		rep.fail("start mqlet", err)
 		return rep, nil
+	}
+	if want("rss") {
+		// First, while the agent holds nothing but these pods.
+		log.Info().Ints("pods", opts.rssPods).Msg("step rss")
+		r, err := e.rssByPods(ctx)
+		rep.RSS = r
+		rep.fail("rss", err)
 	}
 	if want("intake") {
 		log.Info().Int("commands", opts.intakeN).Msg("step intake")

@@ -19,6 +19,7 @@ type report struct {
 	Host        hostInfo         `json:"host"`
 	Settings    map[string]any   `json:"settings"`
 	Footprint   *footprintResult `json:"footprint,omitempty"`
+	RSS         *rssResult       `json:"rss,omitempty"`
 	Intake      *intakeResult    `json:"intake,omitempty"`
 	Burst       *burstResult     `json:"burst,omitempty"`
 	PodStart    *podStartResult  `json:"podStart,omitempty"`
@@ -110,6 +111,12 @@ func (r *report) print(w io.Writer) {
 		p("   idle RSS, no pods:  %s (%s after online)", mib(f.IdleRSSBytes), f.IdleRSSAfter)
 		p("   start → online:     median %.1f ms over %d starts (min %.1f, max %.1f)",
 			f.StartToOnline.P50Ms, f.Starts, f.StartToOnline.MinMs, f.StartToOnline.MaxMs)
+	}
+	if rs := r.RSS; rs != nil {
+		p("\n1b. Memory at rest by pods (sleeping busybox pods, %.0f s after the last started)", rs.SettleSeconds)
+		for _, s := range rs.Samples {
+			p("   %3d pods: RSS %s (anonymous %s, the binary's pages %s)", s.Pods, mib(s.RSSBytes), mib(s.AnonBytes), mib(s.FileBytes))
+		}
 	}
 	if in := r.Intake; in != nil {
 		p("\n2. Command intake (ConfigMap apply, QoS 1, publish → succeeded reply)")
