@@ -124,6 +124,7 @@ for spec in "amd64:x86-64" "arm64:ARM aarch64" "armhf:ARM, EABI5"; do
 	done
 	log "  $arch: mqlet $(stat -c %s dist/mqlet-linux-$arch) bytes, mqletctl $(stat -c %s dist/mqletctl-linux-$arch) bytes (stripped, static)"
 done
+go run ./test/size check dist/mqlet-linux-* dist/mqletctl-linux-* | sed 's/^/release: /' || fail "a release binary grew past test/size/sizes.txt"
 
 # ---------------------------------------------------------------- 2. qemu
 command -v qemu-aarch64-static >/dev/null || DEBIAN_FRONTEND=noninteractive apt-get install -y -qq qemu-user-static >/dev/null
@@ -269,7 +270,7 @@ stop_pid "$mpid"
 VERSION_B="$VERSION_A-upgrade"
 mkdir -p "$WORK/distB"
 for b in mqlet mqletctl; do
-	CGO_ENABLED=0 go build -trimpath -ldflags "-s -w -X github.com/mqlet/mqlet/internal/version.Version=$VERSION_B" -o "$WORK/distB/$b-linux-amd64" "./cmd/$b"
+	CGO_ENABLED=0 go build -trimpath -tags grpcnotrace -ldflags "-s -w -X github.com/mqlet/mqlet/internal/version.Version=$VERSION_B" -o "$WORK/distB/$b-linux-amd64" "./cmd/$b"
 done
 DEB_VERSION="$(dpkg-deb -f "$DEB_A" Version)+b" DIST="$WORK/distB" packaging/build-debs.sh "$VERSION_B" amd64 >"$WORK/debs-B.log" 2>&1 || fail "building package B"
 DEB_B=$(ls "$WORK"/distB/mqlet_*_amd64.deb)

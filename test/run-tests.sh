@@ -35,6 +35,11 @@ export MQLET_TEST_CRI_ENDPOINT
 CHAOS_CRI_ENDPOINT=$(chaos_env test/env/containerd-up.sh)
 export MQLET_TEST_BIN_DIR="$WORK/bin"
 make -s build >/dev/null
+# The size guard (cheap: the binaries were just built): a stripped binary
+# more than 5 % over test/size/sizes.txt fails the run.
+echo "== binary sizes against test/size/sizes.txt"
+size_status=0
+go run ./test/size check bin/mqlet bin/mqletctl || size_status=1
 mkdir -p "$MQLET_TEST_BIN_DIR" && cp bin/mqlet* "$MQLET_TEST_BIN_DIR/"
 
 # Packages that stop and start the shared containerd run one at a time, after
@@ -42,7 +47,7 @@ mkdir -p "$MQLET_TEST_BIN_DIR" && cp bin/mqlet* "$MQLET_TEST_BIN_DIR/"
 serial="github.com/mqlet/mqlet/cri github.com/mqlet/mqlet/test/e2e"
 # test/chaos runs on its own containerd, beside the serial phase.
 parallel=$(go list ./... | grep -v -x -F -e github.com/mqlet/mqlet/cri -e github.com/mqlet/mqlet/test/e2e -e github.com/mqlet/mqlet/test/chaos)
-status=0
+status=$size_status
 echo "== go test -race (unit and integration)"
 go test -race -count=1 -timeout 20m -v $parallel >"$WORK/test.log" 2>&1 || status=$?
 echo "== fault-injection run (test/chaos, ~3 min, its own containerd) in the background"

@@ -45,7 +45,7 @@ func locate() (string, error) {
 		return "", fmt.Errorf("making a dir for the mqlet build: %w", err)
 	}
 	p := filepath.Join(dir, "mqlet")
-	if out, err := exec.Command("go", "build", "-o", p, "github.com/mqlet/mqlet/cmd/mqlet").CombinedOutput(); err != nil {
+	if out, err := exec.Command("go", "build", "-tags", "grpcnotrace", "-o", p, "github.com/mqlet/mqlet/cmd/mqlet").CombinedOutput(); err != nil {
 		return "", fmt.Errorf("building mqlet: %w: %s", err, out)
 	}
 	return p, nil
