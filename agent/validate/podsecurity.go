@@ -4,6 +4,7 @@ import (
 	"fmt"
 	"slices"
 	"strings"
+	"sync"
 
 	v1 "k8s.io/api/core/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
@@ -23,8 +24,9 @@ type pssCheck struct {
 	eval  policy.Evaluator
 }
 
-// pssChecks and overriddenByRestricted are built once, only read afterwards.
-var pssChecks, overriddenByRestricted = loadChecks()
+// pssChecks gives the checks and the baseline checks restricted overrides,
+// built at the first pod checked, only read afterwards.
+var pssChecks = sync.OnceValues(loadChecks)
 
 func loadChecks() ([]pssCheck, map[policy.CheckID]bool) {
 	var checks []pssCheck
@@ -67,7 +69,8 @@ type finding struct {
 func evaluatePodSecurity(level api.Level, meta *metav1.ObjectMeta, spec *v1.PodSpec) []finding {
 	lv := api.LevelVersion{Level: level, Version: api.LatestVersion()}
 	var out []finding
-	for _, c := range pssChecks {
+	checks, overriddenByRestricted := pssChecks()
+	for _, c := range checks {
 		if level == api.LevelBaseline && c.level != api.LevelBaseline {
 			continue
 		}
