@@ -57,6 +57,9 @@ type Config struct {
 	// GoMaxProcs caps the CPUs that run mqlet's Go code at once (0: Go's
 	// own default); the GOMAXPROCS environment variable, when set, wins.
 	GoMaxProcs int `json:"goMaxProcs"`
+	// GoMemLimit is the Go runtime's soft memory limit in bytes (0: none);
+	// the GOMEMLIMIT environment variable, when set, wins.
+	GoMemLimit int64 `json:"goMemLimit"`
 
 	MQTT           MQTT           `json:"mqtt"`
 	EmbeddedBroker EmbeddedBroker `json:"embeddedBroker"`
@@ -214,6 +217,10 @@ type Requests struct {
 }
 
 // Default returns the configuration used when nothing overrides it.
+// minGoMemLimit is the smallest goMemLimit taken: below what an idle agent
+// holds, the garbage collector would run all the time.
+const minGoMemLimit = 16 << 20
+
 // Keep it in step with configs/mqlet.yaml.
 func Default() Config {
 	return Config{
@@ -222,6 +229,7 @@ func Default() Config {
 		LogLevel:   "info",
 		LogFormat:  "auto",
 		GoMaxProcs: 1,
+		GoMemLimit: 48 << 20,
 		MQTT: MQTT{
 			Broker:          "tcp://127.0.0.1:1883",
 			Brokers:         []string{},
@@ -319,6 +327,9 @@ func (c *Config) Validate() error {
 	}
 	if c.GoMaxProcs < 0 {
 		bad("goMaxProcs", "must not be negative (0: Go's default), got %d", c.GoMaxProcs)
+	}
+	if c.GoMemLimit != 0 && c.GoMemLimit < minGoMemLimit {
+		bad("goMemLimit", "must be 0 (no limit) or at least %d bytes (16 MiB), got %d", minGoMemLimit, c.GoMemLimit)
 	}
 	switch c.LogFormat {
 	case "auto", "json", "console":

@@ -11,6 +11,7 @@ import (
 	"os"
 	"os/signal"
 	"runtime"
+	"runtime/debug"
 	"syscall"
 
 	"github.com/mqlet/mqlet/config"
@@ -65,6 +66,9 @@ func run(args []string, stdout, stderr io.Writer) int {
 	if procs, ok := goMaxProcs(cfg.GoMaxProcs, os.Getenv); ok {
 		runtime.GOMAXPROCS(procs)
 	}
+	if limit, ok := goMemLimit(cfg.GoMemLimit, os.Getenv); ok {
+		debug.SetMemoryLimit(limit)
+	}
 	if faultpoint.Armed() {
 		log.Warn().Str("points", os.Getenv(faultpoint.Env)).Msg("fault points armed: mqlet kills itself when it reaches one (tests only)")
 	}
@@ -85,6 +89,16 @@ func run(args []string, stdout, stderr io.Writer) int {
 // it writes a heap profile on SIGUSR1 until ctx ends, and its stop waits
 // for that.
 var heapProfiler func(ctx context.Context) (stop func())
+
+// goMemLimit is the soft memory limit to set from the configuration: none
+// when it asks for no limit or when the environment already says (Go read
+// GOMEMLIMIT).
+func goMemLimit(configured int64, getenv func(string) string) (int64, bool) {
+	if configured <= 0 || getenv("GOMEMLIMIT") != "" {
+		return 0, false
+	}
+	return configured, true
+}
 
 // goMaxProcs is the GOMAXPROCS to set from the configuration: none when it
 // asks for Go's default or when the environment already says (Go read it).

@@ -203,3 +203,30 @@ func TestGoMaxProcsFromConfig(t *testing.T) {
 		}
 	}
 }
+
+// goMemLimit follows the configuration unless it asks for no limit or the
+// environment already set GOMEMLIMIT.
+func TestGoMemLimitFromConfig(t *testing.T) {
+	noEnv := func(string) string { return "" }
+	env := func(k string) string {
+		if k == "GOMEMLIMIT" {
+			return "100MiB"
+		}
+		return ""
+	}
+	for _, c := range []struct {
+		configured int64
+		getenv     func(string) string
+		want       int64
+		set        bool
+	}{
+		{48 << 20, noEnv, 48 << 20, true},
+		{0, noEnv, 0, false},
+		{48 << 20, env, 0, false},
+	} {
+		got, set := goMemLimit(c.configured, c.getenv)
+		if got != c.want || set != c.set {
+			t.Errorf("goMemLimit(%d) = %d, %v; want %d, %v", c.configured, got, set, c.want, c.set)
+		}
+	}
+}
