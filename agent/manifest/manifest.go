@@ -138,6 +138,11 @@ type payloadBounds struct {
 // The document is measured first and counted into total; one beyond the
 // bounds is never converted.
 func yamlDocumentToJSON(raw []byte, total *payloadBounds) (js []byte, empty bool, err error) {
+	// The tree costs about 250 bytes a value: a document denser than the
+	// values left is refused before it is built.
+	if err := checkYAMLDensity(raw, MaxNodes-total.sum.nodes); err != nil {
+		return nil, false, err
+	}
 	e, objects, err := checkYAMLDocument(raw, total.tree)
 	if err != nil {
 		return nil, false, err

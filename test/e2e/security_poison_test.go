@@ -96,6 +96,37 @@ func TestPoisonAliasBombRefused(t *testing.T) {
 	}
 }
 
+// The densest YAML within the payload limit (a 1 MiB flow sequence of
+// one-letter values: 512 Ki values, whose parse tree took mqlet to 139 MB)
+// is refused before its tree is built: answered failed naming the value
+// bound, with mqlet in a 64 MiB memory cgroup never near its limit and its
+// peak RSS (VmHWM, the binary's pages included) at most 64 MiB.
+func TestPoisonDenseYAMLRefusedWithin64MiB(t *testing.T) {
+	e := newPodEnv(t, "")
+	cg := memCgroup(t, 64<<20)
+	joinCgroup(t, cg, e.agent.pid())
+	dense := []byte("x: [" + strings.Repeat("a,", (1<<19)-16) + "a]\n")
+	id := e.nextID("dense")
+	e.mq.Command(e.node, "apply", id, dense)
+	r := e.waitFinal(id, apiv1.Failed, 60*time.Second)
+	if !strings.Contains(r.Message, "more than 200000 values") {
+		t.Fatalf("dense YAML answered %q", r.Message)
+	}
+	e.getPods() // later commands run
+	if !e.agent.Running() {
+		t.Fatal("mqlet died on the dense YAML")
+	}
+	if oom, _ := os.ReadFile(filepath.Join(cg, "memory.oom_control")); !strings.Contains(string(oom), "oom_kill 0") {
+		t.Fatalf("the cgroup OOM killer ran; memory.oom_control: %s", oom)
+	}
+	maxUsage, _ := os.ReadFile(filepath.Join(cg, "memory.max_usage_in_bytes"))
+	hwm := procStatusKB(t, e.agent.pid(), "VmHWM")
+	t.Logf("mqlet after refusing the %d-byte dense YAML: VmHWM %d kB, cgroup max usage %s bytes (what it charged after joining)", len(dense), hwm, strings.TrimSpace(string(maxUsage)))
+	if hwm > 64<<10 {
+		t.Fatalf("mqlet peak RSS %d kB, want at most 64 MiB", hwm)
+	}
+}
+
 // memCgroup makes a cgroup v1 memory cgroup limited to limit bytes (no
 // swap here) and removes it when the test ends.
 func memCgroup(t *testing.T, limit int) string {
@@ -146,13 +177,14 @@ func marks(t *testing.T, path string) []string {
 // "this command stopped the agent", acked, and never run again.
 func TestPoisonCommandThatKillsTheAgentIsNotRunAgain(t *testing.T) {
 	e := newPodEnv(t, "")
-	cg := memCgroup(t, 48<<20)
+	// 16 MiB more than mqlet holds when it joins: the alias bomb's parse
+	// tree (about 28 MiB of alias nodes, built before its expanded size
+	// can be measured) does not fit, as it would not on a gateway with
+	// that little memory left.
+	cg := memCgroup(t, 16<<20)
 	joinCgroup(t, cg, e.agent.pid())
-	// Within the size limit, under the value bound only after parsing: the
-	// YAML parse tree of half a million values needs far more than 48 MiB.
-	dense := []byte("x: [" + strings.Repeat("a,", (1<<19)-16) + "a]\n")
 	id := e.nextID("poison")
-	e.mq.Command(e.node, "apply", id, dense)
+	e.mq.Command(e.node, "apply", id, aliasBombPayload(e.ns))
 	Eventually(t, 60*time.Second, "mqlet killed by the poison", func() bool { return !e.agent.Running() })
 	ws := e.agent.cmd.ProcessState.Sys().(syscall.WaitStatus)
 	if !ws.Signaled() || ws.Signal() != syscall.SIGKILL {
