@@ -153,6 +153,9 @@ type Options struct {
 	EventLog *eventlog.Log
 	// Live, when set, holds the settings the config verb changes.
 	Live *liveconfig.Settings
+	// Groups are the node's groups when Live is not set (Live's groups
+	// are live).
+	Groups []string
 	// LogLevel, when set with Live, is set to Live's logLevel at each change.
 	LogLevel LogLevel
 
@@ -239,6 +242,7 @@ func New(ctx context.Context, opts Options, deps Deps, log zerolog.Logger) (*Age
 	a.pool = podworker.New(poolOpts, rt, desired{Store: st, node: opts.Topics.Node}, a.status, a.tracker, a.events, log.With().Str("component", "podworker").Logger())
 	a.streams = streams.New(opts.Streams)
 	intakeOpts.Verbs = intake.VerbOptions{Runtime: rt, Restarts: a.pool, Streams: a.streams, Logs: opts.Logs, Exec: opts.Exec, RestartTimeout: opts.ApplyDeadline}
+	intakeOpts.Groups = a.groups
 	if opts.Live != nil {
 		intakeOpts.Verbs.Config = opts.Live
 	}
@@ -284,7 +288,8 @@ func (a *Agent) buildSession() error {
 	a.presence = presence.New(a.opts.Topics.State(), a.opts.Version, sealingKey, a.store, nil)
 	will := a.presence.Offline()
 	so := a.opts.Session
-	so.CommandFilters = a.opts.Topics.CommandFilters()
+	a.presence.SetGroups(a.groups)
+	so.CommandFilters = a.commandFilters(a.groups())
 	so.InputFilter = a.opts.Topics.InputFilter()
 	so.Handler = a.HandleCommand
 	so.WatchFilter = a.opts.Topics.PodFilter()
@@ -453,6 +458,9 @@ func (a *Agent) Run(ctx context.Context) error {
 	spawn("housekeeping", loop(a.housekeeping))
 	if a.opts.Live != nil && a.opts.LogLevel != nil {
 		spawn("log-level", loop(a.followLogLevel))
+	}
+	if a.opts.Live != nil {
+		spawn("groups", loop(a.followGroups))
 	}
 	if a.opts.LogRotationPeriod > 0 && a.opts.LogRotation.MaxBytes > 0 {
 		spawn("log-rotation", loop(a.rotateLogs))

@@ -51,9 +51,12 @@ type Config struct {
 	// kubernetes.io/hostname, /os and /arch; nodeSelector and node affinity
 	// are matched against them at pod admission.
 	NodeLabels map[string]string `json:"nodeLabels"`
-	StateDir   string            `json:"stateDir"`
-	LogLevel   string            `json:"logLevel"`
-	LogFormat  string            `json:"logFormat"`
+	// Groups the node is in: it takes the commands of each group's topics
+	// and applies each group's desired state (docs/fleet.md).
+	Groups    []string `json:"groups"`
+	StateDir  string   `json:"stateDir"`
+	LogLevel  string   `json:"logLevel"`
+	LogFormat string   `json:"logFormat"`
 	// GoMaxProcs caps the CPUs that run mqlet's Go code at once (0: Go's
 	// own default); the GOMAXPROCS environment variable, when set, wins.
 	GoMaxProcs int `json:"goMaxProcs"`
@@ -282,6 +285,7 @@ func Default() Config {
 			PIDAvailablePct:    5,
 		},
 		NodeLabels: map[string]string{},
+		Groups:     []string{},
 		Admission: Admission{Profile: "baseline", Namespaces: map[string]string{},
 			AllowedHostPaths: []string{}, AllowedCapabilities: []string{}, AllowedHostPorts: []string{}},
 		Requests: Requests{MaxRecords: 1000, TTL: Duration{24 * time.Hour}, MaxRecordBytes: 8 << 20, MaxReplyBytes: 256 << 10, MaxBacklog: 5000, MaxBacklogBytes: 32 << 20, MaxStreams: 8, MaxFollows: 6, MaxFollowsPerRequester: 4},
@@ -317,6 +321,9 @@ func (c *Config) Validate() error {
 		bad("node", "%v", err)
 	}
 	validateNodeLabels(c.NodeLabels, bad)
+	if err := ValidateGroups(c.Groups); err != nil {
+		bad("groups", "%v", err)
+	}
 	if c.StateDir == "" {
 		bad("stateDir", "must not be empty")
 	}
@@ -554,4 +561,27 @@ func defaultNode() string {
 		return ""
 	}
 	return strings.ToLower(host)
+}
+
+// MaxGroups bounds how many groups a node may be in (each is two
+// subscriptions and a source of desired state).
+const MaxGroups = 32
+
+// ValidateGroups checks a node's group list: valid names, none twice, at
+// most MaxGroups.
+func ValidateGroups(groups []string) error {
+	if len(groups) > MaxGroups {
+		return fmt.Errorf("%d groups, at most %d", len(groups), MaxGroups)
+	}
+	seen := map[string]bool{}
+	for i, g := range groups {
+		if err := apiv1.ValidateGroupName(g); err != nil {
+			return fmt.Errorf("[%d]: %w", i, err)
+		}
+		if seen[g] {
+			return fmt.Errorf("[%d]: group %q is given twice", i, g)
+		}
+		seen[g] = true
+	}
+	return nil
 }

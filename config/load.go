@@ -21,6 +21,7 @@ type Flags struct {
 // flagKeys maps each override flag to the environment key it shares.
 var flagKeys = []struct{ flag, env, usage string }{
 	{"node", "NODE", "node name (default: hostname)"},
+	{"groups", "GROUPS", "groups the node is in, comma-separated (e.g. line-1,plant-3)"},
 	{"broker", "BROKER", "MQTT broker URL: tcp://, ssl://, ws:// or wss://"},
 	{"state-dir", "STATE_DIR", "directory for persisted state (default /var/lib/mqlet)"},
 	{"cri-endpoint", "CRI_ENDPOINT", "CRI endpoint (default unix:///run/containerd/containerd.sock)"},
@@ -128,6 +129,13 @@ func (c *Config) override(flagName, v string) error {
 	switch flagName {
 	case "node":
 		c.Node = v
+	case "groups":
+		c.Groups = []string{}
+		for _, g := range strings.Split(v, ",") {
+			if g = strings.TrimSpace(g); g != "" {
+				c.Groups = append(c.Groups, g)
+			}
+		}
 	case "broker":
 		// One broker given as a flag or in the environment replaces the
 		// file's list, as any flag replaces the file's value.

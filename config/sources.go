@@ -19,7 +19,7 @@ const (
 // flagPaths is the setting each override flag (and its environment
 // variable) sets.
 var flagPaths = map[string]string{
-	"node": "node", "broker": "mqtt.broker", "state-dir": "stateDir", "cri-endpoint": "runtime.criEndpoint",
+	"node": "node", "groups": "groups", "broker": "mqtt.broker", "state-dir": "stateDir", "cri-endpoint": "runtime.criEndpoint",
 	"log-level": "logLevel", "metrics-interval": "telemetry.metricsInterval", "node-status-interval": "telemetry.nodeStatusInterval",
 	"embedded-broker": "embeddedBroker.enabled", "embedded-broker-listen": "embeddedBroker.listen",
 }

@@ -49,7 +49,10 @@ type Policy struct {
 	// Targets are the names a command may be signed for: the node's name
 	// and the groups it is in.
 	Targets []string
-	Keys    []Key
+	// Groups, when set, gives further target names at each check: the
+	// groups the node is in now (they change live).
+	Groups func() []string
+	Keys   []Key
 	// ClockSkew is tolerated on iat and exp between signer and node.
 	ClockSkew time.Duration
 	// MaxLifetime bounds exp - iat, and so how long a nonce is kept.
@@ -285,7 +288,7 @@ func parse(payload []byte) (*jose.JSONWebSignature, error) {
 }
 
 func (v *Verifier) checkBinding(key Key, c wireClaims, verb, requestID string) error {
-	if !slices.Contains(v.policy.Targets, c.Node) {
+	if !slices.Contains(v.policy.Targets, c.Node) && (v.policy.Groups == nil || !slices.Contains(v.policy.Groups(), c.Node)) {
 		return rejected("signed for node %q, this is %q", bounded(c.Node), v.policy.Targets[0])
 	}
 	if c.Verb != verb {

@@ -24,15 +24,22 @@ export MQLET_TEST_DIR=/run/mqlet-ci
 # its own: it pauses that containerd and kills only the mqlet it started, so
 # it runs beside the serial packages without touching them.
 chaos_env() { env MQLET_TEST_DIR=/run/mqlet-ci-chaos MQLET_TEST_BRIDGE=mqlcic0 MQLET_TEST_SUBNET=10.88.88.0/24 "$@"; }
+# The fleet tests run members of one group, each on a containerd of its own
+# (members run pods of the same name): two more, beside the shared one.
+fleet_env() { env MQLET_TEST_DIR=/run/mqlet-ci-fleet$1 MQLET_TEST_BRIDGE=mqlcif$1 MQLET_TEST_SUBNET=10.88.$((94 + $1)).0/24 "${@:2}"; }
 cleanup() {
 	test/env/containerd-down.sh >/dev/null 2>&1 || true
 	chaos_env test/env/containerd-down.sh >/dev/null 2>&1 || true
+	fleet_env 1 test/env/containerd-down.sh >/dev/null 2>&1 || true
+	fleet_env 2 test/env/containerd-down.sh >/dev/null 2>&1 || true
 }
 trap cleanup EXIT INT TERM
 echo "== starting a private containerd"
 MQLET_TEST_CRI_ENDPOINT=$(test/env/containerd-up.sh)
 export MQLET_TEST_CRI_ENDPOINT
 CHAOS_CRI_ENDPOINT=$(chaos_env test/env/containerd-up.sh)
+MQLET_TEST_CRI_ENDPOINTS_FLEET=$(fleet_env 1 test/env/containerd-up.sh),$(fleet_env 2 test/env/containerd-up.sh)
+export MQLET_TEST_CRI_ENDPOINTS_FLEET
 export MQLET_TEST_BIN_DIR="$WORK/bin"
 make -s build >/dev/null
 # The size guard (cheap: the binaries were just built): a stripped binary

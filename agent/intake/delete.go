@@ -26,6 +26,18 @@ func (in *Intake) handleDelete(r request) {
 			outside = append(outside, in.scope.outside(r.Kind, r.Namespace, r.Name).Error())
 		}
 	}
+	for _, r := range refs {
+		if len(outside) > 0 {
+			break
+		}
+		var rejected *store.RejectedError
+		if err := in.store.CheckSource(in.scope.Source(), r.Kind, r.Namespace, r.Name); errors.As(err, &rejected) {
+			outside = append(outside, rejected.Error())
+		} else if err != nil {
+			in.fail(id, "delete", fmt.Errorf("deleting %s: %w", r, err))
+			return
+		}
+	}
 	if len(outside) > 0 {
 		in.fail(id, "delete", fmt.Errorf("%d object(s) refused, nothing deleted: %s", len(outside), summarize(outside)), outside...)
 		return

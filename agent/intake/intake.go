@@ -31,6 +31,9 @@ type Store interface {
 	Apply(objs []apiruntime.Object) ([]store.Change, error)
 	Replace(objs []apiruntime.Object, scope store.Scope) ([]store.Change, error)
 	Delete(kind, namespace, name string) (bool, error)
+	// CheckSource refuses, with a *store.RejectedError, a change by a
+	// command of source to an object stored from another.
+	CheckSource(source, kind, namespace, name string) error
 	ListPods() ([]*v1.Pod, error)
 	ListConfigMaps() ([]*v1.ConfigMap, error)
 	ListSecrets() ([]*v1.Secret, error)

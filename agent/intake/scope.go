@@ -95,7 +95,8 @@ func (s cmdScope) namespace(kind, ns, name string) (string, error) {
 }
 
 // scopeObjects gives each object without a namespace the scope's default
-// and returns one problem per object outside the scope.
+// and its source (apiv1.AnnotationSource), and returns one problem per
+// object outside the scope or naming another source.
 func (s cmdScope) scopeObjects(objs []apiruntime.Object) []string {
 	var problems []string
 	for _, o := range objs {
@@ -108,7 +109,18 @@ func (s cmdScope) scopeObjects(objs []apiruntime.Object) []string {
 		}
 		if !s.allows(m.Namespace) {
 			problems = append(problems, s.outside(kind, m.Namespace, m.Name).Error())
+			continue
 		}
+		// The source is the topic's: a command may repeat it, never name another.
+		if given := m.Annotations[apiv1.AnnotationSource]; given != "" && given != s.Source() {
+			problems = append(problems, fmt.Sprintf("%s %s/%s: metadata.annotations[%s]: %q is not this command's source %s (mqlet sets it from the topic)",
+				kind, m.Namespace, m.Name, apiv1.AnnotationSource, given, s.Source()))
+			continue
+		}
+		if m.Annotations == nil {
+			m.Annotations = map[string]string{}
+		}
+		m.Annotations[apiv1.AnnotationSource] = s.Source()
 	}
 	return problems
 }

@@ -233,3 +233,59 @@ func BenchmarkNamespaceScope(b *testing.B) {
 		}
 	}
 }
+
+func TestGroupSourceKeepsItsObjectsApart(t *testing.T) {
+	r := newRig(t)
+	r.in.opts.Groups = func() []string { return []string{"line-1"} }
+	handle := func(id, topic, payload string) apiv1.Reply {
+		t.Helper()
+		r.in.Handle(Command{Topic: topic, Payload: []byte(payload)})
+		return r.sender.last(id)
+	}
+	if rep := handle("g1", "mqlet/v1/group/line-1/cmd/apply/g1", podInA); rep.Phase == apiv1.Failed {
+		t.Fatalf("group apply: %q", rep.Message)
+	}
+	pod, err := r.st.Pod("a", "web")
+	if err != nil || pod.Annotations[apiv1.AnnotationSource] != "group/line-1" {
+		t.Fatalf("group pod stored %v with source %q", err, pod.Annotations[apiv1.AnnotationSource])
+	}
+	// The node's commands cannot change or delete the group's pod.
+	rep := handle("n1", "mqlet/v1/n1/cmd/apply/n1", podInA)
+	if rep.Phase != apiv1.Failed || !strings.Contains(rep.Message, "stored from source group/line-1; this command's source is node") {
+		t.Fatalf("node apply over a group pod: %s %q", rep.Phase, rep.Message)
+	}
+	rep = handle("n2", "mqlet/v1/n1/cmd/delete/n2", `{"kind":"Pod","namespace":"a","name":"web"}`)
+	if rep.Phase != apiv1.Failed || !strings.Contains(rep.Message, "group/line-1") {
+		t.Fatalf("node delete of a group pod: %s %q", rep.Phase, rep.Message)
+	}
+	// A node sync keeps the group's objects; a group sync the node's.
+	handle("n3", "mqlet/v1/n1/cmd/apply/n3", `{"apiVersion":"v1","kind":"ConfigMap","metadata":{"name":"own","namespace":"a"},"data":{"k":"v"}}`)
+	if rep := handle("n4", "mqlet/v1/n1/cmd/sync/n4", `{"apiVersion":"v1","kind":"List","items":[]}`); rep.Phase == apiv1.Failed {
+		t.Fatalf("node sync: %q", rep.Message)
+	}
+	if _, err := r.st.Pod("a", "web"); err != nil {
+		t.Fatalf("node sync removed the group's pod: %v", err)
+	}
+	if _, err := r.st.ConfigMap("a", "own"); err == nil {
+		t.Fatal("node sync kept the node's own configmap")
+	}
+	handle("n5", "mqlet/v1/n1/cmd/apply/n5", `{"apiVersion":"v1","kind":"ConfigMap","metadata":{"name":"own","namespace":"a"},"data":{"k":"v"}}`)
+	if rep := handle("g2", "mqlet/v1/group/line-1/cmd/sync/g2", `{"apiVersion":"v1","kind":"List","items":[]}`); rep.Phase == apiv1.Failed {
+		t.Fatalf("group sync: %q", rep.Message)
+	}
+	if _, err := r.st.ConfigMap("a", "own"); err != nil {
+		t.Fatalf("group sync removed the node's configmap: %v", err)
+	}
+	if _, err := r.st.Pod("a", "web"); err == nil {
+		t.Fatal("group sync kept the group's pod")
+	}
+	// A group's command sees only its own objects; a client cannot claim
+	// another source.
+	if rep := handle("g3", "mqlet/v1/group/line-1/cmd/get/g3", `{"kind":"ConfigMap"}`); rep.Phase != apiv1.Succeeded || !strings.HasPrefix(rep.Message, "0 pods, 0 configmaps") {
+		t.Fatalf("group get: %s %q", rep.Phase, rep.Message)
+	}
+	claim := `{"apiVersion":"v1","kind":"ConfigMap","metadata":{"name":"c","annotations":{"mqlet.io/source":"group/line-1"}},"data":{}}`
+	if rep := handle("n6", "mqlet/v1/n1/cmd/apply/n6", claim); rep.Phase != apiv1.Failed || !strings.Contains(rep.Message, "mqlet.io/source") {
+		t.Fatalf("claimed source: %s %q", rep.Phase, rep.Message)
+	}
+}

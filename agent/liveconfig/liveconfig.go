@@ -31,6 +31,9 @@ type tunable struct {
 	levels      []string // a word setting (logLevel): its allowed values
 	duration    func(c *config.Config) *time.Duration
 	word        func(c *config.Config) *string
+	// names is a list setting (groups), carried as its names joined by
+	// commas; a JSON array of strings is taken too.
+	names func(c *config.Config) *[]string
 }
 
 func durationTunable(path, alias string, lo, hi time.Duration, f func(c *config.Config) *time.Duration) tunable {
@@ -52,10 +55,19 @@ var tunables = []tunable{
 		func(c *config.Config) *time.Duration { return &c.Runtime.PLEGPeriod.Duration }),
 	durationTunable("gc.interval", "gcInterval", 10*time.Second, 24*time.Hour,
 		func(c *config.Config) *time.Duration { return &c.GC.Interval.Duration }),
+	{path: "groups", alias: "groups", names: func(c *config.Config) *[]string { return &c.Groups }},
 }
 
 // check parses v as t's value, returning its canonical form.
 func (t tunable) check(v string) (string, error) {
+	if t.names != nil {
+		names := splitNames(v)
+		if err := config.ValidateGroups(names); err != nil {
+			return "", err
+		}
+		slices.Sort(names)
+		return strings.Join(names, ","), nil
+	}
 	if t.levels != nil {
 		if slices.Contains(t.levels, v) {
 			return v, nil
@@ -71,6 +83,10 @@ func (t tunable) check(v string) (string, error) {
 
 // apply sets t in c to v (a value check accepted).
 func (t tunable) apply(c *config.Config, v string) {
+	if t.names != nil {
+		*t.names(c) = splitNames(v)
+		return
+	}
 	if t.word != nil {
 		*t.word(c) = v
 		return
@@ -81,10 +97,34 @@ func (t tunable) apply(c *config.Config, v string) {
 
 // value is t's value in c, in canonical form.
 func (t tunable) value(c *config.Config) string {
+	if t.names != nil {
+		names := slices.Clone(*t.names(c))
+		slices.Sort(names)
+		return strings.Join(names, ",")
+	}
 	if t.word != nil {
 		return *t.word(c)
 	}
 	return t.duration(c).String()
+}
+
+// splitNames reads a list setting's value ("a,b"; "" is none).
+func splitNames(v string) []string {
+	names := []string{}
+	for _, n := range strings.Split(v, ",") {
+		if n = strings.TrimSpace(n); n != "" {
+			names = append(names, n)
+		}
+	}
+	return names
+}
+
+// Groups is the live list of the node's groups.
+func (s *Settings) Groups() []string {
+	t, _ := lookup("groups")
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return splitNames(s.valueLocked(t))
 }
 
 // securityPrefixes are the settings that govern security: never tunable
@@ -247,8 +287,33 @@ func (s *Settings) Patch(raw []byte) ([]string, error) {
 				continue
 			}
 			next[t.path] = &canon
+		case []any:
+			if t.names == nil {
+				problems = append(problems, fmt.Sprintf("%s: want a string, or null", k))
+				continue
+			}
+			list := make([]string, 0, len(v))
+			for _, e := range v {
+				n, ok := e.(string)
+				if !ok || strings.Contains(n, ",") {
+					problems = append(problems, fmt.Sprintf("%s: want an array of names", k))
+					break
+				}
+				list = append(list, n)
+			}
+			if len(list) != len(v) {
+				continue
+			}
+			canon, err := t.check(strings.Join(list, ","))
+			if err != nil {
+				problems = append(problems, k+": "+err.Error())
+				continue
+			}
+			next[t.path] = &canon
 		default:
-			if t.levels != nil {
+			if t.names != nil {
+				problems = append(problems, fmt.Sprintf("%s: want an array of names or a comma-separated string, or null", k))
+			} else if t.levels != nil {
 				problems = append(problems, fmt.Sprintf("%s: want one of %s as a string, or null", k, strings.Join(t.levels, ", ")))
 			} else {
 				problems = append(problems, fmt.Sprintf("%s: want a duration string such as \"30s\", or null", k))

@@ -175,3 +175,28 @@ func TestViewHidesCredentialsAndHostPaths(t *testing.T) {
 		t.Error("an ordinary setting is hidden")
 	}
 }
+
+func TestGroupsAreLive(t *testing.T) {
+	dir := t.TempDir()
+	s := open(t, dir)
+	if g := s.Groups(); len(g) != 0 {
+		t.Fatalf("default groups %v", g)
+	}
+	if _, err := s.Patch([]byte(`{"groups":["line-2","line-1"]}`)); err != nil {
+		t.Fatal(err)
+	}
+	if g := strings.Join(s.Groups(), ","); g != "line-1,line-2" {
+		t.Fatalf("groups %q", g)
+	}
+	if g := strings.Join(open(t, dir).Groups(), ","); g != "line-1,line-2" {
+		t.Fatalf("groups after a restart %q", g)
+	}
+	for _, bad := range []string{`{"groups":["a/b"]}`, `{"groups":["a+"]}`, `{"groups":["#"]}`, `{"groups":["a","a"]}`, `{"groups":[1]}`, `{"groups":"-x"}`} {
+		if _, err := s.Patch([]byte(bad)); err == nil {
+			t.Errorf("%s accepted", bad)
+		}
+	}
+	if _, err := s.Patch([]byte(`{"groups":null}`)); err != nil || len(s.Groups()) != 0 {
+		t.Fatalf("reset: %v %v", err, s.Groups())
+	}
+}

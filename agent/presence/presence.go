@@ -31,7 +31,13 @@ type Presence struct {
 	// sealingKey is published in every state message (also the will), so
 	// an offline node can still be sent sealed Secrets.
 	sealingKey string
+	// groups, when set, gives the groups published in every state message.
+	groups func() []string
 }
+
+// SetGroups makes every state message made after it name the node's
+// groups, as groups gives them at that moment.
+func (p *Presence) SetGroups(groups func() []string) { p.groups = groups }
 
 // New returns a Presence for one process start (a new boot id);
 // sealingKey is the node's public sealing key ("" for none).
@@ -62,6 +68,9 @@ func (p *Presence) Offline() outbox.Message {
 
 func (p *Presence) message(s apiv1.NodeState) outbox.Message {
 	s.BootID, s.Version, s.StartedAt, s.TS, s.SealingKey = p.bootID, p.version, p.startedAt, p.now().UTC(), p.sealingKey
+	if p.groups != nil {
+		s.Groups = p.groups()
+	}
 	payload, _ := json.Marshal(s) // a struct of strings, numbers and times always encodes
 	return retained.Message(p.topic, payload)
 }

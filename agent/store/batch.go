@@ -122,6 +122,17 @@ func (t *Tx) Delete(kind, namespace, name string) (bool, error) {
 	return true, nil
 }
 
+// CheckSource is Store.CheckSource inside the transaction.
+func (t *Tx) CheckSource(source, kind, namespace, name string) error {
+	if err := t.live(); err != nil {
+		return err
+	}
+	if _, err := bucketFor(kind); err != nil {
+		return err
+	}
+	return t.s.checkSource(t.tx, kind, Key(namespace, name), source)
+}
+
 // ListPods is Store.ListPods inside the transaction.
 func (t *Tx) ListPods() ([]*v1.Pod, error) { return txList[*v1.Pod](t, KindPod) }
 

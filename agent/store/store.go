@@ -441,6 +441,9 @@ func (s *Store) putAll(tx *bolt.Tx, objs []runtime.Object) ([]Change, map[string
 		if err := checkUID(tx, s.atRest, kind, key, obj); err != nil {
 			return nil, nil, err
 		}
+		if err := s.checkSource(tx, kind, key, SourceOf(metaOf(obj))); err != nil {
+			return nil, nil, err
+		}
 		ch, err := put(tx, s.atRest, kind, key, obj, now)
 		if err != nil {
 			return nil, nil, fmt.Errorf("store %s %s: %w", kind, key, err)
@@ -722,6 +725,15 @@ func (s *Store) Delete(kind, namespace, name string) (bool, error) {
 		s.secretsVersion.Add(1)
 	}
 	return existed, nil
+}
+
+// CheckSource refuses (a *RejectedError naming both sources) a change of
+// the object by a command of source when it is stored from another one.
+func (s *Store) CheckSource(source, kind, namespace, name string) error {
+	if _, err := bucketFor(kind); err != nil {
+		return err
+	}
+	return s.db.View(func(tx *bolt.Tx) error { return s.checkSource(tx, kind, Key(namespace, name), source) })
 }
 
 // Get returns one object; a missing one is an error wrapping ErrNotFound.

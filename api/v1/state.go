@@ -22,4 +22,6 @@ type NodeState struct {
 	// recipient ("age1..."); mqletctl seals every Secret it sends to it
 	// (package sealing, docs/secrets.md).
 	SealingKey string `json:"sealingKey,omitempty"`
+	// Groups are the groups the node is in (docs/fleet.md).
+	Groups []string `json:"groups,omitempty"`
 }

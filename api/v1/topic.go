@@ -311,20 +311,24 @@ func ValidateNodeName(node string) error {
 const MaxGroupNameLen = 63
 
 // ValidateGroupName accepts a group name: 1..63 characters of
-// [A-Za-z0-9._-], not "." nor "..". Group names are narrower than node
-// names: they appear in ACL patterns and in the source of stored objects.
+// [A-Za-z0-9._-], starting and ending with a letter or digit (so it is also
+// a label name: the node's labels name its groups). Group names are
+// narrower than node names: they appear in ACL patterns and in the source
+// of stored objects.
 func ValidateGroupName(group string) error {
 	if group == "" {
 		return errors.New("group name is empty")
 	}
-	if !safeLevel(group, MaxGroupNameLen) {
-		return fmt.Errorf("group name %q: want 1 to %d characters of [A-Za-z0-9._-]", bounded(group), MaxGroupNameLen)
-	}
-	if group == "." || group == ".." {
-		return fmt.Errorf("group name %q is a dot path", group)
+	alnum := func(c byte) bool { return c >= 'a' && c <= 'z' || c >= 'A' && c <= 'Z' || c >= '0' && c <= '9' }
+	if !safeLevel(group, MaxGroupNameLen) || !alnum(group[0]) || !alnum(group[len(group)-1]) {
+		return fmt.Errorf("group name %q: want 1 to %d characters of [A-Za-z0-9._-], starting and ending with a letter or digit", bounded(group), MaxGroupNameLen)
 	}
 	return nil
 }
+
+// GroupLabel is the label of the v1.Node naming one group it is in
+// (value "true").
+func GroupLabel(group string) string { return "group.mqlet.io/" + group }
 
 // ValidateNamespace accepts a Kubernetes namespace name (an RFC 1123 DNS
 // label: 1..63 characters of [a-z0-9-], starting and ending alphanumeric).

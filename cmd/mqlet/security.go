@@ -18,7 +18,7 @@ func (nopCloser) Close() error { return nil }
 
 // verifierFrom builds the signed-command verifier from the security section;
 // the returned Closer closes its nonce store (<stateDir>/nonces.db).
-func verifierFrom(cfg *config.Config) (*signing.Verifier, io.Closer, error) {
+func verifierFrom(cfg *config.Config, groups func() []string) (*signing.Verifier, io.Closer, error) {
 	sec := cfg.Security
 	keys := make([]signing.Key, 0, len(sec.TrustedKeys))
 	for i, k := range sec.TrustedKeys {
@@ -42,6 +42,7 @@ func verifierFrom(cfg *config.Config) (*signing.Verifier, io.Closer, error) {
 		Required:    sec.Commands == config.CommandsSignedOnly,
 		SignedVerbs: sec.SignedVerbs,
 		Targets:     append([]string{cfg.Node}, sec.Groups...),
+		Groups:      groups,
 		Keys:        keys,
 		ClockSkew:   sec.ClockSkew.Duration,
 		MaxLifetime: sec.MaxLifetime.Duration,

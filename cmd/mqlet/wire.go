@@ -315,7 +315,11 @@ func agentOptions(cfg *config.Config, state *nodeState) (agent.Options, error) {
 	if err := topics.Validate(); err != nil {
 		return agent.Options{}, fmt.Errorf("topic scheme: %w", err)
 	}
-	verifier, nonces, err := verifierFrom(cfg)
+	groups := func() []string { return cfg.Groups }
+	if state.live != nil {
+		groups = state.live.Groups
+	}
+	verifier, nonces, err := verifierFrom(cfg, groups)
 	if err != nil {
 		return agent.Options{}, fmt.Errorf("setting up signed commands: %w", err)
 	}
@@ -398,6 +402,7 @@ func agentOptions(cfg *config.Config, state *nodeState) (agent.Options, error) {
 	if state.events != nil {
 		opts.EventLog = state.events
 	}
+	opts.Groups = cfg.Groups
 	if live := state.live; live != nil {
 		opts.Live = live
 		opts.Telemetry.LiveMetrics = live.Period("metricsInterval")
@@ -432,7 +437,13 @@ func redacted(raw string) string {
 // nodeLabels are the labels the node is published with, which pods are
 // admitted against.
 func nodeLabels(cfg *config.Config) map[string]string {
-	return nodestatus.Labels(cfg.Node, cfg.NodeLabels, nodestatus.HostInfo{OperatingSystem: runtime.GOOS, Architecture: runtime.GOARCH})
+	labels := nodestatus.Labels(cfg.Node, cfg.NodeLabels, nodestatus.HostInfo{OperatingSystem: runtime.GOOS, Architecture: runtime.GOARCH})
+	// The groups at start; a group joined or left live shows in the
+	// retained state at once and here at the next start.
+	for _, g := range cfg.Groups {
+		labels[apiv1.GroupLabel(g)] = "true"
+	}
+	return labels
 }
 
 // nodeAllocatable is the cpu and memory pods are admitted against, as the
