@@ -3,7 +3,7 @@
 # benchmarks need, skipping those already present. Run as root.
 set -euo pipefail
 need=()
-for pkg in mosquitto mosquitto-clients containerd runc containernetworking-plugins busybox-static iptables jq docker-registry apache2-utils qemu-user-static file; do
+for pkg in mosquitto mosquitto-clients containerd runc containernetworking-plugins busybox-static iptables jq docker-registry apache2-utils qemu-user-static file nats-server; do
 	dpkg -s "$pkg" >/dev/null 2>&1 || need+=("$pkg")
 done
 if [ ${#need[@]} -gt 0 ]; then
