@@ -93,9 +93,13 @@ type Deps struct {
 	Store   Store
 	Outbox  Outbox
 	Runtime Runtime
-	// Scrub gives the scrubber of the node's secret values: everything the
-	// agent publishes goes through it (nil: published as is).
-	Scrub func() *redact.Scrubber
+	// ScrubPod gives the scrubber of the text a pod's containers and the
+	// runtime produce for it (redact.Live.ForPod): logs, exec output and
+	// probe output are scrubbed with it (the runtime's errors and messages
+	// are scrubbed by the runtime with the same). Nothing else is: the
+	// protocol's own words (phases, reasons, conditions) and what a
+	// requester sent in are never replaced. nil: nothing is scrubbed.
+	ScrubPod func(namespace, name string) *redact.Scrubber
 }
 
 // Options are the agent's settings, taken from the configuration.
@@ -204,8 +208,9 @@ type Agent struct {
 func New(ctx context.Context, opts Options, deps Deps, log zerolog.Logger) (*Agent, error) {
 	st, rt := deps.Store, deps.Runtime
 	var out Publisher = deps.Outbox
-	if deps.Scrub != nil {
-		out = Scrubbed(deps.Outbox, deps.Scrub)
+	scrubPod := deps.ScrubPod
+	if scrubPod == nil {
+		scrubPod = func(string, string) *redact.Scrubber { return nil }
 	}
 	a := &Agent{opts: opts, store: st, box: deps.Outbox, out: out, rt: rt, log: log}
 	// Replies and events are persisted in groups (see intake.Group).
@@ -225,7 +230,7 @@ func New(ctx context.Context, opts Options, deps Deps, log zerolog.Logger) (*Age
 	a.tracker = pending.New(a.group.Finals(sender), nil)
 	// A probe result that changes syncs the pod at once: its status (Ready)
 	// is published, or its container killed for a failed liveness probe.
-	a.probes = prober.New(prober.Options{Exec: rt, Events: a.events, Log: log.With().Str("component", "prober").Logger(),
+	a.probes = prober.New(prober.Options{Exec: rt, Events: podScrubbingEvents{next: a.events, scrub: scrubPod}, Log: log.With().Str("component", "prober").Logger(),
 		OnChange: func(uid string) { a.pool.EnqueueUID(uid) }})
 	poolOpts := podworker.Options{Workers: opts.Workers, BackoffBase: opts.Restart.Base, BackoffMax: opts.Restart.Max, Restart: opts.Restart,
 		Resync: opts.PodResync, HostIPs: opts.HostIPs, Quarantines: st, Deaths: st, Probes: a.probes}
@@ -241,7 +246,7 @@ func New(ctx context.Context, opts Options, deps Deps, log zerolog.Logger) (*Age
 	}
 	a.pool = podworker.New(poolOpts, rt, desired{Store: st, node: opts.Topics.Node}, a.status, a.tracker, a.events, log.With().Str("component", "podworker").Logger())
 	a.streams = streams.New(opts.Streams)
-	intakeOpts.Verbs = intake.VerbOptions{Runtime: rt, Restarts: a.pool, Streams: a.streams, Logs: opts.Logs, Exec: opts.Exec, RestartTimeout: opts.ApplyDeadline}
+	intakeOpts.Verbs = intake.VerbOptions{Runtime: rt, Restarts: a.pool, Streams: a.streams, Logs: opts.Logs, Exec: opts.Exec, RestartTimeout: opts.ApplyDeadline, Scrub: scrubPod}
 	intakeOpts.Groups = a.groups
 	if opts.Live != nil {
 		intakeOpts.Verbs.Config = opts.Live
@@ -728,32 +733,13 @@ func (s eventSink) Emit(ev *v1.Event) {
 	}
 }
 
-// Scrubbed returns a Publisher that removes the node's secret values (as
-// scrub knows them at each message) from every payload before next queues
-// it: events, pod statuses, replies, node status and metrics alike, so no
-// route by which a value reaches a message (a runtime error quoting an
-// expanded command, a validation error quoting a field) publishes it.
-func Scrubbed(next Publisher, scrub func() *redact.Scrubber) Publisher {
-	return scrubbingPublisher{next: next, scrub: scrub}
+// podScrubbingEvents scrubs the messages of events about a pod's
+// containers (a probe's output) with that pod's scrubber.
+type podScrubbingEvents struct {
+	next  prober.EventRecorder
+	scrub func(namespace, name string) *redact.Scrubber
 }
 
-type scrubbingPublisher struct {
-	next  Publisher
-	scrub func() *redact.Scrubber
-}
-
-func (p scrubbingPublisher) Put(m outbox.Message) error {
-	m.Payload = p.scrub().JSON(m.Payload)
-	return p.next.Put(m)
-}
-
-// PutBatch scrubs each message as Put does and queues them together.
-func (p scrubbingPublisher) PutBatch(msgs []outbox.Message) error {
-	s := p.scrub()
-	scrubbed := make([]outbox.Message, len(msgs))
-	for i, m := range msgs {
-		m.Payload = s.JSON(m.Payload)
-		scrubbed[i] = m
-	}
-	return p.next.PutBatch(scrubbed)
+func (e podScrubbingEvents) ObjectEvent(ref v1.ObjectReference, eventType, reason, message string) {
+	e.next.ObjectEvent(ref, eventType, reason, e.scrub(ref.Namespace, ref.Name).String(message))
 }

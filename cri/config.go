@@ -59,11 +59,12 @@ type Config struct {
 	// NodeCredentials is a docker config.json with the node's own registry
 	// credentials, tried after the pod's imagePullSecrets; empty: none.
 	NodeCredentials string
-	// Scrub gives the scrubber of every secret value the node knows (the
-	// agent's redact.Live, rebuilt only when a secret changes); those values
-	// are removed from every message and error the runtime hands out. Nil:
-	// only the secrets a pod refers to are scrubbed from its sync.
-	Scrub func() *redact.Scrubber
+	// ScrubPod gives the scrubber of a pod's text (the agent's
+	// redact.Live.ForPod: the current and retired values of the secrets the
+	// pod refers to, and no other, so scrubbing is no oracle for secrets a
+	// pod was not given). Without it only the secrets a pod refers to now
+	// are scrubbed from its sync.
+	ScrubPod func(namespace, name string) *redact.Scrubber
 	// HostIPs are the node's addresses, primary first: status.hostIP(s) in
 	// the downward API, and a hostNetwork pod's IPs.
 	HostIPs []string

@@ -13,50 +13,22 @@ import (
 // makes runc's "executable file not found" quote it). Events, returned
 // errors and container state messages all pass through a Scrubber.
 
-// scrubber is the node's scrubber (Config.Scrub). Without one it is built
-// from the secrets pod refers to through objects, so a sync never hands out
-// its own pod's secret values.
+// scrubber is the scrubber of pod's text (Config.ScrubPod). Without one
+// it is built from the secrets pod refers to through objects, so a sync
+// never hands out its own pod's secret values.
 func (m *Manager) scrubber(pod *v1.Pod, objects ObjectSource) *redact.Scrubber {
-	if m.cfg.Scrub != nil {
-		return m.cfg.Scrub()
+	if m.cfg.ScrubPod != nil {
+		return m.cfg.ScrubPod(pod.Namespace, pod.Name)
 	}
 	var secrets []*v1.Secret
-	if pod != nil && objects != nil {
-		for _, name := range podSecretNames(pod) {
+	if objects != nil {
+		for _, name := range redact.PodSecretNames(pod) {
 			if s, err := objects.Secret(pod.Namespace, name); err == nil && s != nil {
 				secrets = append(secrets, s)
 			}
 		}
 	}
 	return redact.FromSecrets(secrets)
-}
-
-// podSecretNames lists the secrets pod refers to.
-func podSecretNames(pod *v1.Pod) []string {
-	var names []string
-	for _, r := range pod.Spec.ImagePullSecrets {
-		names = append(names, r.Name)
-	}
-	for _, vol := range pod.Spec.Volumes {
-		if vol.Secret != nil {
-			names = append(names, vol.Secret.SecretName)
-		}
-	}
-	for _, list := range [][]v1.Container{pod.Spec.InitContainers, pod.Spec.Containers} {
-		for _, c := range list {
-			for _, from := range c.EnvFrom {
-				if from.SecretRef != nil {
-					names = append(names, from.SecretRef.Name)
-				}
-			}
-			for _, e := range c.Env {
-				if e.ValueFrom != nil && e.ValueFrom.SecretKeyRef != nil {
-					names = append(names, e.ValueFrom.SecretKeyRef.Name)
-				}
-			}
-		}
-	}
-	return names
 }
 
 // scrubError returns err with secret values removed while keeping what
@@ -94,5 +66,5 @@ type scrubbingRecorder struct {
 }
 
 func (r scrubbingRecorder) Event(pod *v1.Pod, eventType, reason, message string) {
-	r.next.Event(pod, eventType, r.s.String(reason), r.s.String(message))
+	r.next.Event(pod, eventType, reason, r.s.String(message))
 }

@@ -7,6 +7,8 @@ import (
 	"strconv"
 	"time"
 
+	v1 "k8s.io/api/core/v1"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	runtimeapi "k8s.io/cri-api/pkg/apis/runtime/v1"
 
 	"github.com/mqlet/mqlet/internal/redact"
@@ -81,10 +83,11 @@ func (m *Manager) GetPodStatus(ctx context.Context, uid, name, namespace string)
 		if cs != nil && (cs.Message != "" || cs.Reason != "") {
 			// The runtime's messages can quote a secret value (a command
 			// expanded from one); they leave the node in the pod status.
+			// Reasons are the runtime's words, not the container's: kept.
 			if scrub == nil {
-				scrub = m.scrubber(nil, nil)
+				scrub = m.scrubber(&v1.Pod{ObjectMeta: metav1.ObjectMeta{Namespace: namespace, Name: name}}, nil)
 			}
-			cs.Message, cs.Reason = scrub.String(cs.Message), scrub.String(cs.Reason)
+			cs.Message = scrub.String(cs.Message)
 		}
 		if cs != nil {
 			st.Containers = append(st.Containers, *cs)

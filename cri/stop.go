@@ -22,7 +22,7 @@ func (m *Manager) StopPod(ctx context.Context, pod *v1.Pod, events EventRecorder
 	if events == nil {
 		events = noEvents{}
 	}
-	events = scrubbingRecorder{next: events, s: m.scrubber(nil, nil)}
+	events = scrubbingRecorder{next: events, s: m.scrubber(pod, nil)}
 	done := m.terminating.begin(string(pod.UID))
 	defer done()
 	ctx = quietContext(ctx)

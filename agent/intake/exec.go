@@ -104,6 +104,7 @@ func (in *Intake) checkExec(args apiv1.ExecRequest) (*v1.Pod, string, time.Durat
 func (in *Intake) runExec(ctx context.Context, id string, pod cri.PodKey, container string, cmd []string, timeout time.Duration) {
 	const verb = "exec"
 	res, err := in.opts.Verbs.Runtime.ExecInPod(ctx, pod, container, cmd, timeout)
+	scrub := in.scrubberOf(pod.Namespace, pod.Name)
 	switch {
 	case errors.Is(err, cri.ErrExecTimedOut):
 		in.fail(id, verb, fmt.Errorf("command ran past timeoutSeconds (%s) and was stopped", timeout))
@@ -112,13 +113,15 @@ func (in *Intake) runExec(ctx context.Context, id string, pod cri.PodKey, contai
 		in.fail(id, verb, errors.New("cancelled"))
 		return
 	case err != nil:
-		in.fail(id, verb, err)
+		in.fail(id, verb, scrub.Error(err))
 		return
 	}
+	// The container's output is scrubbed whole, before it is cut and
+	// before a large result is sent in parts.
 	max := in.opts.Verbs.Exec.MaxOutputBytes
 	out := apiv1.ExecResult{ExitCode: int32(res.ExitCode)}
-	out.Stdout, out.StdoutTruncated = capOutput(res.Stdout, max)
-	out.Stderr, out.StderrTruncated = capOutput(res.Stderr, max)
+	out.Stdout, out.StdoutTruncated = capOutput([]byte(scrub.String(string(res.Stdout))), max)
+	out.Stderr, out.StderrTruncated = capOutput([]byte(scrub.String(string(res.Stderr))), max)
 	msg := fmt.Sprintf("command exited with code %d", res.ExitCode)
 	if out.StdoutTruncated || out.StderrTruncated {
 		msg += fmt.Sprintf("; output cut at exec.maxOutputBytes (%d)", max)

@@ -16,6 +16,7 @@ import (
 	"github.com/mqlet/mqlet/agent/streams"
 	apiv1 "github.com/mqlet/mqlet/api/v1"
 	"github.com/mqlet/mqlet/cri"
+	"github.com/mqlet/mqlet/internal/redact"
 )
 
 // Bounds of the numbers of a logs request.
@@ -120,7 +121,7 @@ func (in *Intake) runLogs(ctx context.Context, id string, req cri.LogRequest, fo
 	lim := in.opts.Verbs.Logs
 	budget := chunkBudget(lim.MaxChunkBytes)
 	burst := max(budget, int(min(lim.BytesPerSecond, 1<<30)))
-	ch := &chunker{budget: budget, limiter: rate.NewLimiter(rate.Limit(lim.BytesPerSecond), burst), backlog: lim.Backlog, maxBacklog: lim.MaxBacklog,
+	ch := &chunker{budget: budget, stream: redact.NewStream(in.scrubberOf(req.Pod.Namespace, req.Pod.Name)), limiter: rate.NewLimiter(rate.Limit(lim.BytesPerSecond), burst), backlog: lim.Backlog, maxBacklog: lim.MaxBacklog,
 		send: func(seq int, text string) error {
 			return in.sendChunk(apiv1.Reply{RequestID: id, Verb: verb, Phase: apiv1.InProgress, Seq: seq,
 				Message: fmt.Sprintf("log chunk %d", seq), Result: apiv1.LogsChunk{Lines: splitLines(text)}})
@@ -166,7 +167,7 @@ func (in *Intake) runLogs(ctx context.Context, id string, req cri.LogRequest, fo
 		res.Ended = "containerExited"
 	}
 	if err != nil && readCtx.Err() == nil {
-		in.fail(id, verb, err)
+		in.fail(id, verb, in.scrubberOf(req.Pod.Namespace, req.Pod.Name).Error(err))
 		return
 	}
 	if ch.err != nil && !errors.Is(ch.err, context.Canceled) && !errors.Is(ch.err, context.DeadlineExceeded) {
@@ -214,7 +215,10 @@ func chunkBudget(maxChunk int) int {
 // stays within budget, cut at a line end where one is near, paced by the
 // limiter; flush sends what there is (a followed log's latest lines).
 type chunker struct {
-	budget  int
+	budget int
+	// stream scrubs the container's text as it goes out, a value split
+	// across two chunks included.
+	stream  *redact.Stream
 	limiter *rate.Limiter
 	// backlog, when set, holds a chunk back while more than maxBacklog
 	// bytes wait to be published.
@@ -294,22 +298,48 @@ func (c *chunker) flush(ctx context.Context) error {
 	return c.err
 }
 
-// finish returns what is left unsent and how many chunks went before.
+// finish returns what is left unsent, scrubbed (with what the stream held
+// back), and how many chunks went before.
 func (c *chunker) finish() (string, int) {
 	c.mu.Lock()
 	defer c.mu.Unlock()
-	rest := string(c.buf)
+	rest := c.scrub(string(c.buf)) + c.flushStream()
 	c.buf, c.lastNL, c.cost = nil, 0, 0
 	return rest, c.seq
 }
 
+func (c *chunker) scrub(text string) string {
+	if c.stream == nil {
+		return text
+	}
+	return c.stream.Next(text)
+}
+
+func (c *chunker) flushStream() string {
+	if c.stream == nil {
+		return ""
+	}
+	return c.stream.Flush()
+}
+
+// emit sends text already scrubbed (finish's).
 func (c *chunker) emit(ctx context.Context, text string) error {
 	c.mu.Lock()
 	defer c.mu.Unlock()
-	return c.emitLocked(ctx, text)
+	return c.sendLocked(ctx, text)
 }
 
+// emitLocked scrubs and sends the container's text; an end that may begin
+// a secret value waits for the next chunk.
 func (c *chunker) emitLocked(ctx context.Context, text string) error {
+	text = c.scrub(text)
+	if text == "" {
+		return nil
+	}
+	return c.sendLocked(ctx, text)
+}
+
+func (c *chunker) sendLocked(ctx context.Context, text string) error {
 	if err := c.limiter.WaitN(ctx, min(len(text), c.limiter.Burst())); err != nil {
 		return err
 	}

@@ -17,6 +17,7 @@ import (
 	"github.com/mqlet/mqlet/agent/streams"
 	apiv1 "github.com/mqlet/mqlet/api/v1"
 	"github.com/mqlet/mqlet/cri"
+	"github.com/mqlet/mqlet/internal/redact"
 )
 
 // The operator verbs (logs, exec, restart, cancel) run outside the intake,
@@ -81,6 +82,18 @@ type VerbOptions struct {
 	Events EventHistory
 	// Node is the node's published status, for get {"kind":"Node"}.
 	Node NodeSource
+	// Scrub gives the scrubber of a pod's text (logs, exec output, the
+	// runtime's errors about it): the secrets that pod refers to. nil:
+	// nothing is scrubbed.
+	Scrub func(namespace, name string) *redact.Scrubber
+}
+
+// scrubberOf is the scrubber of pod's text (nil: none).
+func (in *Intake) scrubberOf(namespace, name string) *redact.Scrubber {
+	if in.opts.Verbs.Scrub == nil {
+		return nil
+	}
+	return in.opts.Verbs.Scrub(namespace, name)
 }
 
 // NodeSource gives the v1.Node last published on the node topic (nil

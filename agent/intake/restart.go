@@ -80,7 +80,7 @@ func (in *Intake) runRestart(ctx context.Context, id string, pod *v1.Pod, contai
 	select {
 	case err := <-done:
 		if err != nil {
-			in.fail(id, verb, fmt.Errorf("restarting pod %s: %w", key, err))
+			in.fail(id, verb, in.scrubberOf(pod.Namespace, pod.Name).Error(fmt.Errorf("restarting pod %s: %w", key, err)))
 			return
 		}
 	case <-ctx.Done():

@@ -257,3 +257,43 @@ func compact(db *bolt.DB, path string, lockTimeout time.Duration) (*bolt.DB, err
 	}
 	return openBolt(path, lockTimeout)
 }
+
+// retiredKey is where the scrubber's retired secret values are kept (in
+// the meta bucket), sealed as a secret is: they are secret values.
+const retiredKey = "retired-secrets"
+
+// RetiredSecrets returns what SetRetiredSecrets kept (nil: nothing).
+func (s *Store) RetiredSecrets() ([]byte, error) {
+	var plain []byte
+	err := s.db.View(func(tx *bolt.Tx) error {
+		raw := tx.Bucket(bucketMeta).Get([]byte(retiredKey))
+		if raw == nil {
+			return nil
+		}
+		var err error
+		plain, err = s.atRest.open(KindSecret, []byte(retiredKey), raw)
+		if err == nil && !isSealed(raw) {
+			plain = nil // never written in clear; ignore what is
+		}
+		plain = append([]byte(nil), plain...)
+		return err
+	})
+	if err != nil {
+		return nil, fmt.Errorf("reading retired secret values in state store: %w", err)
+	}
+	return plain, nil
+}
+
+// SetRetiredSecrets keeps plain (the scrubber's retired secret values),
+// encrypted with the store's key.
+func (s *Store) SetRetiredSecrets(plain []byte) error {
+	sealed, err := s.atRest.seal(KindSecret, []byte(retiredKey), plain)
+	if err != nil {
+		return fmt.Errorf("sealing retired secret values: %w", err)
+	}
+	err = s.db.Update(func(tx *bolt.Tx) error { return tx.Bucket(bucketMeta).Put([]byte(retiredKey), sealed) })
+	if err != nil {
+		return fmt.Errorf("keeping retired secret values in state store: %w", err)
+	}
+	return nil
+}

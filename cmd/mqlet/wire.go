@@ -92,7 +92,7 @@ func runAgent(ctx context.Context, cfg *config.Config, sources map[string]string
 	log.Info().Str("sealingKey", opts.Unsealer.Recipient()).Bool("requireSealedSecrets", cfg.Security.RequireSealedSecrets).Msg("sealed secrets")
 	rt := cri.NewManager(criConfig(cfg, secrets), log)
 	opts.LogLevel = level
-	a, err := agent.New(ctx, opts, agent.Deps{Store: state.store, Outbox: state.box, Runtime: rt, Scrub: secrets.Current}, log)
+	a, err := agent.New(ctx, opts, agent.Deps{Store: state.store, Outbox: state.box, Runtime: rt, ScrubPod: secrets.ForPod}, log)
 	if err != nil {
 		return err
 	}
@@ -188,7 +188,7 @@ func criConfig(cfg *config.Config, secrets *redact.Live) cri.Config {
 		// The runtime re-checks hostPaths on their resolved path and scrubs
 		// secret values from what it reports.
 		AllowedHostPaths: cfg.Admission.AllowedHostPaths,
-		Scrub:            secrets.Current,
+		ScrubPod:         secrets.ForPod,
 		PullParallelism:  cfg.Images.PullParallelism,
 		PullTimeout:      cfg.Images.PullTimeout.Duration,
 		PullBackoffBase:  cfg.Images.PullBackoffBase.Duration,

@@ -171,7 +171,7 @@ security: {requireSealedSecrets: true}
 			t.Errorf("%s = %v, want %v (from the configuration)", c.what, c.got, c.want)
 		}
 	}
-	if rc.Scrub == nil {
+	if rc.ScrubPod == nil {
 		t.Error("the runtime gets no scrubber")
 	}
 }

@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"strings"
 	"testing"
+	"time"
 
 	v1 "k8s.io/api/core/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
@@ -134,5 +135,61 @@ func TestLiveKeepsScrubbingDeletedAndRotatedValues(t *testing.T) {
 	got := l.Current().String("old-password deleted-token new-password")
 	if got != strings.Repeat(Placeholder+" ", 2)+Placeholder {
 		t.Fatalf("got %q", got)
+	}
+}
+
+type podsAndRetired struct {
+	fakeSource
+	pods    map[string]*v1.Pod
+	retired []byte
+}
+
+func (p *podsAndRetired) Pod(namespace, name string) (*v1.Pod, error) {
+	if pod, ok := p.pods[namespace+"/"+name]; ok {
+		return pod, nil
+	}
+	return nil, errors.New("not found")
+}
+func (p *podsAndRetired) RetiredSecrets() ([]byte, error)    { return p.retired, nil }
+func (p *podsAndRetired) SetRetiredSecrets(raw []byte) error { p.retired = raw; return nil }
+
+// A pod's text is scrubbed of the secrets it refers to, and of no other
+// (else a pod printing candidates learns which is another's secret); a
+// retired value stays scrubbed after a restart, kept sealed by the store.
+func TestForPodScopesAndRetiredValuesSurviveARestart(t *testing.T) {
+	src := &podsAndRetired{fakeSource: fakeSource{version: 1, secrets: []*v1.Secret{
+		{ObjectMeta: metav1.ObjectMeta{Namespace: "ns", Name: "mine"}, StringData: map[string]string{"pw": "my-password"}},
+		{ObjectMeta: metav1.ObjectMeta{Namespace: "ns", Name: "other"}, StringData: map[string]string{"pw": "other-password"}},
+	}}, pods: map[string]*v1.Pod{"ns/p": {Spec: v1.PodSpec{Containers: []v1.Container{{Name: "c", EnvFrom: []v1.EnvFromSource{{SecretRef: &v1.SecretEnvSource{LocalObjectReference: v1.LocalObjectReference{Name: "mine"}}}}}}}}}}
+	var l Live
+	l.Bind(src)
+	if got := l.ForPod("ns", "p").String("my-password other-password"); got != Placeholder+" other-password" {
+		t.Fatalf("pod scrubber: %q", got)
+	}
+	if got := l.ForPod("ns", "stranger").String("my-password"); got != "my-password" {
+		t.Fatalf("a pod referring to nothing: %q", got)
+	}
+	src.secrets = src.secrets[1:] // "mine" deleted
+	src.version = 2
+	if got := l.ForPod("ns", "p").String("my-password"); got != Placeholder {
+		t.Fatalf("a deleted value the pod used: %q", got)
+	}
+	if len(src.retired) == 0 || strings.Contains(string(src.retired), "my-password") == false && !strings.Contains(string(src.retired), "bXktcGFzc3dvcmQ") {
+		t.Fatalf("retired values not handed to the store: %s", src.retired)
+	}
+	// A restart: a new Live over the same store.
+	var again Live
+	again.Bind(&podsAndRetired{fakeSource: fakeSource{version: 7, secrets: src.secrets}, pods: src.pods, retired: src.retired})
+	if got := again.ForPod("ns", "p").String("my-password"); got != Placeholder {
+		t.Fatalf("after a restart the retired value is published: %q", got)
+	}
+	if got := again.Current().String("my-password"); got != Placeholder {
+		t.Fatalf("after a restart the log scrubber forgot it: %q", got)
+	}
+	// Bounded by age.
+	old := Live{now: func() time.Time { return time.Now().Add(MaxRetiredAge + time.Hour) }}
+	old.Bind(&podsAndRetired{fakeSource: fakeSource{version: 8, secrets: src.secrets}, pods: src.pods, retired: src.retired})
+	if got := old.Current().String("my-password"); got != "my-password" {
+		t.Fatalf("a value retired longer than MaxRetiredAge: %q", got)
 	}
 }
