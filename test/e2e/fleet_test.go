@@ -5,6 +5,7 @@ import (
 	"encoding/json"
 	"fmt"
 	"os"
+	"slices"
 	"strconv"
 	"strings"
 	"testing"
@@ -186,5 +187,67 @@ func TestGroupCommandsReachMembersOnly(t *testing.T) {
 	mq.Command(m1.name, "delete", "nd2", fmt.Appendf(nil, `{"kind":"Pod","namespace":%q,"name":"own"}`, ns))
 	if r := final(m1.name, "nd2", podGoneTimeout); r.Phase != apiv1.Succeeded {
 		t.Fatalf("node delete of its own pod: %s %q", r.Phase, r.Message)
+	}
+}
+
+// BenchmarkGroupApply measures a group apply to three members, each on its
+// own containerd: from the publish on the group topic until every member
+// answered succeeded (its pod runs). Each iteration applies a new pod, so
+// every run starts a sandbox and a container on each member. Reports p50
+// and p99 over b.N runs.
+//
+//	go test ./test/e2e/ -run '^$' -bench BenchmarkGroupApply -benchtime 20x
+func BenchmarkGroupApply(b *testing.B) {
+	v := os.Getenv(FleetEndpointsEnv)
+	eps := strings.Split(v, ",")
+	if v == "" || len(eps) < 2 {
+		b.Fatalf("%s must name two more containerds", FleetEndpointsEnv)
+	}
+	_, first := ConnectCRI(b)
+	eps = []string{first, eps[0], eps[1]}
+	broker := mosquitto.Start(b)
+	mq := Connect(b, broker.URL())
+	mq.Subscribe(prefix + "/+/reply/#")
+	suffix := strconv.FormatInt(time.Now().UnixNano()%1e9, 36)
+	ns, group := "e2e-fleetbench-"+suffix, "bench-"+suffix
+	var names []string
+	for i, ep := range eps {
+		name := fmt.Sprintf("e2e-fleetbench-%s-%d", suffix, i)
+		StartAgent(b, AgentOpts{Node: name, Broker: broker.URL(), CRI: ep, Config: podTestConfig(b.TempDir(), ""), Args: []string{"--groups", group}})
+		names = append(names, name)
+	}
+	sub := Connect(b, broker.URL())
+	sub.Subscribe(prefix + "/+/state")
+	for _, n := range names {
+		sub.WaitState(0, n, "online", 30*time.Second)
+	}
+	topic := func(verb, id string) string {
+		return apiv1.Scheme{Prefix: prefix}.CommandIn(apiv1.Scope{Group: group}, verb, id)
+	}
+	var took []time.Duration
+	b.ResetTimer()
+	for i := 0; i < b.N; i++ {
+		id := fmt.Sprintf("bench-%d", i)
+		from := mq.Mark()
+		start := time.Now()
+		mq.Publish(topic("apply", id), podYAML(fmt.Sprintf("web-%d", i), ns, "Always", "sleep 3600"), false)
+		for _, n := range names {
+			mq.WaitFor(from, podReadyTimeout, n+" succeeded "+id, func(m Msg) bool {
+				var r apiv1.Reply
+				return m.Topic == prefix+"/"+n+"/reply/"+id && json.Unmarshal(m.Payload, &r) == nil && r.Phase == apiv1.Succeeded
+			})
+		}
+		took = append(took, time.Since(start))
+	}
+	b.StopTimer()
+	slices.Sort(took)
+	b.ReportMetric(float64(took[len(took)/2].Milliseconds()), "p50-ms")
+	b.ReportMetric(float64(took[(len(took)*99)/100].Milliseconds()), "p99-ms")
+	mq.Publish(topic("sync", "bench-end"), []byte(`{"apiVersion":"v1","kind":"List","items":[]}`), false)
+	for _, n := range names {
+		mq.WaitFor(0, podGoneTimeout, n+" emptied", func(m Msg) bool {
+			var r apiv1.Reply
+			return m.Topic == prefix+"/"+n+"/reply/bench-end" && json.Unmarshal(m.Payload, &r) == nil && r.Final()
+		})
 	}
 }
