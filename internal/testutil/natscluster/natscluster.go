@@ -16,6 +16,8 @@ import (
 	"sync"
 	"testing"
 	"time"
+
+	paho "github.com/eclipse/paho.mqtt.golang"
 )
 
 // Binary is where the Debian package installs the server.
@@ -98,7 +100,42 @@ mqtt { listen: 127.0.0.1:%d }
 		}
 		time.Sleep(100 * time.Millisecond) // polling a log file: nothing to wait on
 	}
+	// The first MQTT connect makes the MQTT streams (3 replicas), which on
+	// a loaded machine takes seconds; every server must take a connect.
+	for _, s := range c.Servers {
+		if err := waitMQTT(s.URL(), readyTimeout); err != nil {
+			t.Fatalf("nats server %s takes no MQTT connect: %v\nlog:\n%s", s.Name, err, tail(s.Log(), 30))
+		}
+	}
 	return c
+}
+
+// readyTimeout bounds the wait for the cluster to take MQTT connects.
+const readyTimeout = 90 * time.Second
+
+// waitMQTT connects to url until a connect succeeds and a QoS 1 publish is
+// acknowledged, or timeout passes.
+func waitMQTT(url string, timeout time.Duration) error {
+	deadline := time.Now().Add(timeout)
+	var last error
+	for time.Now().Before(deadline) {
+		c := paho.NewClient(paho.NewClientOptions().AddBroker(url).SetClientID(fmt.Sprintf("ready-%d", time.Now().UnixNano())).
+			SetCleanSession(true).SetConnectTimeout(10 * time.Second).SetAutoReconnect(false))
+		tok := c.Connect()
+		if tok.WaitTimeout(15*time.Second) && tok.Error() == nil {
+			pub := c.Publish("natscluster/ready", 1, false, []byte("1"))
+			ok := pub.WaitTimeout(15*time.Second) && pub.Error() == nil
+			last = pub.Error()
+			c.Disconnect(100)
+			if ok {
+				return nil
+			}
+		} else {
+			last = tok.Error()
+		}
+		time.Sleep(500 * time.Millisecond) // a refused connect returns at once: do not spin
+	}
+	return fmt.Errorf("no MQTT connect and publish within %v (last: %v)", timeout, last)
 }
 
 func (c *Cluster) hasMetaLeader() bool {
