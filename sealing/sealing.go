@@ -22,12 +22,12 @@ import (
 	"fmt"
 	"io"
 	"io/fs"
-	"os"
-	"path/filepath"
 	"strings"
 
 	"filippo.io/age"
 	v1 "k8s.io/api/core/v1"
+
+	"github.com/mqlet/mqlet/internal/keyfile"
 )
 
 // AnnotationSealedTo marks a sealed Secret: the key ids its values are
@@ -121,23 +121,7 @@ func (i *Identity) Recipient() string { return i.recipient }
 func (i *Identity) KeyID() string { return i.keyID }
 
 func readPrivate(path string) ([]byte, error) {
-	f, err := os.Open(path)
-	if err != nil {
-		return nil, fmt.Errorf("opening the sealing key file: %w", err)
-	}
-	defer f.Close()
-	st, err := f.Stat()
-	if err != nil {
-		return nil, fmt.Errorf("reading the sealing key file: %w", err)
-	}
-	if st.Mode()&0o077 != 0 {
-		return nil, fmt.Errorf("the sealing key file %s has mode %v: others may read it; chmod 600 it", path, st.Mode().Perm())
-	}
-	raw, err := io.ReadAll(io.LimitReader(f, 1024))
-	if err != nil {
-		return nil, fmt.Errorf("reading the sealing key file %s: %w", path, err)
-	}
-	return raw, nil
+	return keyfile.Read(path, "the sealing key file", 1024)
 }
 
 func createIdentity(path string) (*Identity, error) {
@@ -145,34 +129,11 @@ func createIdentity(path string) (*Identity, error) {
 	if err != nil {
 		return nil, fmt.Errorf("making a sealing key: %w", err)
 	}
-	f, err := os.OpenFile(path, os.O_WRONLY|os.O_CREATE|os.O_EXCL, 0o600)
-	if err != nil {
-		return nil, fmt.Errorf("creating the sealing key file: %w", err)
-	}
-	_, err = fmt.Fprintf(f, "# mqlet sealing key, public key: %s\n%s\n", id.Recipient(), id)
-	if err == nil {
-		err = f.Sync()
-	}
-	if cerr := f.Close(); err == nil {
-		err = cerr
-	}
-	if err == nil {
-		err = syncDir(filepath.Dir(path))
-	}
-	if err != nil {
-		_ = os.Remove(path)
-		return nil, fmt.Errorf("writing the sealing key file %s: %w", path, err)
+	content := fmt.Sprintf("# mqlet sealing key, public key: %s\n%s\n", id.Recipient(), id)
+	if err := keyfile.Create(path, "the sealing key file", []byte(content)); err != nil {
+		return nil, err
 	}
 	return newIdentity(id), nil
-}
-
-func syncDir(dir string) error {
-	d, err := os.Open(dir)
-	if err != nil {
-		return err
-	}
-	defer d.Close()
-	return d.Sync()
 }
 
 func binding(namespace, name, key string) []byte {

@@ -7,7 +7,6 @@ import (
 	"crypto/rand"
 	"errors"
 	"fmt"
-	"io"
 	"io/fs"
 	"os"
 	"path/filepath"
@@ -15,6 +14,8 @@ import (
 
 	bolt "go.etcd.io/bbolt"
 	"k8s.io/apimachinery/pkg/runtime"
+
+	"github.com/mqlet/mqlet/internal/keyfile"
 )
 
 // Secrets are encrypted at rest, as the API server's encryption at rest
@@ -142,21 +143,10 @@ func hasSealed(tx *bolt.Tx) bool {
 }
 
 func readKeyFile(path string) ([]byte, error) {
-	f, err := os.Open(path)
+	// One byte more than a key, so a longer file is told apart from a key.
+	key, err := keyfile.Read(path, "the store's key file", storeKeyBytes+1)
 	if err != nil {
-		return nil, fmt.Errorf("opening the store's key file: %w", err)
-	}
-	defer f.Close()
-	st, err := f.Stat()
-	if err != nil {
-		return nil, fmt.Errorf("reading the store's key file: %w", err)
-	}
-	if st.Mode()&0o077 != 0 {
-		return nil, fmt.Errorf("the store's key file %s has mode %v: others may read it; chmod 600 it", path, st.Mode().Perm())
-	}
-	key, err := io.ReadAll(io.LimitReader(f, storeKeyBytes+1))
-	if err != nil {
-		return nil, fmt.Errorf("reading the store's key file %s: %w", path, err)
+		return nil, err
 	}
 	if len(key) != storeKeyBytes {
 		return nil, fmt.Errorf("the store's key file %s holds %d bytes, want %d", path, len(key), storeKeyBytes)
@@ -170,23 +160,8 @@ func createKeyFile(path string) ([]byte, error) {
 	if _, err := rand.Read(key); err != nil {
 		return nil, fmt.Errorf("making the store's key: %w", err)
 	}
-	f, err := os.OpenFile(path, os.O_WRONLY|os.O_CREATE|os.O_EXCL, 0o600)
-	if err != nil {
-		return nil, fmt.Errorf("creating the store's key file: %w", err)
-	}
-	_, err = f.Write(key)
-	if err == nil {
-		err = f.Sync()
-	}
-	if cerr := f.Close(); err == nil {
-		err = cerr
-	}
-	if err == nil {
-		err = syncDir(filepath.Dir(path))
-	}
-	if err != nil {
-		_ = os.Remove(path)
-		return nil, fmt.Errorf("writing the store's key file %s: %w", path, err)
+	if err := keyfile.Create(path, "the store's key file", key); err != nil {
+		return nil, err
 	}
 	return key, nil
 }
