@@ -807,6 +807,9 @@ func TestSidecarsStartInOrderAndStopAfterApps(t *testing.T) {
 			if s1 == nil || s2 == nil || s1.State != ContainerRunning || s2.State != ContainerRunning || s1.Sidecar != 1 || s2.Sidecar != 2 {
 				t.Fatalf("sidecars %+v %+v, want both running, recorded as sidecars 1 and 2", s1, s2)
 			}
+			if app == nil {
+				t.Fatalf("app has no status though it was reported running")
+			}
 			if s2.StartedAt.Before(s1.StartedAt) || app.StartedAt.Before(s2.StartedAt) {
 				t.Fatalf("started s1 %v, s2 %v, app %v: want in that order", s1.StartedAt, s2.StartedAt, app.StartedAt)
 			}
@@ -824,7 +827,10 @@ func TestSidecarsStartInOrderAndStopAfterApps(t *testing.T) {
 			}
 			st = e.status(pod)
 			s1, s2, app = latest(st, "s1"), latest(st, "s2"), latest(st, "app")
-			for _, c := range []*ContainerStatus{s1, s2, app} {
+			for i, c := range []*ContainerStatus{s1, s2, app} {
+				if c == nil {
+					t.Fatalf("container %s has no status after the pod was stopped", []string{"s1", "s2", "app"}[i])
+				}
 				if c.State != ContainerExited || c.ExitCode != 0 {
 					t.Fatalf("%s: %s exit %d, want stopped by its own TERM handler", c.Name, c.State, c.ExitCode)
 				}
