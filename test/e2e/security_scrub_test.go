@@ -130,3 +130,47 @@ func TestAttackSecretAcrossLogChunksIsScrubbed(t *testing.T) {
 		t.Fatalf("the value is reconstructable from the chunks (or not redacted): ...%s", joined.String()[max(0, joined.Len()-120):])
 	}
 }
+
+// A deleted Secret's value stays scrubbed across a restart of the agent: a
+// pod that was given it still prints it in its log, and after the restart
+// the agent must still know the value it no longer stores (kept sealed as
+// a retired value), or the log is published in clear.
+func TestAttackRetiredSecretScrubbedInLogsAfterRestart(t *testing.T) {
+	e := newPodEnv(t, "")
+	e.cleanupPods("retired")
+	value := "Retired-" + randomToken(t)
+	pod := fmt.Sprintf(`{"apiVersion":"v1","kind":"List","items":[
+	  {"apiVersion":"v1","kind":"Secret","metadata":{"name":"pw","namespace":%q},"stringData":{"PW":%q}},
+	  {"apiVersion":"v1","kind":"Pod","metadata":{"name":"retired","namespace":%q},"spec":{"restartPolicy":"Never","terminationGracePeriodSeconds":1,
+	    "containers":[{"name":"main","image":%q,"imagePullPolicy":"Never","command":["sh","-c","echo \"$PW retired\""],
+	      "env":[{"name":"PW","valueFrom":{"secretKeyRef":{"name":"pw","key":"PW"}}}]}]}}]}`, e.ns, value, e.ns, busybox)
+	e.apply([]byte(pod), apiv1.Succeeded, podReadyTimeout)
+	e.waitStatus("retired", 60*time.Second, "finished", func(p *v1.Pod) bool { return p.Status.Phase == v1.PodSucceeded })
+	del := e.nextID("delete")
+	e.mq.Command(e.node, "delete", del, []byte(`{"kind":"Secret","namespace":"`+e.ns+`","name":"pw"}`))
+	e.mq.WaitReply(e.node, del, apiv1.Succeeded, 30*time.Second)
+
+	e.agent.Stop()
+	mark := e.mq.Mark()
+	e.agent.Restart()
+	e.mq.WaitState(mark, e.node, "online", 30*time.Second)
+	id := e.nextID("logs")
+	e.mq.Command(e.node, "logs", id, []byte(fmt.Sprintf(`{"namespace":%q,"name":"retired"}`, e.ns)))
+	r := e.mq.WaitReply(e.node, id, apiv1.Succeeded, 30*time.Second)
+	var buf bytes.Buffer
+	enc := json.NewEncoder(&buf)
+	enc.SetEscapeHTML(false) // the test reads "<redacted>" as published
+	_ = enc.Encode(r.Result)
+	raw := buf.Bytes()
+	if !strings.Contains(string(raw), "retired") {
+		t.Fatalf("the log of the pod is not in the reply: %s", raw)
+	}
+	for _, m := range e.mq.Messages()[mark:] {
+		if bytes.Contains(m.Payload, []byte(value)) {
+			t.Fatalf("after a restart the deleted secret's value was published on %s: %s", m.Topic, m.Payload)
+		}
+	}
+	if !strings.Contains(string(raw), "<redacted> retired") {
+		t.Fatalf("the log line does not show the value redacted: %s", raw)
+	}
+}
