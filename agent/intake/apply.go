@@ -8,6 +8,7 @@ import (
 	"strings"
 
 	v1 "k8s.io/api/core/v1"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	apiruntime "k8s.io/apimachinery/pkg/runtime"
 	"sigs.k8s.io/yaml"
 
@@ -68,6 +69,7 @@ func (in *Intake) applyObjects(id string, payload []byte, replaceAll bool) {
 		return
 	}
 	var changes []store.Change
+	var kept string
 	if replaceAll {
 		sc, scErr := in.scope.storeScope()
 		if scErr != nil {
@@ -75,6 +77,9 @@ func (in *Intake) applyObjects(id string, payload []byte, replaceAll bool) {
 			return
 		}
 		changes, err = in.store.Replace(objs, sc)
+		if err == nil {
+			kept = in.keptOutside(sc)
+		}
 	} else {
 		changes, err = in.store.Apply(objs)
 	}
@@ -112,7 +117,7 @@ func (in *Intake) applyObjects(id string, payload []byte, replaceAll bool) {
 			want[c.Key] = pending.Want{Generation: cr.Generation}
 		}
 	}
-	_ = in.replies.Send(apiv1.Reply{RequestID: id, Verb: verb, Phase: apiv1.Accepted, Message: "stored: " + strings.Join(summary, ", "), Result: results})
+	_ = in.replies.Send(apiv1.Reply{RequestID: id, Verb: verb, Phase: apiv1.Accepted, Message: "stored: " + strings.Join(summary, ", ") + kept, Result: results})
 	keys := sortedKeys(want)
 	// in_progress goes out before the tracker hears of the request: the
 	// tracker may answer it at once (a re-apply of a running pod), and no
@@ -268,4 +273,50 @@ func isEmptyList(payload []byte) bool {
 		Items []json.RawMessage `json:"items"`
 	}
 	return yaml.Unmarshal(payload, &l) == nil && l.Kind == "List" && len(l.Items) == 0
+}
+
+// keptOutside says which stored objects a sync of scope sc left alone
+// because another source owns them (a node sync keeps every group's
+// objects), so its reply does not read as if it replaced everything: "" when
+// there are none. The count is read after the sync's own transaction; it
+// is what the reply says, not what the sync decided on.
+func (in *Intake) keptOutside(sc store.Scope) string {
+	if sc.Source == "" {
+		return ""
+	}
+	bySource := map[string]int{}
+	count := func(m *metav1.ObjectMeta) {
+		if sc.Namespace != "" && m.Namespace != sc.Namespace {
+			return
+		}
+		if src := store.SourceOf(m); src != sc.Source {
+			bySource[src]++
+		}
+	}
+	pods, err1 := in.store.ListPods()
+	cms, err2 := in.store.ListConfigMaps()
+	secrets, err3 := in.store.ListSecrets()
+	if err := errors.Join(err1, err2, err3); err != nil {
+		return "; objects of other sources were kept (they could not be counted: " + err.Error() + ")"
+	}
+	for _, p := range pods {
+		count(&p.ObjectMeta)
+	}
+	for _, c := range cms {
+		count(&c.ObjectMeta)
+	}
+	for _, s := range secrets {
+		count(&s.ObjectMeta)
+	}
+	if len(bySource) == 0 {
+		return ""
+	}
+	sources := make([]string, 0, len(bySource))
+	total := 0
+	for src, n := range bySource {
+		sources = append(sources, fmt.Sprintf("%s: %d", src, n))
+		total += n
+	}
+	sort.Strings(sources)
+	return fmt.Sprintf("; kept %d object(s) of other sources, which a %s sync does not replace (%s)", total, sc.Source, strings.Join(sources, ", "))
 }

@@ -64,6 +64,18 @@ func (f *fakeSender) phases(id string) []string {
 	return out
 }
 
+// reply is the first reply of request id in phase (zero when none).
+func (f *fakeSender) reply(id, phase string) apiv1.Reply {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	for _, r := range f.replies {
+		if r.RequestID == id && r.Phase == phase {
+			return r
+		}
+	}
+	return apiv1.Reply{}
+}
+
 func (f *fakeSender) last(id string) apiv1.Reply {
 	f.mu.Lock()
 	defer f.mu.Unlock()

@@ -263,6 +263,10 @@ func TestGroupSourceKeepsItsObjectsApart(t *testing.T) {
 	if rep := handle("n4", "mqlet/v1/n1/cmd/sync/n4", `{"apiVersion":"v1","kind":"List","items":[]}`); rep.Phase == apiv1.Failed {
 		t.Fatalf("node sync: %q", rep.Message)
 	}
+	// ... and says so in its accepted reply.
+	if acc := r.sender.reply("n4", apiv1.Accepted); !strings.Contains(acc.Message, "kept 1 object(s) of other sources, which a node sync does not replace (group/line-1: 1)") {
+		t.Fatalf("node sync's accepted reply does not name what it kept: %q", acc.Message)
+	}
 	if _, err := r.st.Pod("a", "web"); err != nil {
 		t.Fatalf("node sync removed the group's pod: %v", err)
 	}
