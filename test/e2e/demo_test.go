@@ -72,7 +72,11 @@ func TestDemoCtrlCLeavesNothing(t *testing.T) {
 	}()
 	t.Cleanup(func() {
 		_ = syscall.Kill(-pgid, syscall.SIGKILL)
-		_ = exec.Command(filepath.Join(root, "test/env/containerd-down.sh")).Run()
+		// The demo's own containerd only: the environment names the
+		// suite's shared one (MQLET_TEST_DIR), which must keep running.
+		down := exec.Command(filepath.Join(root, "test/env/containerd-down.sh"))
+		down.Env = append(os.Environ(), "MQLET_TEST_DIR="+dir, "MQLET_TEST_BRIDGE="+bridge, "MQLET_TEST_SUBNET="+subnet)
+		_ = down.Run()
 	})
 	select {
 	case <-running:
