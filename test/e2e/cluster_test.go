@@ -89,9 +89,12 @@ func TestClusteredBrokerSurvivesAServerKill(t *testing.T) {
 	for _, srv := range s[1:] {
 		fresh := Connect(t, srv.URL())
 		fresh.Subscribe(prefix+"/+/state", prefix+"/+/node")
+		// JetStream spreads retained messages through a stream of its own;
+		// on a loaded 2-core machine that took over 15 s once (a CI run
+		// at load 20), so the bound is a minute.
 		for _, node := range nodes {
-			fresh.WaitState(0, node, "online", 15*time.Second)
-			fresh.WaitFor(0, 15*time.Second, node+"'s retained node on "+srv.Name, func(m Msg) bool {
+			fresh.WaitState(0, node, "online", 60*time.Second)
+			fresh.WaitFor(0, 60*time.Second, node+"'s retained node on "+srv.Name, func(m Msg) bool {
 				return m.Topic == prefix+"/"+node+"/node" && m.Retained && len(m.Payload) > 0
 			})
 		}
