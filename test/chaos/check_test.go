@@ -89,6 +89,13 @@ func replyProblem(replies []apiv1.Reply) (inv, detail string, final bool) {
 	finals, rank := 0, 0
 	var first apiv1.Reply
 	for i, r := range replies {
+		// The same message again is QoS 1's redelivery (the outbox sends
+		// again what it had not recorded as acknowledged when the agent was
+		// killed), not a reply out of order; a reader drops it as mqletctl
+		// does.
+		if slices.ContainsFunc(replies[:i], func(p apiv1.Reply) bool { return sameReply(p, r) }) {
+			continue
+		}
 		if finals > 0 {
 			if sameReply(r, first) {
 				continue

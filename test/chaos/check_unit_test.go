@@ -36,7 +36,8 @@ func TestReplyProblem(t *testing.T) {
 		{"one final delivered twice (QoS 1)", rep(a, ip, ok, ok), "", true},
 		{"succeeded then failed", rep(a, ok, no), invDuplicateFinal, true},
 		{"progress after the final", rep(a, no, ip), invAfterFinal, true},
-		{"accepted after in_progress", rep(a, ip, a, ok), invPhaseOrder, false},
+		{"accepted after in_progress", append(rep(a, ip), apiv1.Reply{Phase: a, Message: "answered again"}, apiv1.Reply{Phase: ok}), invPhaseOrder, false},
+		{"accepted and in_progress delivered again (QoS 1)", rep(a, ip, a, ip, no), "", true},
 		{"unknown phase", rep("weird"), invPhaseOrder, false},
 	} {
 		inv, _, final := replyProblem(tc.replies)

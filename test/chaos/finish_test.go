@@ -11,6 +11,7 @@ import (
 	"syscall"
 	"time"
 
+	"github.com/mqlet/mqlet/agent/podworker"
 	apiv1 "github.com/mqlet/mqlet/api/v1"
 )
 
@@ -35,7 +36,7 @@ func (r *run) checkStatuses() {
 				continue
 			}
 			uid := string(m.pod.UID)
-			if m.pod.Status.Reason == "Quarantined" {
+			if m.pod.Status.Reason == "Quarantined" && !r.ruleQuarantined(name, uid) {
 				r.v.add(r.round, invQuarantine, "pod "+name+" uid "+uid, "published Quarantined: %s", m.pod.Status.Message)
 			}
 			if id := runningID(m.pod, "main"); id != "" {
@@ -106,7 +107,7 @@ func (r *run) checkEvents() {
 	evs := r.rec.eventsFrom(r.eventIdx)
 	r.eventIdx += len(evs)
 	for _, e := range evs {
-		if e.Reason == "Quarantined" {
+		if e.Reason == "Quarantined" && !(e.InvolvedObject.Namespace == r.ns && r.ruleQuarantined(e.InvolvedObject.Name, string(e.InvolvedObject.UID))) {
 			r.v.add(r.round, invQuarantine, fmt.Sprintf("pod %s/%s event", e.InvolvedObject.Namespace, e.InvolvedObject.Name), "Quarantined event: %s", e.Message)
 		}
 	}
@@ -185,7 +186,7 @@ func (r *run) report() {
 	}
 	fmt.Fprintf(&b, "  agent kills          %d (%s)\n", r.totalKills(), strings.Join(kinds, ", "))
 	fmt.Fprintf(&b, "  containerd pauses    %d, broker restarts %d\n", r.pauses, r.brokerRestarts)
-	fmt.Fprintf(&b, "  quarantines          %d\n", r.v.count(invQuarantine))
+	fmt.Fprintf(&b, "  quarantines          %d (besides %d by the rule of %d deaths in a row, after as many kills in a row)\n", r.v.count(invQuarantine), len(r.ruleQuarantines), podworker.SuspectDeaths)
 	fmt.Fprintf(&b, "  flips                %d (not started while running; %d claims not verifiable)\n", r.v.count(invFlip), r.unverifiable)
 	fmt.Fprintf(&b, "  lost updates         %d\n", r.v.count(invLostUpdate))
 	fmt.Fprintf(&b, "  missing finals       %d, duplicate finals %d, after final %d, out of order %d\n",
