@@ -50,6 +50,10 @@ type telState struct {
 	Version   string    `json:"version"`
 	StartedAt time.Time `json:"startedAt"`
 	TS        time.Time `json:"ts"`
+	// SealingKey is the node's public key for sealed Secrets (age1...).
+	SealingKey string `json:"sealingKey"`
+	// Groups are the node's groups (absent when it is in none).
+	Groups []string `json:"groups"`
 }
 
 // decodeStrict decodes exactly one JSON value into v, refusing unknown
@@ -94,7 +98,7 @@ func decodeTelemetry(node string, m Msg) (kind string, err error) {
 	case "state":
 		var s telState
 		err = decodeStrict(m.Payload, &s)
-		if err == nil && (s.State != "online" && s.State != "offline" || s.BootID == "" || s.StartedAt.IsZero() || s.TS.IsZero()) {
+		if err == nil && (s.State != "online" && s.State != "offline" || s.BootID == "" || s.StartedAt.IsZero() || s.TS.IsZero() || !strings.HasPrefix(s.SealingKey, "age1")) {
 			err = fmt.Errorf("state message lacks documented values: %+v", s)
 		}
 	case "node":
