@@ -275,13 +275,15 @@ func isEmptyList(payload []byte) bool {
 	return yaml.Unmarshal(payload, &l) == nil && l.Kind == "List" && len(l.Items) == 0
 }
 
-// keptOutside says which stored objects a sync of scope sc left alone
-// because another source owns them (a node sync keeps every group's
-// objects), so its reply does not read as if it replaced everything: "" when
+// keptOutside says which stored objects a node sync of scope sc left
+// alone because a group owns them, so its reply does not read as if it replaced everything: "" when
 // there are none. The count is read after the sync's own transaction; it
 // is what the reply says, not what the sync decided on.
 func (in *Intake) keptOutside(sc store.Scope) string {
-	if sc.Source == "" {
+	// Only a node sync says so: a group's commands see only that group's
+	// objects, so naming other sources and their counts to a group would
+	// tell it what it may not read.
+	if sc.Source != apiv1.SourceNode {
 		return ""
 	}
 	bySource := map[string]int{}

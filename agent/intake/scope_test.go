@@ -280,6 +280,9 @@ func TestGroupSourceKeepsItsObjectsApart(t *testing.T) {
 	if _, err := r.st.ConfigMap("a", "own"); err != nil {
 		t.Fatalf("group sync removed the node's configmap: %v", err)
 	}
+	if acc := r.sender.reply("g2", apiv1.Accepted); strings.Contains(acc.Message, "kept") || strings.Contains(acc.Message, "node") {
+		t.Fatalf("a group sync's reply tells of objects the group may not read: %q", acc.Message)
+	}
 	if _, err := r.st.Pod("a", "web"); err == nil {
 		t.Fatal("group sync kept the group's pod")
 	}
