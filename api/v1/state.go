@@ -24,4 +24,8 @@ type NodeState struct {
 	SealingKey string `json:"sealingKey,omitempty"`
 	// Groups are the groups the node is in (docs/fleet.md).
 	Groups []string `json:"groups,omitempty"`
+	// GroupGenerations are, by group, the generation of the group's
+	// document (GroupDocument) the node last applied; a group whose
+	// document it has not applied is absent.
+	GroupGenerations map[string]uint64 `json:"groupGenerations,omitempty"`
 }
