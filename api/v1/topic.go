@@ -303,6 +303,9 @@ func ValidateNodeName(node string) error {
 	if node == GroupLevel {
 		return fmt.Errorf("node name %q is reserved: <prefix>/%s/<group>/... are the group topics", node, GroupLevel)
 	}
+	if node == RolloutLevel {
+		return fmt.Errorf("node name %q is reserved: <prefix>/%s/<id> are the rollout documents", node, RolloutLevel)
+	}
 	return validateTopicText("node name", node)
 }
 

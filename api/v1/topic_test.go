@@ -131,7 +131,7 @@ func TestValidate(t *testing.T) {
 			t.Errorf("ValidateNodeName(%q) = %v", n, err)
 		}
 	}
-	for _, n := range []string{"", "$sys", "a+b", "a#", "a/b", "group"} {
+	for _, n := range []string{"", "$sys", "a+b", "a#", "a/b", "group", "rollouts"} {
 		if err := ValidateNodeName(n); err == nil {
 			t.Errorf("ValidateNodeName(%q) = nil, want error", n)
 		}
