@@ -139,7 +139,9 @@ func TestWavesAbortAndRollback(t *testing.T) {
 				Accepted(r, "n1", "x", []apiv1.RolloutPod{{Namespace: "default", Name: "web", UID: "u1", Generation: 2}}, t0)
 				Answered(r, "n1", "x", true, "runs", t0)
 				// Ready, but for the previous generation.
-				PodsReady(r, "n1", func(string, string) (PodView, bool) { return PodView{UID: "u1", ObservedGeneration: 1, Ready: true}, true }, t0)
+				PodsReady(r, "n1", func(string, string) (PodView, bool) {
+					return PodView{UID: "u1", ObservedGeneration: 1, Ready: true}, true
+				}, t0)
 				return Step(r, t0, func(n string) bool { return false })
 			},
 			wantPhase: apiv1.RolloutRunning, wantAction: "",
@@ -224,7 +226,7 @@ func TestWavesAbortAndRollback(t *testing.T) {
 				Accepted(r, "n0", "a", nil, t0)
 				Online(r, "n0", false, t0.Add(10*time.Second), t0.Add(10*time.Second))
 				busy := func(n string) bool { return n == "n0" } // its apply is still answered
-				Step(r, t0.Add(time.Hour), busy) // offline: no timeout
+				Step(r, t0.Add(time.Hour), busy)                 // offline: no timeout
 				Online(r, "n0", true, t0, t0.Add(time.Hour))
 				return Step(r, t0.Add(time.Hour+19*time.Second), busy) // 10 s + 19 s online
 			},
