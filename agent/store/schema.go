@@ -15,14 +15,22 @@ import (
 //	2  uids are UUIDs owned by mqlet (migrateUIDs), every bucket exists
 //	3  the pending-replies and pending-finals buckets: commands accepted
 //	   and not yet given their final reply (created empty by the migration)
+//	4  Secrets encrypted at rest
+//	5  every object records its source (apiv1.AnnotationSource; objects
+//	   stored before get the node's, migrateSources) and the
+//	   group-documents bucket: the group documents applied
 //
 // A newer mqlet migrates an older store after copying it aside; an older
 // mqlet refuses a newer store rather than misread it.
-const SchemaVersion = 4
+const SchemaVersion = 5
 
 // SchemaSecretsEncrypted is the first schema whose Secrets are encrypted at
 // rest: the backup of an older store holds them in clear.
 const SchemaSecretsEncrypted = 4
+
+// SchemaSources is the first schema in which every stored object names
+// its source.
+const SchemaSources = 5
 
 // schemaKey holds the version in the meta bucket as a decimal string.
 var schemaKey = []byte("store.schemaVersion")
@@ -36,6 +44,9 @@ var ErrNewerSchema = errors.New("state store was written by a newer mqlet")
 type SchemaMigration struct {
 	From, To int
 	Backup   string
+	// Sourced is how many objects the migration to SchemaSources gave the
+	// node's source.
+	Sourced int
 }
 
 // Migrated reports whether Open changed an existing store's schema.

@@ -118,7 +118,7 @@ var (
 	bucketFinals     = []byte("pending-finals")  // requestID -> 8-byte seq + uvarint topic length + topic + payload
 	bucketDigests    = []byte("request-digests") // requestID -> 8-byte time + sha256 of the command it named
 
-	allBuckets  = [][]byte{bucketPods, bucketConfigMaps, bucketSecrets, bucketReplies, bucketReplyIndex, bucketMeta, bucketSeq, bucketQuarantine, bucketPending, bucketFinals, bucketDigests}
+	allBuckets  = [][]byte{bucketPods, bucketConfigMaps, bucketSecrets, bucketReplies, bucketReplyIndex, bucketMeta, bucketSeq, bucketQuarantine, bucketPending, bucketFinals, bucketDigests, bucketGroupDocs}
 	kindBuckets = map[string][]byte{KindPod: bucketPods, KindConfigMap: bucketConfigMaps, KindSecret: bucketSecrets}
 	kindOrder   = []string{KindPod, KindConfigMap, KindSecret}
 )
@@ -169,7 +169,7 @@ func OpenWith(path string, opts Options) (st *Store, err error) {
 		return nil, fmt.Errorf("open state store %s: %w", path, err)
 	}
 	var migrated []string
-	var sealed int
+	var sealed, sourced int
 	err = db.Update(func(tx *bolt.Tx) error {
 		for _, name := range allBuckets {
 			if _, err := tx.CreateBucketIfNotExists(name); err != nil {
@@ -182,6 +182,11 @@ func OpenWith(path string, opts Options) (st *Store, err error) {
 		if migrated, err = migrateUIDs(tx, codec); err != nil {
 			return err
 		}
+		if schema.From > 0 && schema.From < SchemaSources {
+			if sourced, err = migrateSources(tx, codec); err != nil {
+				return err
+			}
+		}
 		return writeSchema(tx)
 	})
 	if err != nil {
@@ -192,6 +197,7 @@ func OpenWith(path string, opts Options) (st *Store, err error) {
 			return nil, fmt.Errorf("open state store %s: %w", path, err)
 		}
 	}
+	schema.Sourced = sourced
 	return &Store{db: db, path: path, opts: opts, migrated: migrated, schema: schema, atRest: codec}, nil
 }
 

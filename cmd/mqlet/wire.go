@@ -134,7 +134,7 @@ func openState(cfg *config.Config, log zerolog.Logger) (_ *nodeState, err error)
 	}
 	s.closers = append(s.closers, s.store)
 	if m := s.store.Schema(); m.Migrated() {
-		log.Warn().Int("from", m.From).Int("to", m.To).Str("backup", m.Backup).Msg("state store migrated to a new schema; the old store was copied first")
+		log.Warn().Int("from", m.From).Int("to", m.To).Str("backup", m.Backup).Int("objectsGivenNodeSource", m.Sourced).Msg("state store migrated to a new schema; the old store was copied first")
 		if m.From < store.SchemaSecretsEncrypted {
 			log.Warn().Str("backup", m.Backup).Msg("the backup of the old store holds its Secrets in clear (the store now encrypts them): delete it once this version is kept")
 		}
