@@ -216,6 +216,30 @@ func (c *connection) get() (*services, error) {
 	return c.svc, nil
 }
 
+// await returns the live services like get, but when the runtime is not
+// ready it waits for it, for at most limit or until ctx ends. An
+// operator's request (logs, exec, restart) that arrives while the agent
+// is still connecting after a start or a runtime restart is served, not
+// refused, once the connection comes up within that time.
+func (c *connection) await(ctx context.Context, limit time.Duration) (*services, error) {
+	timer := time.NewTimer(limit)
+	defer timer.Stop()
+	for {
+		changed := c.changes()
+		svc, err := c.get()
+		if err == nil {
+			return svc, nil
+		}
+		select {
+		case <-changed:
+		case <-timer.C:
+			return nil, err
+		case <-ctx.Done():
+			return nil, err
+		}
+	}
+}
+
 // reachable opens and closes one connection to a unix socket endpoint;
 // other endpoints are left to the gRPC client.
 func reachable(ctx context.Context, endpoint string) error {

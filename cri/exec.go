@@ -62,7 +62,7 @@ func (m *Manager) ExecInPod(ctx context.Context, pod PodKey, container string, c
 	if err := checkLabelName("container", container); err != nil {
 		return nil, fmt.Errorf("exec in pod %s/%s: %w", pod.Namespace, pod.Name, err)
 	}
-	svc, err := m.conn.get()
+	svc, err := m.conn.await(ctx, m.cfg.ConnectTimeout)
 	if err != nil {
 		return nil, err
 	}

@@ -46,7 +46,7 @@ func (m *Manager) ContainerLogs(ctx context.Context, r LogRequest, out io.Writer
 	if err := checkLabelName("container", r.Container); err != nil {
 		return fmt.Errorf("logs of pod %s/%s: %w", r.Pod.Namespace, r.Pod.Name, err)
 	}
-	svc, err := m.conn.get()
+	svc, err := m.conn.await(ctx, m.cfg.ConnectTimeout)
 	if err != nil {
 		return err
 	}

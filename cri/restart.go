@@ -113,7 +113,7 @@ func (m *Manager) RestartPod(ctx context.Context, pod *v1.Pod, status *PodStatus
 	if container != "" && !slices.ContainsFunc(pod.Spec.Containers, func(c v1.Container) bool { return c.Name == container }) {
 		return fmt.Errorf("restart pod %s/%s: %w: no app container %q in its spec", pod.Namespace, pod.Name, ErrNoContainer, container)
 	}
-	svc, err := m.conn.get()
+	svc, err := m.conn.await(ctx, m.cfg.ConnectTimeout)
 	if err != nil {
 		return err
 	}
