@@ -41,6 +41,7 @@ import (
 	"github.com/mqlet/mqlet/internal/crashout"
 	"github.com/mqlet/mqlet/internal/liveperiod"
 	"github.com/mqlet/mqlet/internal/redact"
+	"github.com/mqlet/mqlet/internal/runtimeclass"
 	"github.com/mqlet/mqlet/mqtt/outbox"
 	"github.com/mqlet/mqlet/mqtt/session"
 )
@@ -131,6 +132,8 @@ type Options struct {
 	// (see intake.Options).
 	NodeLabels  map[string]string
 	Allocatable v1.ResourceList
+	// RuntimeClasses are the classes a pod's runtimeClassName may name.
+	RuntimeClasses runtimeclass.Set
 	// LogRotation bounds container log files, checked every
 	// LogRotationPeriod (0: never).
 	LogRotation       cri.LogRotation
@@ -235,7 +238,7 @@ func New(ctx context.Context, opts Options, deps Deps, log zerolog.Logger) (*Age
 	poolOpts := podworker.Options{Workers: opts.Workers, BackoffBase: opts.Restart.Base, BackoffMax: opts.Restart.Max, Restart: opts.Restart,
 		Resync: opts.PodResync, HostIPs: opts.HostIPs, Quarantines: st, Deaths: st, Probes: a.probes}
 	intakeOpts := intake.Options{Topics: opts.Topics, MaxPayloadBytes: opts.MaxPayloadBytes, Policy: opts.Policy, ApplyDeadline: opts.ApplyDeadline, MaxPods: opts.MaxPods,
-		NodeLabels: opts.NodeLabels, Allocatable: opts.Allocatable, Opener: opts.Opener, ProfilePolicy: opts.ProfilePolicy,
+		NodeLabels: opts.NodeLabels, Allocatable: opts.Allocatable, RuntimeClasses: opts.RuntimeClasses, Opener: opts.Opener, ProfilePolicy: opts.ProfilePolicy,
 		Unsealer: opts.Unsealer, RequireSealedSecrets: opts.RequireSealedSecrets}
 	// Set only when present: a nil *inflight.File in an interface is not nil.
 	if opts.SyncMarks != nil {

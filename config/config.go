@@ -141,6 +141,9 @@ type Runtime struct {
 	ContainerLogMaxBytes int64    `json:"containerLogMaxBytes"`
 	ContainerLogMaxFiles int      `json:"containerLogMaxFiles"`
 	LogRotationPeriod    Duration `json:"logRotationPeriod"`
+	// Classes are the RuntimeClasses pods may name in runtimeClassName
+	// (runtime_classes.go).
+	Classes []RuntimeClass `json:"classes"`
 }
 
 // Pods is how pods are worked on.
@@ -258,6 +261,7 @@ func Default() Config {
 			ContainerLogMaxBytes: 10 << 20,
 			ContainerLogMaxFiles: 5,
 			LogRotationPeriod:    Duration{10 * time.Second},
+			Classes:              []RuntimeClass{},
 		},
 		Pods: Pods{
 			Workers:           4,
@@ -436,6 +440,7 @@ func (c *Config) Validate() error {
 	if c.Runtime.LogRotationPeriod.Duration <= 0 {
 		bad("runtime.logRotationPeriod", "must be positive, got %s", c.Runtime.LogRotationPeriod.Duration)
 	}
+	validateRuntimeClasses(c.Runtime.Classes, bad)
 	if c.Pods.PidsLimit < 0 {
 		bad("pods.pidsLimit", "must not be negative (0: no limit), got %d", c.Pods.PidsLimit)
 	}

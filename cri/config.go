@@ -8,6 +8,7 @@ import (
 	"github.com/mqlet/mqlet/internal/defaults"
 	"github.com/mqlet/mqlet/internal/imagepolicy"
 	"github.com/mqlet/mqlet/internal/redact"
+	"github.com/mqlet/mqlet/internal/runtimeclass"
 )
 
 // Config says where the CRI runtime is and where pod state lives on the node.
@@ -79,6 +80,9 @@ type Config struct {
 	ClusterDomain string
 	// HostsFile is the node's hosts file, which hostNetwork pods get.
 	HostsFile string
+	// RuntimeClasses give the runtime handler of a pod's runtimeClassName
+	// (nil: none known, every pod on the default handler).
+	RuntimeClasses runtimeclass.Set
 }
 
 // Defaults used for zero Config fields.

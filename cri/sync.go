@@ -150,7 +150,12 @@ func (m *Manager) syncStep(ctx context.Context, in SyncInput, force forced, more
 		// its sandbox does not (nothing a delete would find to kill).
 		faultpoint.Hit("cri.after-pod-cgroups")
 		log.Info().Str("reason", act.reasonText()).Uint32("attempt", act.SandboxAttempt).Msg("creating sandbox")
-		sandboxID, err = svc.runtime.RunPodSandbox(ctx, sandboxCfg, "")
+		handler, err := m.cfg.RuntimeClasses.Handler(pod)
+		if err != nil {
+			events.Event(pod, v1.EventTypeWarning, "FailedCreatePodSandBox", "Failed to create pod sandbox: "+err.Error())
+			return podConfigErrors(pod, fmt.Errorf("sync pod %s/%s: %w", pod.Namespace, pod.Name, err))
+		}
+		sandboxID, err = svc.runtime.RunPodSandbox(ctx, sandboxCfg, handler)
 		if err != nil {
 			events.Event(pod, v1.EventTypeWarning, "FailedCreatePodSandBox", fmt.Sprintf("Failed to create pod sandbox: %v", err))
 			return fmt.Errorf("create sandbox of pod %s/%s: %w", pod.Namespace, pod.Name, err)

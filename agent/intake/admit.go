@@ -66,6 +66,10 @@ func (in *Intake) checkAdmission(id string, objs []apiruntime.Object, replaceAll
 			refuse(p, ReasonNodeAffinity, msg)
 			continue
 		}
+		if why := in.opts.RuntimeClasses.Fits(p, in.opts.NodeLabels); why != "" {
+			refuse(p, ReasonNodeAffinity, "Predicate NodeAffinity failed: "+why)
+			continue
+		}
 		req := resourcehelper.PodRequests(p, resourcehelper.PodResourcesOptions{})
 		fits := true
 		for _, name := range admitResources {

@@ -157,7 +157,13 @@ func (in *Intake) validateAll(id string, objs []apiruntime.Object) []string {
 				obj.Namespace = v1.NamespaceDefault
 			}
 			validate.DefaultPod(obj)
-			if errs := validate.ValidatePod(obj, in.opts.Topics.Node, in.podPolicy(obj.Namespace)); len(errs) > 0 {
+			errs := validate.ValidatePod(obj, in.opts.Topics.Node, in.podPolicy(obj.Namespace))
+			if len(errs) == 0 {
+				// As the API server's RuntimeClass admission: an unknown
+				// class refused naming it, the class's overhead set.
+				errs = in.opts.RuntimeClasses.Admit(obj)
+			}
+			if len(errs) > 0 {
 				note(v1.ObjectReference{}, obj, fmt.Sprintf("Pod %s/%s: %s", obj.Namespace, obj.Name, validate.FormatErrors(errs)))
 			}
 			// Bound to this node, as the scheduler would: the downward API

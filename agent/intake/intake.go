@@ -24,6 +24,7 @@ import (
 	"github.com/mqlet/mqlet/agent/store"
 	"github.com/mqlet/mqlet/agent/validate"
 	apiv1 "github.com/mqlet/mqlet/api/v1"
+	"github.com/mqlet/mqlet/internal/runtimeclass"
 )
 
 // Store is the persisted desired state.
@@ -114,6 +115,9 @@ type Options struct {
 	// requests exceed what the stored pods leave of it is refused OutOfcpu
 	// or OutOfmemory. A resource missing here is not checked.
 	Allocatable v1.ResourceList
+	// RuntimeClasses are the classes a pod's runtimeClassName may name;
+	// their overhead is counted and their nodeSelector matched at admission.
+	RuntimeClasses runtimeclass.Set
 	// Marks, when set, holds the in-flight mark of each command.
 	Marks Marker
 	// Verbs wire the operator verbs (logs, exec, restart, cancel; verbs.go).

@@ -189,8 +189,6 @@ func TestCheckSupportRejects(t *testing.T) {
 		{"readinessGates", func(p *v1.Pod) { p.Spec.ReadinessGates = []v1.PodReadinessGate{{ConditionType: "x"}} }, "spec.readinessGates: Forbidden"},
 		{"schedulingGates", func(p *v1.Pod) { p.Spec.SchedulingGates = []v1.PodSchedulingGate{{Name: "x"}} }, "spec.schedulingGates: Forbidden"},
 		{"resourceClaims", func(p *v1.Pod) { p.Spec.ResourceClaims = []v1.PodResourceClaim{{Name: "x"}} }, "spec.resourceClaims: Forbidden"},
-		{"runtimeClassName", func(p *v1.Pod) { p.Spec.RuntimeClassName = ptr("kata") }, "spec.runtimeClassName: Forbidden"},
-		{"overhead", func(p *v1.Pod) { p.Spec.Overhead = v1.ResourceList{v1.ResourceCPU: resource.MustParse("1")} }, "spec.overhead: Forbidden"},
 		{"ephemeral-storage limit", func(p *v1.Pod) {
 			p.Spec.Containers[0].Resources.Limits = v1.ResourceList{v1.ResourceEphemeralStorage: resource.MustParse("1Gi")}
 		}, "spec.containers[0].resources.limits: Forbidden: mqlet enforces only cpu and memory limits"},
@@ -222,7 +220,7 @@ func TestCheckSupportRejects(t *testing.T) {
 // Every rejected field of one pod is named at once, not the first only.
 func TestCheckSupportReportsAll(t *testing.T) {
 	pod := basePod()
-	pod.Spec.RuntimeClassName = ptr("kata")
+	pod.Spec.SchedulingGates = []v1.PodSchedulingGate{{Name: "x"}}
 	pod.Spec.ReadinessGates = []v1.PodReadinessGate{{ConditionType: "x"}}
 	pod.Spec.Containers = append(pod.Spec.Containers, v1.Container{Name: "b", Image: "busybox",
 		ReadinessProbe: &v1.Probe{ProbeHandler: v1.ProbeHandler{Exec: &v1.ExecAction{Command: []string{"true"}}}},
@@ -233,7 +231,7 @@ func TestCheckSupportReportsAll(t *testing.T) {
 	for _, e := range CheckSupport(pod) {
 		got = append(got, e.Field)
 	}
-	want := []string{"spec.containers[1].volumeDevices", "spec.readinessGates", "spec.runtimeClassName"}
+	want := []string{"spec.containers[1].volumeDevices", "spec.readinessGates", "spec.schedulingGates"}
 	if fmt.Sprint(got) != fmt.Sprint(want) {
 		t.Errorf("CheckSupport fields = %v, want %v", got, want)
 	}

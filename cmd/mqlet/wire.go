@@ -35,6 +35,7 @@ import (
 	"github.com/mqlet/mqlet/internal/imagepolicy"
 	"github.com/mqlet/mqlet/internal/lsm"
 	"github.com/mqlet/mqlet/internal/redact"
+	"github.com/mqlet/mqlet/internal/runtimeclass"
 	"github.com/mqlet/mqlet/internal/version"
 	"github.com/mqlet/mqlet/logging"
 	"github.com/mqlet/mqlet/mqtt/broker"
@@ -196,7 +197,25 @@ func criConfig(cfg *config.Config, secrets *redact.Live) cri.Config {
 		NodeCredentials:  cfg.Images.CredentialsFile,
 		HostIPs:          hostIPs(),
 		Registries:       registries(cfg),
+		RuntimeClasses:   runtimeClasses(cfg),
 	}
+}
+
+// runtimeClasses are runtime.classes (validated with the config).
+func runtimeClasses(cfg *config.Config) runtimeclass.Set {
+	classes := make([]runtimeclass.Class, 0, len(cfg.Runtime.Classes))
+	for _, c := range cfg.Runtime.Classes {
+		overhead := v1.ResourceList{}
+		for name, q := range config.RuntimeClassOverhead(c) {
+			overhead[v1.ResourceName(name)] = q
+		}
+		classes = append(classes, runtimeclass.Class{Name: c.Name, Handler: c.Handler, Overhead: overhead, NodeSelector: c.NodeSelector})
+	}
+	set, err := runtimeclass.New(classes)
+	if err != nil {
+		return runtimeclass.Set{} // unreachable after config.Validate (names are unique)
+	}
+	return set
 }
 
 // registries is the policy of images.allowedRegistries (validated with the
@@ -360,6 +379,7 @@ func agentOptions(cfg *config.Config, state *nodeState) (agent.Options, error) {
 		MaxPods:              cfg.Pods.MaxPods,
 		NodeLabels:           nodeLabels(cfg),
 		Allocatable:          nodeAllocatable(cfg),
+		RuntimeClasses:       runtimeClasses(cfg),
 		LogRotation:          cri.LogRotation{MaxBytes: cfg.Runtime.ContainerLogMaxBytes, MaxFiles: cfg.Runtime.ContainerLogMaxFiles},
 		LogRotationPeriod:    cfg.Runtime.LogRotationPeriod.Duration,
 		MaxReplyBytes:        cfg.Requests.MaxReplyBytes,

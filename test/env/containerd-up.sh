@@ -96,6 +96,13 @@ state = "$DIR/state"
       runtime_type = "io.containerd.runc.v2"
       [plugins."io.containerd.grpc.v1.cri".containerd.runtimes.runc.options]
         SystemdCgroup = false
+    # A second handler on the same runc, for runtimeClassName tests
+    # (runtime.classes maps a class to it). crun fails on these hosts
+    # (hybrid cgroup v1 + v2 mounts), so the second handler is runc again.
+    [plugins."io.containerd.grpc.v1.cri".containerd.runtimes.runc-b]
+      runtime_type = "io.containerd.runc.v2"
+      [plugins."io.containerd.grpc.v1.cri".containerd.runtimes.runc-b.options]
+        SystemdCgroup = false
   # Registry hosts (CA, plain HTTP, mirrors) are read from certs.d/<host>/hosts.toml
   # at every pull, so tests add registries without restarting containerd; an
   # empty directory changes nothing.
