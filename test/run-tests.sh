@@ -27,11 +27,18 @@ chaos_env() { env MQLET_TEST_DIR=/run/mqlet-ci-chaos MQLET_TEST_BRIDGE=mqlcic0 M
 # The fleet tests run members of one group, each on a containerd of its own
 # (members run pods of the same name): two more, beside the shared one.
 fleet_env() { env MQLET_TEST_DIR=/run/mqlet-ci-fleet$1 MQLET_TEST_BRIDGE=mqlcif$1 MQLET_TEST_SUBNET=10.88.$((94 + $1)).0/24 "${@:2}"; }
+# The end-to-end tests run in E2E_SHARDS lanes at once, each lane on a
+# containerd, bridge and subnet of its own (a test of one lane may stop,
+# pause or restart its containerd without touching another lane); the cri
+# package runs beside them on the shared one.
+E2E_SHARDS=${E2E_SHARDS:-2}
+e2e_env() { env MQLET_TEST_DIR=/run/mqlet-ci-e2e$1 MQLET_TEST_BRIDGE=mqlcie$1 MQLET_TEST_SUBNET=10.88.$((97 + $1)).0/24 "${@:2}"; }
 cleanup() {
 	test/env/containerd-down.sh >/dev/null 2>&1 || true
 	chaos_env test/env/containerd-down.sh >/dev/null 2>&1 || true
 	fleet_env 1 test/env/containerd-down.sh >/dev/null 2>&1 || true
 	fleet_env 2 test/env/containerd-down.sh >/dev/null 2>&1 || true
+	for ((i = 1; i <= E2E_SHARDS; i++)); do e2e_env "$i" test/env/containerd-down.sh >/dev/null 2>&1 || true; done
 }
 trap cleanup EXIT INT TERM
 echo "== starting a private containerd"
@@ -40,6 +47,8 @@ export MQLET_TEST_CRI_ENDPOINT
 CHAOS_CRI_ENDPOINT=$(chaos_env test/env/containerd-up.sh)
 MQLET_TEST_CRI_ENDPOINTS_FLEET=$(fleet_env 1 test/env/containerd-up.sh),$(fleet_env 2 test/env/containerd-up.sh)
 export MQLET_TEST_CRI_ENDPOINTS_FLEET
+E2E_ENDPOINTS=()
+for ((i = 1; i <= E2E_SHARDS; i++)); do E2E_ENDPOINTS[i]=$(e2e_env "$i" test/env/containerd-up.sh); done
 export MQLET_TEST_BIN_DIR="$WORK/bin"
 make -s build >/dev/null
 # The size guard (cheap: the binaries were just built): a stripped binary
@@ -49,10 +58,9 @@ size_status=0
 go run ./test/size check bin/mqlet bin/mqletctl || size_status=1
 mkdir -p "$MQLET_TEST_BIN_DIR" && cp bin/mqlet* "$MQLET_TEST_BIN_DIR/"
 
-# Packages that stop and start the shared containerd run one at a time, after
-# the rest (which run in parallel).
-serial="github.com/mqlet/mqlet/cri github.com/mqlet/mqlet/test/e2e"
-# test/chaos runs on its own containerd, beside the serial phase.
+# Packages that stop and start a containerd run after the rest (which run
+# in parallel): cri on the shared containerd, test/e2e in shards on their
+# own, test/chaos on its own, all at once.
 parallel=$(go list ./... | grep -v -x -F -e github.com/mqlet/mqlet/cri -e github.com/mqlet/mqlet/test/e2e -e github.com/mqlet/mqlet/test/chaos)
 status=$size_status
 echo "== go test -race (unit and integration)"
@@ -62,11 +70,31 @@ echo "== fault-injection run (test/chaos, ~3 min, its own containerd) in the bac
 rm -rf "$WORK/chaos" && mkdir -p "$WORK/chaos"
 chaos_env MQLET_TEST_CRI_ENDPOINT="$CHAOS_CRI_ENDPOINT" MQLET_CHAOS_WORKDIR="$WORK/chaos" MQLET_CHAOS_REPORT="$WORK/chaos/report.txt" \
 	go test -race -count=1 -timeout 30m -v ./test/chaos/ >"$WORK/chaos.log" 2>&1 &
-chaos_pid=$!
-echo "== go test -race (runtime and end-to-end, one package at a time)"
-go test -race -count=1 -timeout 40m -p 1 -v $serial >>"$WORK/test.log" 2>&1 || status=$?
-wait "$chaos_pid" || status=$?
-cat "$WORK/chaos.log" >>"$WORK/test.log"
+lanes=($!)
+lane_logs=("$WORK/chaos.log")
+echo "== go test -race: cri, and test/e2e in $E2E_SHARDS shards, each on its own containerd"
+go test -race -count=1 -timeout 40m -v ./cri/ >"$WORK/cri.log" 2>&1 &
+lanes+=($!) lane_logs+=("$WORK/cri.log")
+# One test binary for every shard; a shard is every E2E_SHARDS-th test name.
+go test -race -c -o "$WORK/e2e.test" ./test/e2e/
+mapfile -t e2e_tests < <(cd test/e2e && "$WORK/e2e.test" -test.list '.*' | grep '^Test' | sort)
+for ((i = 1; i <= E2E_SHARDS; i++)); do
+	names=()
+	for ((j = i - 1; j < ${#e2e_tests[@]}; j += E2E_SHARDS)); do names+=("${e2e_tests[j]}"); done
+	pattern="^($(IFS='|'; echo "${names[*]}"))\$"
+	(
+		cd test/e2e
+		if e2e_env "$i" MQLET_TEST_CRI_ENDPOINT="${E2E_ENDPOINTS[i]}" "$WORK/e2e.test" -test.v -test.count=1 -test.timeout 40m -test.run "$pattern"; then
+			echo "ok  	github.com/mqlet/mqlet/test/e2e (shard $i of $E2E_SHARDS, ${#names[@]} tests)"
+		else
+			echo "FAIL	github.com/mqlet/mqlet/test/e2e (shard $i of $E2E_SHARDS)"
+			exit 1
+		fi
+	) >"$WORK/e2e-$i.log" 2>&1 &
+	lanes+=($!) lane_logs+=("$WORK/e2e-$i.log")
+done
+for pid in "${lanes[@]}"; do wait "$pid" || status=$?; done
+for log in "${lane_logs[@]}"; do cat "$log" >>"$WORK/test.log"; done
 if [ -f "$WORK/chaos/report.txt" ]; then cat "$WORK/chaos/report.txt"; else echo "chaos: no report:"; tail -30 "$WORK/chaos.log"; fi
 grep -E '^(ok|FAIL|---|panic:)|^\s+--- FAIL' "$WORK/test.log" | grep -v -- '--- PASS' || true
 
