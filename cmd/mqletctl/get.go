@@ -71,7 +71,7 @@ func runGetEventsArgs(ctx context.Context, cfg *globalConfig, pos []string, ns, 
 func runGet(ctx context.Context, cfg *globalConfig, args []string, e env) error {
 	fs := newFlagSet("get", cfg)
 	ns := namespaceFlag(fs, nsAll)
-	selector := fs.String("l", "", "label selector, e.g. app=web,tier!=db (applied by mqletctl to what the agent returns)")
+	selector := fs.String("l", "", "label selector, e.g. app=web,tier!=db")
 	fs.StringVar(selector, "selector", "", "same as -l")
 	watch := fs.Bool("w", false, "pods only: list, then print a line for every change until Ctrl-C")
 	fs.BoolVar(watch, "watch", false, "same as -w")
@@ -141,7 +141,11 @@ func runGet(ctx context.Context, cfg *globalConfig, args []string, e env) error 
 	if err := cfg.resolve(); err != nil {
 		return err
 	}
-	// The agent does not take labelSelector yet: mqletctl filters.
+	// The agent filters by the selector (only what matches is sent);
+	// mqletctl applies it again for an agent older than that filter.
+	if !sel.Empty() {
+		req.LabelSelector = sel.String()
+	}
 	payload, _ := json.Marshal(req) // strings always encode
 	res, err := requestGet(ctx, cfg, payload, e)
 	if err != nil {

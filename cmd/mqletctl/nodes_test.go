@@ -86,8 +86,8 @@ func TestGetLabelSelectorAndNames(t *testing.T) {
 		t.Fatalf("get all -l app=web,tier!=canary -o name: %v", res)
 	}
 	var sent apiv1.GetRequest
-	if err := json.Unmarshal(agent.only(t).Payload, &sent); err != nil || sent.LabelSelector != "" {
-		t.Errorf("the selector is applied by mqletctl, not sent (the agent refuses it): %s", agent.only(t).Payload)
+	if err := json.Unmarshal(agent.only(t).Payload, &sent); err != nil || sent.LabelSelector != "app=web,tier!=canary" {
+		t.Errorf("the selector is not sent to the agent, which filters by it: %s", agent.only(t).Payload)
 	}
 	res = runCLI(t, url, "", "get", "pods", "-l", "app=db", "-n", "default")
 	if res.code != 0 || res.stdout != "" || res.stderr != "No resources found in default namespace.\n" {
