@@ -1,80 +1,61 @@
 package main
 
 import (
-	"context"
-	"encoding/json"
+	"os"
 	"strings"
 	"testing"
-	"time"
-
-	paho "github.com/eclipse/paho.mqtt.golang"
 
 	apiv1 "github.com/mqlet/mqlet/api/v1"
-	"github.com/mqlet/mqlet/mqtt/broker"
 )
 
-// Ctrl-C on `logs -f` ends it cleanly (exit 0, nothing on stderr) and
-// cancels the follow on the agent; while it reads, it says so on the
-// request's input topic, so the agent keeps the follower.
-func TestLogsFollowInterruptedCancelsOnTheAgent(t *testing.T) {
-	url := startBroker(t, broker.Options{})
-	agent := startFakeAgent(t, url, func(r received) []fakeReply {
-		if r.Verb == "logs" {
-			return []fakeReply{{Phase: apiv1.InProgress, Seq: 1, Message: "log chunk 1", Result: apiv1.LogsChunk{Lines: []string{"hello"}}}}
+// A verb added to the contract (apiv1.Verbs, which the agent's verb table
+// and the signing rules are derived from) is not done until the operator
+// can find it: a row of its own in the command table of docs/design.md, a
+// place in docs/security.md's table of who may do what, and an mqletctl
+// command with help and an example (cancel has none: mqletctl sends it on
+// Ctrl-C of logs -f, exec and restart, which say so).
+func TestEveryVerbHasItsDocRowHelpAndSigningRule(t *testing.T) {
+	design := readDoc(t, "../../docs/design.md")
+	security := readDoc(t, "../../docs/security.md")
+	var whoMayDoWhat string
+	for _, l := range strings.Split(security, "\n") {
+		if strings.HasPrefix(l, "| who ") {
+			whoMayDoWhat = l
 		}
-		return nil // the cancel's answer is not awaited
-	})
-	heard := make(chan string, 16)
-	obs := testClient(t, url, "observer")
-	tok := obs.Subscribe(scheme.InputFilter(), 0, func(_ paho.Client, m paho.Message) { heard <- m.Topic() })
-	if !tok.WaitTimeout(5*time.Second) || tok.Error() != nil {
-		t.Fatalf("subscribing to the input topics: %v", tok.Error())
 	}
+	if whoMayDoWhat == "" {
+		t.Fatal("docs/security.md has no table of who may do what (a header row starting \"| who \")")
+	}
+	for _, verb := range apiv1.Verbs() {
+		if !strings.Contains(design, "\n| `"+verb+"` |") {
+			t.Errorf("verb %s has no row in docs/design.md's command table", verb)
+		}
+		if !strings.Contains(whoMayDoWhat, verb) {
+			t.Errorf("verb %s is not in docs/security.md's table of who may do what", verb)
+		}
+		if verb == apiv1.VerbCancel {
+			continue
+		}
+		res := runCLIEnv(t, map[string]string{}, "", "help", verb)
+		if res.code != 0 || !strings.Contains(res.stdout, "Usage:") || !strings.Contains(res.stdout, "Example") {
+			t.Errorf("mqletctl help %s has no usage and example: %v", verb, res)
+		}
+	}
+	// The signing rule: a key generated for an operator may sign every
+	// verb (keys generate prints apiv1.Verbs(); config accepts each).
+	res := runCLIEnv(t, map[string]string{}, "", "keys", "generate", "--out", t.TempDir()+"/op.key")
+	for _, verb := range apiv1.Verbs() {
+		if !strings.Contains(res.stdout, verb) {
+			t.Errorf("keys generate prints a trusted-key entry that cannot sign %s: %v", verb, res)
+		}
+	}
+}
 
-	ctx, cancel := context.WithCancel(context.Background())
-	defer cancel()
-	var out, errOut syncBuffer
-	done := make(chan int, 1)
-	go func() {
-		done <- run(ctx, []string{"--node", "n1", "--broker", url, "logs", "-f", "web"},
-			env{getenv: func(string) string { return "" }, stdout: &out, stderr: &errOut, now: func() time.Time { return testNow }})
-	}()
-	logs := <-agent.got
-	var req apiv1.LogsRequest
-	if err := json.Unmarshal(logs.Payload, &req); err != nil || logs.Verb != "logs" || !req.Follow {
-		t.Fatalf("agent got %s %s (%v), want a followed logs request", logs.Verb, logs.Payload, err)
+func readDoc(t *testing.T, path string) string {
+	t.Helper()
+	b, err := os.ReadFile(path)
+	if err != nil {
+		t.Fatal(err)
 	}
-	select {
-	case topic := <-heard:
-		if topic != scheme.Input(logs.RequestID) {
-			t.Fatalf("heartbeat on %s, want %s", topic, scheme.Input(logs.RequestID))
-		}
-	case <-time.After(3 * apiv1.InputInterval):
-		t.Fatalf("no heartbeat on %s within %s", scheme.Input(logs.RequestID), 3*apiv1.InputInterval)
-	}
-	deadline := time.Now().Add(10 * time.Second)
-	for !strings.Contains(out.String(), "hello\n") {
-		if time.Now().After(deadline) {
-			t.Fatalf("the chunk was not printed: %q", out.String())
-		}
-		time.Sleep(10 * time.Millisecond)
-	}
-	cancel() // Ctrl-C
-	select {
-	case code := <-done:
-		if code != 0 || errOut.String() != "" {
-			t.Errorf("logs -f ended by Ctrl-C: exit %d, stderr %q; want 0 and nothing", code, errOut.String())
-		}
-	case <-time.After(10 * time.Second):
-		t.Fatal("logs -f did not stop when interrupted")
-	}
-	select {
-	case c := <-agent.got:
-		var cr apiv1.CancelRequest
-		if err := json.Unmarshal(c.Payload, &cr); err != nil || c.Verb != apiv1.VerbCancel || cr.RequestID != logs.RequestID {
-			t.Fatalf("after Ctrl-C the agent got %s %s, want cancel of %s", c.Verb, c.Payload, logs.RequestID)
-		}
-	case <-time.After(10 * time.Second):
-		t.Fatal("no cancel reached the agent after Ctrl-C")
-	}
+	return string(b)
 }
