@@ -34,6 +34,7 @@ func runManifestVerb(ctx context.Context, cfg *globalConfig, verb string, args [
 	sealTo := fs.String("seal-to", "", "seal Secrets to these sealing keys (age1..., comma-separated, as nodes' states show them) instead of the one the node's retained state publishes")
 	unsealed := fs.Bool("unsealed", false, "send Secrets in clear (readable by every subscriber of the broker)")
 	cfg.registerOutput(fs, "json (one reply per line)")
+	fleet := registerFleet(fs)
 	pos, err := parseInterleaved(fs, args)
 	if err != nil {
 		return err
@@ -49,6 +50,22 @@ func runManifestVerb(ctx context.Context, cfg *globalConfig, verb string, args [
 	}
 	if err := cfg.checkOutput("json"); err != nil {
 		return err
+	}
+	if fleet.active() {
+		if *noWait {
+			return usageError{fmt.Errorf("%s: --no-wait is for one node (a fleet command waits for every online member)", verb)}
+		}
+		if err := fleet.check(cfg, verb); err != nil {
+			return err
+		}
+		payload, err := readManifests(files, e.stdin)
+		if err != nil {
+			return err
+		}
+		if *unsealed {
+			return runFleetVerb(ctx, cfg, fleet, verb, payload, nil, e)
+		}
+		return runFleetVerb(ctx, cfg, fleet, verb, payload, sealTo, e)
 	}
 	if err := cfg.resolve(); err != nil {
 		return err
@@ -75,12 +92,24 @@ func runDelete(ctx context.Context, cfg *globalConfig, args []string, e env) err
 	noWait := fs.Bool("no-wait", false, "return once the agent accepted the request")
 	force := fs.Bool("force", false, "delete node: clear its retained topics even while it is online")
 	cfg.registerOutput(fs, "json (one reply per line)")
+	fleet := registerFleet(fs)
 	pos, err := parseInterleaved(fs, args)
 	if err != nil {
 		return err
 	}
 	if len(pos) == 2 && isNodeKind(pos[0]) && len(files) == 0 {
+		if fleet.active() {
+			return usageError{errors.New("delete node: --group and -L do not apply (it names one node)")}
+		}
 		return decommission(ctx, cfg, pos[1], *force, e)
+	}
+	// resolve is the fleet's check with --group or -L.
+	resolve := cfg.resolve
+	if fleet.active() {
+		if *noWait {
+			return usageError{errors.New("delete: --no-wait is for one node (a fleet command waits for every online member)")}
+		}
+		resolve = func() error { return fleet.check(cfg, "delete") }
 	}
 	if *force {
 		return usageError{errNodeFlag}
@@ -96,7 +125,7 @@ func runDelete(ctx context.Context, cfg *globalConfig, args []string, e env) err
 		if *grace >= 0 {
 			return usageError{errors.New("delete: --grace-period works only with KIND NAME (the agent takes it from the short form)")}
 		}
-		if err := cfg.resolve(); err != nil {
+		if err := resolve(); err != nil {
 			return err
 		}
 		if payload, err = readManifests(files, e.stdin); err != nil {
@@ -117,12 +146,15 @@ func runDelete(ctx context.Context, cfg *globalConfig, args []string, e env) err
 			}
 			args["gracePeriodSeconds"] = *grace
 		}
-		if err := cfg.resolve(); err != nil {
+		if err := resolve(); err != nil {
 			return err
 		}
 		payload, _ = json.Marshal(args) // strings and an int64 always encode
 	default:
 		return usageError{errors.New("delete: want -f FILE or KIND NAME (e.g. `delete pod web -n default`)")}
+	}
+	if fleet.active() {
+		return runFleetVerb(ctx, cfg, fleet, "delete", payload, nil, e)
 	}
 	return sendAndWait(ctx, cfg, "delete", payload, *noWait, e)
 }

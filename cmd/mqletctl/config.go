@@ -219,11 +219,17 @@ func (c *globalConfig) loadSigner() error {
 // seal signs a command for the node when a signing key is given, else
 // returns it as it is.
 func (c *globalConfig) seal(verb, requestID string, payload []byte) ([]byte, error) {
+	return c.sealAs(c.Node, verb, requestID, payload)
+}
+
+// sealAs is seal for a command to target: a node, or a group (the node
+// claim of a group command names the group).
+func (c *globalConfig) sealAs(target, verb, requestID string, payload []byte) ([]byte, error) {
 	if c.signer == nil {
 		return payload, nil
 	}
 	now := c.now()
-	return c.signer.Sign(signing.Claims{Node: c.Node, Verb: verb, RequestID: requestID, IssuedAt: now, Expires: now.Add(c.SignTTL)}, payload)
+	return c.signer.Sign(signing.Claims{Node: target, Verb: verb, RequestID: requestID, IssuedAt: now, Expires: now.Add(c.SignTTL)}, payload)
 }
 
 // scheme is the topic scheme of the commanded node.

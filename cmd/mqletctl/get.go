@@ -77,6 +77,7 @@ func runGet(ctx context.Context, cfg *globalConfig, args []string, e env) error 
 	fs.BoolVar(watch, "watch", false, "same as -w")
 	forObject := fs.String("for", "", "events only: those of one object, pod/NAME or node/NAME")
 	cfg.registerOutput(fs, "json, yaml, wide or name (default: table)")
+	fleet := registerFleet(fs)
 	pos, err := parseInterleaved(fs, args)
 	if err != nil {
 		return err
@@ -103,6 +104,9 @@ func runGet(ctx context.Context, cfg *globalConfig, args []string, e env) error 
 			if len(pos) == 2 {
 				name = pos[1]
 			}
+			if fleet.active() {
+				return runGetFleetNodes(ctx, cfg, fleet, name, *selector, e)
+			}
 			return runGetNodes(ctx, cfg, name, *selector, e)
 		}
 		if strings.ToLower(pos[0]) != "all" {
@@ -125,6 +129,18 @@ func runGet(ctx context.Context, cfg *globalConfig, args []string, e env) error 
 	sel, err := parseSelector(*selector)
 	if err != nil {
 		return err
+	}
+	if fleet.active() {
+		if *watch {
+			return usageError{fmt.Errorf("get -w: watches one node (use `mqletctl watch` per node)")}
+		}
+		if cfg.Output == "name" || cfg.Output == "wide" {
+			return usageError{fmt.Errorf("get --group/-L: -o %s is not supported (table, json or yaml)", cfg.Output)}
+		}
+		if err := fleet.check(cfg, "get"); err != nil {
+			return err
+		}
+		return runFleetGet(ctx, cfg, fleet, req, sel, *ns, e)
 	}
 	if *watch {
 		if req.Kind != apiv1.KindPod {

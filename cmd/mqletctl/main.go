@@ -69,6 +69,7 @@ func commands() []command {
 		{"exec", "run a command in a container (if the agent allows exec)", runExec},
 		{"restart", "kill and start again a pod, or one container", runRestart},
 		{"config", "the agent's settings and their sources; change a live one", runConfig},
+		{"rollout", "roll manifests out to a group or a node selector in waves; status, resume, abort", runRollout},
 		{"completion", "print a shell completion script", runCompletion},
 		{"version", "print the mqletctl version", runVersion},
 	}
@@ -82,17 +83,20 @@ type helpText struct {
 
 func helpTexts() map[string]helpText {
 	return map[string]helpText{
-		"apply": {"apply -f FILE|DIR|- [--no-wait]",
-			"  mqletctl apply -f web.yaml --node gw1\n  mqletctl apply -f manifests/    # every .yaml, .yml and .json file, in name order"},
-		"delete": {"delete -f FILE|DIR|- | delete KIND NAME [-n NS] [--grace-period N] | delete node NAME [--force]",
+		"apply": {"apply -f FILE|DIR|- [--no-wait] [--group G | -L SELECTOR]",
+			"  mqletctl apply -f web.yaml --node gw1\n  mqletctl apply -f manifests/    # every .yaml, .yml and .json file, in name order\n" +
+				"  mqletctl apply -f web.yaml --group line-1    # one row per member: NODE PHASE MESSAGE AGE\n" +
+				"  mqletctl apply -f web.yaml -L site=plant-3   # one command per node whose labels match"},
+		"delete": {"delete -f FILE|DIR|- | delete KIND NAME [-n NS] [--grace-period N] [--group G | -L SELECTOR] | delete node NAME [--force]",
 			"  mqletctl delete pod web -n default\n  mqletctl delete -f web.yaml    # every object in the file\n" +
 				"  mqletctl delete node gw7          # decommission: clear its retained state, node and pod topics"},
-		"sync": {"sync -f FILE|- [--no-wait]",
-			"  mqletctl sync -f desired.yaml"},
-		"get": {"get pods|configmaps|secrets|nodes|all [NAME] [-n NS] [-l SELECTOR] [-o json|yaml|wide|name] [-w]\n  " +
+		"sync": {"sync -f FILE|- [--no-wait] [--group G | -L SELECTOR]",
+			"  mqletctl sync -f desired.yaml\n  mqletctl sync -f line.yaml --group line-1    # replaces the group's objects on every member"},
+		"get": {"get pods|configmaps|secrets|nodes|all [NAME] [-n NS] [-l SELECTOR] [-o json|yaml|wide|name] [-w] [--group G | -L SELECTOR]\n  " +
 			"mqletctl get events [--for pod/NAME|node/NAME] [-n NS] [-o json|yaml]",
 			"  mqletctl get pods -n default -l app=web\n  mqletctl get nodes\n  mqletctl get pods -w\n" +
-				"  mqletctl get events --for pod/web -n default    # the node's kept event history, oldest first"},
+				"  mqletctl get events --for pod/web -n default    # the node's kept event history, oldest first\n" +
+				"  mqletctl get pods --group line-1    # every member's pods, with a NODE column\n  mqletctl get nodes --group line-1"},
 		"describe": {"describe pod NAME [-n NS]",
 			"  mqletctl describe pod web -n default"},
 		"top": {"top node | top pods [-n NS]",
@@ -107,12 +111,20 @@ func helpTexts() map[string]helpText {
 			"  mqletctl keys generate --out op.key"},
 		"certs": {"certs ca|broker --host H|node NAME|operator [--dir D]",
 			"  mqletctl certs ca && mqletctl certs node gw1"},
-		"logs": {"logs POD [-c CONTAINER] [-n NS] [-f [--follow-for D]] [-p] [--tail N] [--since D] [--limit-bytes N] [--timestamps]",
-			"  mqletctl logs web --tail 20\n  mqletctl logs web -c sidecar -f    # Ctrl-C stops following (the agent is told to cancel)"},
+		"logs": {"logs POD [-c CONTAINER] [-n NS] [-f [--follow-for D]] [-p] [--tail N] [--since D] [--limit-bytes N] [--timestamps] [--group G | -L SELECTOR]",
+			"  mqletctl logs web --tail 20\n  mqletctl logs web -c sidecar -f    # Ctrl-C stops following (the agent is told to cancel)\n" +
+				"  mqletctl logs web --tail 5 --group line-1    # each member's lines, prefixed [node]"},
 		"exec": {"exec POD [-c CONTAINER] [-n NS] [--command-timeout D] -- COMMAND [ARG...]",
 			"  mqletctl exec web -- cat /etc/hostname    # exits with the command's exit code"},
-		"restart": {"restart pod NAME [-c CONTAINER] [-n NS]",
-			"  mqletctl restart pod web\n  mqletctl restart pod web -c main    # only this container"},
+		"restart": {"restart pod NAME [-c CONTAINER] [-n NS] [--group G | -L SELECTOR]",
+			"  mqletctl restart pod web\n  mqletctl restart pod web -c main    # only this container\n  mqletctl restart pod web --group line-1"},
+		"rollout": {"rollout start -f FILE (--group G | -L SELECTOR) --batch N|N% [--growth F] [--max-failures N|N%] [--min-executed M] [--node-timeout D] [--rollback] [--id ID] [--detach]\n  " +
+			"mqletctl rollout status|resume ID [--force] | rollout abort ID [--rollback] [--reason R]",
+			"  mqletctl rollout start -f web-v2.yaml --group line-1 --batch 2 --rollback --id web-v2\n" +
+				"  mqletctl rollout start -f web-v2.yaml -L site=plant-3 --batch 10% --growth 2 --max-failures 5% --min-executed 10\n" +
+				"  mqletctl rollout status web-v2    # the retained document <prefix>/rollouts/web-v2\n" +
+				"  mqletctl rollout resume web-v2    # from any machine, after the first mqletctl stopped\n" +
+				"  mqletctl rollout abort web-v2 --rollback"},
 		"config": {"config view | config set KEY=VALUE... (KEY=null resets it)",
 			"  mqletctl config view\n  mqletctl config set metricsInterval=2s logLevel=debug"},
 		"completion": {"completion bash|zsh",
@@ -181,9 +193,17 @@ func run(ctx context.Context, args []string, e env) int {
 	var help helpRequest
 	var ue usageError
 	var queued queuedError
+	var fleetQ fleetQueued
+	var waiting rolloutWaiting
 	switch {
 	case errors.As(err, &queued):
 		fmt.Fprintln(e.stderr, queued.Error())
+		return exitQueued
+	case errors.As(err, &fleetQ):
+		fmt.Fprintln(e.stderr, fleetQ.Error())
+		return exitQueued
+	case errors.As(err, &waiting):
+		fmt.Fprintln(e.stderr, waiting.Error())
 		return exitQueued
 	case errors.As(err, &help):
 		printCommandHelp(e.stdout, c, help.fs)
@@ -334,6 +354,7 @@ func usage(w io.Writer, top *flag.FlagSet) {
 	fmt.Fprintln(w, "\nThe MQTT password is read from $"+envPassword+" or --password-file, never from a flag.")
 	fmt.Fprintln(w, "With --sign-key FILE (env "+envSignKey+") every command is signed for its node, verb and request id.")
 	fmt.Fprintln(w, "Exit codes: 0 success, 1 command failed / timed out / broker unreachable, 2 bad usage, 3 queued: the node is offline (the command waits at the broker).")
+	fmt.Fprintln(w, "With --group G or -L SELECTOR: 0 when every online member succeeded, 3 when they did and some are offline (Pending), 1 when one failed.")
 }
 
 func runVersion(_ context.Context, cfg *globalConfig, args []string, e env) error {

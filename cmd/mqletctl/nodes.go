@@ -211,6 +211,46 @@ func runGetNodes(ctx context.Context, cfg *globalConfig, name, selector string, 
 	return printNodes(e.stdout, rows, cfg.Output == "wide", e.now)
 }
 
+// runGetFleetNodes is get nodes --group G (or -L): the members, as get
+// nodes prints them; an unknown group is an error.
+func runGetFleetNodes(ctx context.Context, cfg *globalConfig, f *fleetFlags, name, selector string, e env) error {
+	if err := f.check(cfg, "get nodes"); err != nil {
+		return err
+	}
+	sel, err := parseSelector(selector)
+	if err != nil {
+		return err
+	}
+	members, err := f.members(ctx, cfg)
+	if err != nil {
+		return err
+	}
+	kept := members[:0]
+	for _, r := range members {
+		var l map[string]string
+		if r.Info != nil {
+			l = r.Info.Labels
+		}
+		if (name == "" || r.Node == name) && sel.Matches(labels.Set(l)) {
+			kept = append(kept, r)
+		}
+	}
+	switch cfg.Output {
+	case "json", "yaml":
+		return printObjects(e.stdout, cfg.Output, map[string]any{"prefix": cfg.Prefix, "nodes": kept})
+	case "name":
+		for _, r := range kept {
+			fmt.Fprintf(e.stdout, "node/%s\n", printable(r.Node))
+		}
+		return nil
+	}
+	if len(kept) == 0 {
+		fmt.Fprintf(e.stderr, "No resources found in %s\n", f.describe())
+		return nil
+	}
+	return printNodes(e.stdout, kept, cfg.Output == "wide", e.now)
+}
+
 func printNodes(w io.Writer, rows []*nodeRow, wide bool, now func() time.Time) error {
 	tw := tabwriter.NewWriter(w, 0, 8, 3, ' ', 0)
 	header := "NAME\tSTATUS\tAGE\tVERSION\tPODS"

@@ -74,6 +74,7 @@ func runLogs(ctx context.Context, cfg *globalConfig, args []string, e env) error
 	since := fs.Duration("since", 0, "only lines newer than this, e.g. 5m")
 	limit := fs.Int64("limit-bytes", 0, "at most this many bytes (0: the agent's logs.maxBytes)")
 	timestamps := fs.Bool("timestamps", false, "prefix each line with its time")
+	fleet := registerFleet(fs)
 	pos, err := parseInterleaved(fs, args)
 	if err != nil {
 		return err
@@ -81,7 +82,14 @@ func runLogs(ctx context.Context, cfg *globalConfig, args []string, e env) error
 	if len(pos) != 1 {
 		return usageError{errors.New("logs: want one POD (e.g. mqletctl logs web -c main --tail 20)")}
 	}
-	if err := cfg.resolve(); err != nil {
+	if fleet.active() {
+		if *follow {
+			return usageError{errors.New("logs: -f follows one node's log; with --group or -L, logs prints each member's lines once")}
+		}
+		if err := fleet.check(cfg, "logs"); err != nil {
+			return err
+		}
+	} else if err := cfg.resolve(); err != nil {
 		return err
 	}
 	req := apiv1.LogsRequest{Namespace: *ns, Name: pos[0], Container: *container, Previous: *previous, Timestamps: *timestamps, Follow: *follow}
@@ -94,6 +102,9 @@ func runLogs(ctx context.Context, cfg *globalConfig, args []string, e env) error
 	}
 	if *limit > 0 {
 		req.LimitBytes = limit
+	}
+	if fleet.active() {
+		return runFleetLogs(ctx, cfg, fleet, req, e)
 	}
 	timeout := cfg.Timeout
 	if *follow {
@@ -181,12 +192,20 @@ func runRestart(ctx context.Context, cfg *globalConfig, args []string, e env) er
 	ns := namespaceFlag(fs, nsDefault)
 	container := fs.String("c", "", "only this container (default: the whole pod)")
 	fs.StringVar(container, "container", "", "same as -c")
+	fleet := registerFleet(fs)
 	pos, err := parseInterleaved(fs, args)
 	if err != nil {
 		return err
 	}
 	if len(pos) != 2 || (pos[0] != "pod" && pos[0] != "pods" && pos[0] != "po") {
 		return usageError{errors.New("restart: want pod NAME [-c CONTAINER]")}
+	}
+	if fleet.active() {
+		if err := fleet.check(cfg, "restart"); err != nil {
+			return err
+		}
+		payload, _ := json.Marshal(apiv1.RestartRequest{Namespace: *ns, Name: pos[1], Container: *container}) // strings always encode
+		return runFleetVerb(ctx, cfg, fleet, "restart", payload, nil, e)
 	}
 	if err := cfg.resolve(); err != nil {
 		return err

@@ -159,7 +159,7 @@ func AbortReason(r *apiv1.Rollout) string {
 		case apiv1.NodeFailed:
 			failed++
 			executed++
-			names = append(names, n.Node)
+			names = append(names, n.Node+": "+cut(n.Message, 160))
 		case apiv1.NodeSucceeded:
 			executed++
 		}
@@ -171,8 +171,8 @@ func AbortReason(r *apiv1.Rollout) string {
 	if executed < minExec || failed == 0 {
 		return ""
 	}
-	if len(names) > 5 {
-		names = append(names[:5], "...")
+	if len(names) > 3 {
+		names = append(names[:3], "...")
 	}
 	if s.MaxFailurePercent > 0 {
 		if failed*100 > s.MaxFailurePercent*executed {
@@ -326,10 +326,20 @@ func Abort(r *apiv1.Rollout, reason string, rollback bool, now time.Time) {
 		case n.Phase == apiv1.NodePending:
 			finish(n, apiv1.NodeCancelled, "not sent: the rollout was aborted", now)
 		case rollback && (n.Changed || n.Phase == apiv1.NodeSent || n.Phase == apiv1.NodeApplied):
-			n.Phase = apiv1.NodeRollingBack
+			// A late answer to its apply no longer counts: only the
+			// rollback's own request (Sent) does.
+			n.Phase, n.RequestID, n.Answer, n.Deadline = apiv1.NodeRollingBack, "", "", nil
 		}
 	}
 	r.Totals = Totals(r)
+}
+
+// cut bounds a node's message quoted in another.
+func cut(s string, n int) string {
+	if len(s) > n {
+		return s[:n] + "..."
+	}
+	return s
 }
 
 func finish(n *apiv1.RolloutNode, phase, msg string, now time.Time) {
@@ -413,6 +423,9 @@ func Answered(r *apiv1.Rollout, name, requestID string, succeeded bool, msg stri
 			n.Message = "succeeded; waiting for its pods to be Ready: " + msg
 		}
 	case apiv1.NodeRollingBack:
+		if was := n.Message; was != "" {
+			msg += " (was: " + cut(was, 200) + ")"
+		}
 		if succeeded {
 			finish(n, apiv1.NodeRolledBack, msg, now)
 		} else {

@@ -154,7 +154,7 @@ func TestWavesAbortAndRollback(t *testing.T) {
 				fail(r, "n1", "ErrImageNeverPull", t0)
 				return Step(r, t0, none)
 			},
-			wantPhase: apiv1.RolloutAborted, wantAction: "", wantReason: "1 node(s) failed (n1), more than --max-failures 0",
+			wantPhase: apiv1.RolloutAborted, wantAction: "", wantReason: "1 node(s) failed (n1: ErrImageNeverPull), more than --max-failures 0",
 			wantTotals: apiv1.RolloutTotals{Targeted: 4, Applied: 2, Succeeded: 1, Failed: 1, Cancelled: 2},
 		},
 		{
@@ -166,7 +166,7 @@ func TestWavesAbortAndRollback(t *testing.T) {
 				Answered(r, "n2", "x", false, "refused at admission", t0) // never stored
 				return Step(r, t0, none)
 			},
-			wantPhase: apiv1.RolloutAborted, wantAction: "rollback n0,rollback n1", wantReason: "2 node(s) failed (n1, n2)",
+			wantPhase: apiv1.RolloutAborted, wantAction: "rollback n0,rollback n1", wantReason: "2 node(s) failed (n1: ErrImageNeverPull, n2: refused at admission)",
 			wantTotals: apiv1.RolloutTotals{Targeted: 4, Failed: 1, Cancelled: 1, RollingBack: 2},
 		},
 		{
