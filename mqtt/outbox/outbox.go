@@ -18,7 +18,10 @@ const DefaultMaxBytes int64 = 16 << 20
 const (
 	defaultMaxInflight = 16
 	defaultRetryDelay  = 30 * time.Second
-	dropLogInterval    = 10 * time.Second
+	// DefaultAckTimeout bounds the wait for a broker's acknowledgement on a
+	// connection that stays up (paho's own write timeout is 30 s).
+	DefaultAckTimeout = 60 * time.Second
+	dropLogInterval   = 10 * time.Second
 	// entryOverhead is the key bytes counted with each stored value.
 	entryOverhead = 8
 	// defaultMaxOnce bounds the remembered Message.Once names. A name is
@@ -99,6 +102,20 @@ func WithRetryDelay(d time.Duration) Option {
 	}
 }
 
+// WithAckTimeout sets how long a sent message may wait for its broker
+// acknowledgement on a connection that stays up. Past it the outbox
+// treats the send as failed and, after the retry delay, resends every
+// unconfirmed entry: a broker that swallows a QoS 1 publish without a
+// PUBACK (a cluster member that lost its stream leader) delays a final
+// reply, it does not lose it.
+func WithAckTimeout(d time.Duration) Option {
+	return func(o *Outbox) {
+		if d > 0 {
+			o.ackTimeout = d
+		}
+	}
+}
+
 // Outbox is a persisted store-and-forward queue. Retained and coalesced
 // messages keep only their latest value per topic; all others stay in FIFO
 // order. It is safe for concurrent use; Run must be called at most once at a
@@ -109,6 +126,7 @@ type Outbox struct {
 	maxBytes    int64
 	maxInflight int
 	retryDelay  time.Duration
+	ackTimeout  time.Duration
 	maxOnce     uint64
 	wake        chan struct{}
 
@@ -145,6 +163,7 @@ func Open(path string, maxBytes int64, log zerolog.Logger, opts ...Option) (*Out
 		maxBytes:    maxBytes,
 		maxInflight: defaultMaxInflight,
 		retryDelay:  defaultRetryDelay,
+		ackTimeout:  DefaultAckTimeout,
 		maxOnce:     defaultMaxOnce,
 		wake:        make(chan struct{}, 1),
 		drops:       make(chan struct{}, 1),
@@ -618,9 +637,13 @@ func (o *Outbox) Run(ctx context.Context, pub Publisher) error {
 }
 
 type inflight struct {
-	seq uint64
-	d   Delivery
+	seq  uint64
+	d    Delivery
+	sent time.Time
 }
+
+// errAckTimeout: the head of the window was not acknowledged in time.
+var errAckTimeout = errors.New("no acknowledgement from the broker")
 
 // drain sends entries in order over one connection until it fails.
 func (o *Outbox) drain(ctx context.Context, pub Publisher, down <-chan struct{}) error {
@@ -644,27 +667,38 @@ func (o *Outbox) drain(ctx context.Context, pub Publisher, down <-chan struct{})
 				if err != nil {
 					return fmt.Errorf("send %s: %w", e.msg.Topic, err)
 				}
-				window = append(window, inflight{seq: e.seq, d: d})
+				window = append(window, inflight{seq: e.seq, d: d, sent: time.Now()})
 				next = e.seq + 1
 				o.setSentBelow(next)
 			}
 		}
-		var wake <-chan struct{}
-		var headDone <-chan struct{}
+		var wake, headDone <-chan struct{}
+		var headLate <-chan time.Time
 		if len(window) < o.maxInflight {
 			wake = o.wake // room for more: a Put may refill the window
 		}
+		var late *time.Timer
 		if len(window) > 0 {
 			headDone = window[0].d.Done()
+			late = time.NewTimer(o.ackTimeout - time.Since(window[0].sent))
+			headLate = late.C
 		}
 		select {
 		case <-headDone:
+		case <-headLate:
+			return fmt.Errorf("%w within %v (entry %d); resending what is unconfirmed", errAckTimeout, o.ackTimeout, window[0].seq)
 		case <-wake:
+			if late != nil {
+				late.Stop()
+			}
 			continue
 		case <-down:
 			return errConnectionLost
 		case <-ctx.Done():
 			return ctx.Err()
+		}
+		if late != nil {
+			late.Stop()
 		}
 		// Collect every completed delivery at the head, in order.
 		var acked []uint64

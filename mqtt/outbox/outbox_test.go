@@ -698,3 +698,34 @@ func TestRankIndexFollowsTheEntries(t *testing.T) {
 	pub.disconnect()
 	check("after the puts")
 }
+
+// A publish the broker never acknowledges on a connection that stays up
+// (a cluster member that swallowed it) is sent again after the ack
+// timeout, with everything after it, and nothing is lost or reordered.
+func TestUnacknowledgedSendIsResentAfterTheAckTimeout(t *testing.T) {
+	o := openTest(t, filepath.Join(t.TempDir(), "ob.db"), 0, WithMaxInflight(2), WithAckTimeout(100*time.Millisecond), WithRetryDelay(10*time.Millisecond))
+	defer o.Close()
+	mustPut(t, o, event(0))
+	mustPut(t, o, event(1))
+	pub := newFakePublisher(false)
+	runOutbox(t, o, pub)
+	pub.connect()
+	waitUntil(t, "both sent", func() bool { return pub.sentCount() == 2 })
+	// Neither is acknowledged: the outbox must send them again on the same
+	// connection once the ack timeout passes.
+	waitUntil(t, "both sent again", func() bool { return pub.sentCount() == 4 })
+	if st := o.Stats(); st.Depth != 2 {
+		t.Fatalf("depth %d before any ack, want 2 (nothing removed unconfirmed)", st.Depth)
+	}
+	pub.mu.Lock()
+	pub.autoAck = true
+	pending := pub.pending
+	pub.pending = nil
+	pub.mu.Unlock()
+	_ = pending // the swallowed deliveries stay incomplete, as the broker left them
+	waitUntil(t, "drained once acknowledged", func() bool { return o.Stats().Depth == 0 })
+	got := pub.sentTopicsPayloads()
+	if len(got) < 4 || fmt.Sprint(got[:4]) != "[n/events=e0 n/events=e1 n/events=e0 n/events=e1]" {
+		t.Fatalf("sent %v, want e0 e1 then both again in order", got)
+	}
+}
