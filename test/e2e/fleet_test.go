@@ -47,7 +47,7 @@ func fleetEndpoints(t *testing.T) []string {
 	return []string{first, eps[0], eps[1]}
 }
 
-func connectCRIAt(t *testing.T, endpoint string) (*CRI, internalapi.RuntimeService) {
+func connectCRIAt(t testing.TB, endpoint string) (*CRI, internalapi.RuntimeService) {
 	t.Helper()
 	ctx, cancel := context.WithTimeout(klog.NewContext(context.Background(), logr.Discard()), 10*time.Second)
 	defer cancel()
@@ -59,7 +59,7 @@ func connectCRIAt(t *testing.T, endpoint string) (*CRI, internalapi.RuntimeServi
 }
 
 // sweepNamespace removes what is left of namespace ns in rt.
-func sweepNamespace(t *testing.T, rt internalapi.RuntimeService, ns string) {
+func sweepNamespace(t testing.TB, rt internalapi.RuntimeService, ns string) {
 	ctx, cancel := context.WithTimeout(klog.NewContext(context.Background(), logr.Discard()), time.Minute)
 	defer cancel()
 	sbs, err := rt.ListPodSandbox(ctx, &runtimeapi.PodSandboxFilter{LabelSelector: map[string]string{"io.kubernetes.pod.namespace": ns}})

@@ -7,6 +7,7 @@ import (
 	"os"
 	"os/exec"
 	"regexp"
+	"slices"
 	"strconv"
 	"strings"
 	"testing"
@@ -326,4 +327,116 @@ func TestRolloutResumedAfterAKillWaitsForAnOfflineMember(t *testing.T) {
 	checkRolloutCounters(t, broker.URL(), doc, ns, func(p *v1.Pod) bool {
 		return len(p.Spec.Containers) == 1 && strings.Join(p.Spec.Containers[0].Command, " ") == "sleep 3602"
 	})
+}
+
+// benchFleet starts three mqlets in one group, each on its own containerd.
+func benchFleet(b *testing.B, tag string) (url, group, ns string) {
+	b.Helper()
+	v := os.Getenv(FleetEndpointsEnv)
+	eps := strings.Split(v, ",")
+	if v == "" || len(eps) < 2 {
+		b.Fatalf("%s must name two more containerds", FleetEndpointsEnv)
+	}
+	_, first := ConnectCRI(b)
+	eps = []string{first, eps[0], eps[1]}
+	broker := mosquitto.Start(b)
+	suffix := strconv.FormatInt(time.Now().UnixNano()%1e9, 36)
+	ns, group = "e2e-"+tag+"-"+suffix, tag+"-"+suffix
+	sub := Connect(b, broker.URL())
+	sub.Subscribe(prefix + "/+/state")
+	for i, ep := range eps {
+		name := fmt.Sprintf("e2e-%s-%s-%d", tag, suffix, i)
+		_, rt := connectCRIAt(b, ep)
+		b.Cleanup(func() { sweepNamespace(b, rt, ns) })
+		StartAgent(b, AgentOpts{Node: name, Broker: broker.URL(), CRI: ep, Config: podTestConfig(b.TempDir(), ""), Args: []string{"--groups", group}})
+		sub.WaitState(0, name, "online", 30*time.Second)
+	}
+	return broker.URL(), group, ns
+}
+
+// ctlB runs mqletctl for a benchmark.
+func ctlB(b *testing.B, args ...string) (int, string) {
+	cmd := exec.Command(mqletctlBin(b), args...)
+	cmd.Env = append(os.Environ(), "MQLETCTL_SIGN_KEY=", "MQLETCTL_NODE=", "MQLETCTL_BROKER=")
+	out, err := cmd.CombinedOutput()
+	if ee, ok := err.(*exec.ExitError); ok {
+		return ee.ExitCode(), string(out)
+	} else if err != nil {
+		b.Fatal(err)
+	}
+	return 0, string(out)
+}
+
+func percentiles(b *testing.B, took []time.Duration, unit string) {
+	slices.Sort(took)
+	b.ReportMetric(float64(took[len(took)/2].Milliseconds()), "p50-"+unit)
+	b.ReportMetric(float64(took[(len(took)*99)/100].Milliseconds()), "p99-"+unit)
+	b.Logf("%s over %d runs: p50 %v, p99 %v, min %v, max %v", unit, len(took), took[len(took)/2], took[(len(took)*99)/100], took[0], took[len(took)-1])
+}
+
+// BenchmarkCtlGroupApply measures `mqletctl apply --group` of a new pod to
+// three members (each on its own containerd) until it exits 0: every member
+// answered succeeded. It includes the CLI's start, reading the members'
+// retained states and the connection. Reports p50 and p99.
+//
+//	go test ./test/e2e/ -run '^$' -bench BenchmarkCtlGroupApply -benchtime 20x
+func BenchmarkCtlGroupApply(b *testing.B) {
+	url, group, ns := benchFleet(b, "ctlga")
+	dir := b.TempDir()
+	var took []time.Duration
+	b.ResetTimer()
+	for i := 0; i < b.N; i++ {
+		f := fmt.Sprintf("%s/web-%d.yaml", dir, i)
+		if err := os.WriteFile(f, podYAML(fmt.Sprintf("web-%d", i), ns, "Always", "sleep 3600"), 0o600); err != nil {
+			b.Fatal(err)
+		}
+		start := time.Now()
+		if code, out := ctlB(b, "--broker", url, "--retained-wait", "1s", "apply", "-f", f, "--group", group, "--timeout", "90s"); code != 0 {
+			b.Fatalf("apply --group: exit %d\n%s", code, out)
+		}
+		took = append(took, time.Since(start))
+	}
+	b.StopTimer()
+	percentiles(b, took, "ms")
+}
+
+var waveGapRE = regexp.MustCompile(`wave (\d+) sent ([0-9.]+m?s) after wave`)
+
+// BenchmarkRolloutWaveOverhead runs rollouts of a new pod over three nodes
+// one wave each, and reports what the rollout adds between waves: from the
+// last node of a wave being Ready (its retained status) to the next wave's
+// command published, which includes reading the next node's previous
+// objects (a get) and republishing the document. Also the whole rollout.
+//
+//	go test ./test/e2e/ -run '^$' -bench BenchmarkRolloutWaveOverhead -benchtime 5x
+func BenchmarkRolloutWaveOverhead(b *testing.B) {
+	url, group, ns := benchFleet(b, "rowave")
+	dir := b.TempDir()
+	var gaps, whole []time.Duration
+	b.ResetTimer()
+	for i := 0; i < b.N; i++ {
+		f := fmt.Sprintf("%s/web-%d.yaml", dir, i)
+		if err := os.WriteFile(f, podYAML(fmt.Sprintf("web-%d", i), ns, "Always", "sleep 3600"), 0o600); err != nil {
+			b.Fatal(err)
+		}
+		start := time.Now()
+		code, out := ctlB(b, "--broker", url, "rollout", "start", "-f", f, "--group", group, "--batch", "1", "--id", fmt.Sprintf("bench-%s-%d", group, i), "--timeout", "180s")
+		if code != 0 {
+			b.Fatalf("rollout: exit %d\n%s", code, out)
+		}
+		whole = append(whole, time.Since(start))
+		for _, m := range waveGapRE.FindAllStringSubmatch(out, -1) {
+			d, err := time.ParseDuration(m[2])
+			if err != nil {
+				b.Fatal(err)
+			}
+			gaps = append(gaps, d)
+		}
+	}
+	b.StopTimer()
+	if len(gaps) == 0 {
+		b.Fatal("no wave gap reported")
+	}
+	percentiles(b, gaps, "gap-ms")
+	percentiles(b, whole, "rollout-ms")
 }
