@@ -43,8 +43,8 @@ func (o *optString) Set(v string) error { o.value, o.set = v, true; return nil }
 
 func registerFleet(fs *flag.FlagSet) *fleetFlags {
 	f := &fleetFlags{}
-	fs.Var(&f.group, "group", "send to every member of this group (its group topic; members known from their retained state)")
-	fs.Var(&f.selector, "L", "send to every node whose labels (retained node objects) match, e.g. site=plant-3; one command per node")
+	fs.Var(&f.group, "group", "send to every member of `GROUP` (its group topic; members known from their retained state)")
+	fs.Var(&f.selector, "L", "send to every node whose labels (retained node objects) match `SELECTOR`, e.g. site=plant-3; one command per node")
 	fs.Var(&f.selector, "node-selector", "same as -L")
 	return f
 }

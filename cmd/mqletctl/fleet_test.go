@@ -33,6 +33,9 @@ type fakeNode struct {
 	// badImage: an apply of a pod with this image fails, as
 	// ErrImageNeverPull does.
 	badImage string
+	// hang: an apply is accepted and never finishes (a pull that takes
+	// forever).
+	hang bool
 
 	mu       sync.Mutex
 	offline  bool
@@ -152,6 +155,9 @@ func (n *fakeNode) answer(c fleetCmd) []fakeReply {
 		}
 		n.mu.Unlock()
 		out := []fakeReply{{Phase: apiv1.Accepted, Message: "stored", Result: changes}}
+		if n.hang {
+			return out
+		}
 		for _, p := range pods {
 			n.publishPod(p, bad == "")
 		}
@@ -524,5 +530,44 @@ func TestRolloutResumeAndOfflineMember(t *testing.T) {
 	res = f.run(t, "", "rollout", "status", "r2")
 	if res.code != 0 || !strings.Contains(res.stdout, "Rollout r2 (group line-1): Succeeded") {
 		t.Fatalf("status: %s", res)
+	}
+}
+
+// An operator's `rollout abort --rollback` from another process stops a
+// rollout its runner is running: the runner sees the request, sends no new
+// wave, and rolls back the node whose apply was under way (it held no web
+// before: deleted); the abort follows the runner to the end.
+func TestRolloutAbortFromAnotherProcess(t *testing.T) {
+	f := startFleet(t, false)
+	f.nodes["a"].hang = true
+	done := make(chan result, 1)
+	go func() {
+		done <- f.run(t, fleetPod("web", "busybox:v2"), "rollout", "start", "-f", "-", "--group", "line-1", "--batch", "1", "--id", "r3", "--timeout", "20s")
+	}()
+	// Wait until a accepted the apply (the runner has published it).
+	deadline := time.Now().Add(10 * time.Second)
+	for f.nodes["a"].verbs() != "get,apply" {
+		if time.Now().After(deadline) {
+			t.Fatalf("a got %q", f.nodes["a"].verbs())
+		}
+		time.Sleep(20 * time.Millisecond)
+	}
+	res := f.run(t, "", "rollout", "abort", "r3", "--rollback", "--reason", "bad build", "--timeout", "10s")
+	if res.code != exitFail || !strings.Contains(res.stdout, "Aborted: aborted by an operator: bad build") {
+		t.Fatalf("abort: %s", res)
+	}
+	first := <-done
+	if first.code != exitFail || !strings.Contains(first.stdout, "Aborted") {
+		t.Fatalf("the runner: %s", first)
+	}
+	doc := f.readDoc(t, "r3")
+	if got := phases(doc); got != "a=RolledBack b=Cancelled c=Cancelled" {
+		t.Fatalf("phases %s", got)
+	}
+	if v := f.nodes["a"].verbs(); v != "get,apply,delete" {
+		t.Errorf("a got %s, want get,apply,delete (the rollback deletes what it did not hold)", v)
+	}
+	if v := f.nodes["b"].verbs() + f.nodes["c"].verbs(); v != "" {
+		t.Errorf("b, c got %s after the abort", v)
 	}
 }

@@ -46,12 +46,19 @@ const (
 )
 
 func runRollout(ctx context.Context, cfg *globalConfig, args []string, e env) error {
-	if len(args) == 0 || isHelpFlag(args[0]) {
-		fs := newFlagSet("rollout", cfg)
-		if len(args) == 0 {
-			return usageError{errors.New("rollout: want start, status, resume or abort")}
+	if len(args) == 0 {
+		return usageError{errors.New("rollout: want start, status, resume or abort")}
+	}
+	if isHelpFlag(args[0]) || (len(args) > 1 && isHelpFlag(args[1])) {
+		// One help for the subcommands: start's flags and those of the
+		// others.
+		err := runRolloutStart(ctx, cfg, []string{"--help"}, e)
+		var h helpRequest
+		if errors.As(err, &h) {
+			h.fs.Bool("force", false, "resume: take the rollout over from a runner that renewed its lease lately")
+			h.fs.String("reason", "", "abort: why (kept in the document)")
 		}
-		return helpRequest{fs}
+		return err
 	}
 	switch args[0] {
 	case "start":
@@ -93,8 +100,8 @@ func runRolloutStart(ctx context.Context, cfg *globalConfig, args []string, e en
 	maxFail := fs.String("max-failures", "0", "abort when more nodes failed: a count, or a percentage of the finished nodes (10%)")
 	minExec := fs.Int("min-executed", 0, "the failure criterion applies once this many nodes finished")
 	nodeTimeout := fs.Duration("node-timeout", defaultNodeTimeout, "a node not Ready this long after it accepted has failed (time offline not counted)")
-	rollback := fs.Bool("rollback", false, "on abort, re-apply to the nodes already changed what they ran before")
-	detach := fs.Bool("detach", false, "publish the rollout and return; `rollout resume ID` runs it")
+	rollback := fs.Bool("rollback", false, "on abort, re-apply to the nodes already changed what they ran before (abort: roll back now)")
+	detach := fs.Bool("detach", false, "publish the rollout and return (rollout resume ID runs it)")
 	cfg.registerOutput(fs, "json or yaml (the final document)")
 	pos, err := parseInterleaved(fs, args)
 	if err != nil {
