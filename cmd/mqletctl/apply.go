@@ -34,7 +34,7 @@ func runManifestVerb(ctx context.Context, cfg *globalConfig, verb string, args [
 	sealTo := fs.String("seal-to", "", "seal Secrets to these sealing keys (age1..., comma-separated, as nodes' states show them) instead of the one the node's retained state publishes")
 	unsealed := fs.Bool("unsealed", false, "send Secrets in clear (readable by every subscriber of the broker)")
 	cfg.registerOutput(fs, "json (one reply per line)")
-	fleet := registerFleet(fs)
+	fleet := registerFleet(fs, cfg)
 	pos, err := parseInterleaved(fs, args)
 	if err != nil {
 		return err
@@ -92,7 +92,7 @@ func runDelete(ctx context.Context, cfg *globalConfig, args []string, e env) err
 	noWait := fs.Bool("no-wait", false, "return once the agent accepted the request")
 	force := fs.Bool("force", false, "delete node: clear its retained topics even while it is online")
 	cfg.registerOutput(fs, "json (one reply per line)")
-	fleet := registerFleet(fs)
+	fleet := registerFleet(fs, cfg)
 	pos, err := parseInterleaved(fs, args)
 	if err != nil {
 		return err

@@ -60,6 +60,10 @@ type globalConfig struct {
 	signer *signing.Signer
 	now    func() time.Time
 
+	// fleet is --group and -L, given before the command (mqletctl
+	// --group G get pods) or among its flags (fleetCommands).
+	fleet fleetFlags
+
 	// password is read from the environment or the password file by
 	// resolve; it is never a flag, so it does not show up in ps or history.
 	password string

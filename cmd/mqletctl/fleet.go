@@ -41,8 +41,16 @@ type optString struct {
 func (o *optString) String() string     { return o.value }
 func (o *optString) Set(v string) error { o.value, o.set = v, true; return nil }
 
-func registerFleet(fs *flag.FlagSet) *fleetFlags {
-	f := &fleetFlags{}
+// registerFleet adds --group and -L to a command's flags, bound to the
+// run's fleet flags (which `mqletctl --group G CMD` sets too).
+func registerFleet(fs *flag.FlagSet, cfg *globalConfig) *fleetFlags {
+	return registerFleetOn(fs, &cfg.fleet)
+}
+
+// fleetCommands are the commands that take --group and -L.
+var fleetCommands = map[string]bool{"apply": true, "sync": true, "delete": true, "restart": true, "get": true, "logs": true, "rollout": true}
+
+func registerFleetOn(fs *flag.FlagSet, f *fleetFlags) *fleetFlags {
 	fs.Var(&f.group, "group", "send to every member of `GROUP` (its group topic; members known from their retained state)")
 	fs.Var(&f.selector, "L", "send to every node whose labels (retained node objects) match `SELECTOR`, e.g. site=plant-3; one command per node")
 	fs.Var(&f.selector, "node-selector", "same as -L")

@@ -342,7 +342,7 @@ func TestFleetGetLogsAndNodes(t *testing.T) {
 	if res := f.run(t, fleetPod("web", "busybox:1"), "apply", "-f", "-", "--group", "line-1", "--timeout", "10s"); res.code != 0 {
 		t.Fatalf("apply: %s", res)
 	}
-	res := f.run(t, "", "get", "pods", "--group", "line-1", "--timeout", "10s")
+	res := f.run(t, "", "--group", "line-1", "get", "pods", "--timeout", "10s") // before the command, as the issue writes it
 	if res.code != 0 {
 		t.Fatalf("get pods --group: %s", res)
 	}
@@ -384,6 +384,8 @@ func TestFleetBadInput(t *testing.T) {
 		{[]string{"rollout", "start", "-f", "-", "--group", "line-1"}, exitUsage, "--batch is required"},
 		{[]string{"rollout", "start", "-f", "-", "--group", "line-1", "--batch", "0%"}, exitUsage, "1% to 100%"},
 		{[]string{"rollout", "status", "nothing-here"}, exitFail, `no rollout "nothing-here"`},
+		{[]string{"--group", "line-1", "status"}, exitUsage, "--group and -L apply to apply, sync"},
+		{[]string{"rollout", "status", "x", "--group", "line-1"}, exitUsage, "are for rollout start"},
 	} {
 		res := f.run(t, fleetPod("web", "busybox:1"), tc.args...)
 		if res.code != tc.code || !strings.Contains(res.stderr, tc.want) {

@@ -77,7 +77,7 @@ func runGet(ctx context.Context, cfg *globalConfig, args []string, e env) error 
 	fs.BoolVar(watch, "watch", false, "same as -w")
 	forObject := fs.String("for", "", "events only: those of one object, pod/NAME or node/NAME")
 	cfg.registerOutput(fs, "json, yaml, wide or name (default: table)")
-	fleet := registerFleet(fs)
+	fleet := registerFleet(fs, cfg)
 	pos, err := parseInterleaved(fs, args)
 	if err != nil {
 		return err

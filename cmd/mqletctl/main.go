@@ -160,6 +160,7 @@ func run(ctx context.Context, args []string, e env) int {
 	top.SetOutput(io.Discard)
 	top.Usage = func() {}
 	cfg.register(top)
+	registerFleetOn(top, &cfg.fleet)
 	showVersion := top.Bool("version", false, "print the version and exit")
 	if err := top.Parse(args); err != nil {
 		if errors.Is(err, flag.ErrHelp) {
@@ -188,6 +189,9 @@ func run(ctx context.Context, args []string, e env) int {
 	c, ok := findCommand(name)
 	if !ok {
 		return badUsage(e, fmt.Errorf("unknown command %q", name), "")
+	}
+	if cfg.fleet.active() && !fleetCommands[name] {
+		return badUsage(e, fmt.Errorf("%s: --group and -L apply to apply, sync, delete, restart, get, logs and rollout start", name), name)
 	}
 	err := c.run(ctx, cfg, rest, e)
 	var help helpRequest

@@ -93,7 +93,7 @@ func runRolloutStart(ctx context.Context, cfg *globalConfig, args []string, e en
 	var files fileList
 	fs.Var(&files, "f", "manifest `FILE` or directory (Pods and ConfigMaps; - for stdin; repeatable)")
 	fs.Var(&files, "filename", "same as -f")
-	fleet := registerFleet(fs)
+	fleet := registerFleet(fs, cfg)
 	id := fs.String("id", "", "rollout id (default: generated); its document is <prefix>/rollouts/<id>")
 	batch := fs.String("batch", "", "nodes in the first wave: a count, or a percentage of the nodes (25%)")
 	growth := fs.Float64("growth", 1, "each wave this many times the size of the one before (2: exponential)")
@@ -195,12 +195,16 @@ func runRolloutByID(ctx context.Context, cfg *globalConfig, verb string, args []
 	rollback := fs.Bool("rollback", false, "abort: also roll the changed nodes back")
 	reason := fs.String("reason", "", "abort: why (kept in the document)")
 	cfg.registerOutput(fs, "json or yaml (the document)")
+	registerFleet(fs, cfg) // refused below, not unknown
 	pos, err := parseInterleaved(fs, args)
 	if err != nil {
 		return err
 	}
 	if len(pos) != 1 {
 		return usageError{fmt.Errorf("rollout %s: want one rollout ID", verb)}
+	}
+	if cfg.fleet.active() {
+		return usageError{fmt.Errorf("rollout %s: --group and -L are for rollout start (the document names the nodes)", verb)}
 	}
 	if err := apiv1.ValidateRolloutID(pos[0]); err != nil {
 		return usageError{err}

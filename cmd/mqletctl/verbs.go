@@ -74,7 +74,7 @@ func runLogs(ctx context.Context, cfg *globalConfig, args []string, e env) error
 	since := fs.Duration("since", 0, "only lines newer than this, e.g. 5m")
 	limit := fs.Int64("limit-bytes", 0, "at most this many bytes (0: the agent's logs.maxBytes)")
 	timestamps := fs.Bool("timestamps", false, "prefix each line with its time")
-	fleet := registerFleet(fs)
+	fleet := registerFleet(fs, cfg)
 	pos, err := parseInterleaved(fs, args)
 	if err != nil {
 		return err
@@ -192,7 +192,7 @@ func runRestart(ctx context.Context, cfg *globalConfig, args []string, e env) er
 	ns := namespaceFlag(fs, nsDefault)
 	container := fs.String("c", "", "only this container (default: the whole pod)")
 	fs.StringVar(container, "container", "", "same as -c")
-	fleet := registerFleet(fs)
+	fleet := registerFleet(fs, cfg)
 	pos, err := parseInterleaved(fs, args)
 	if err != nil {
 		return err

@@ -392,6 +392,15 @@ func Accepted(r *apiv1.Rollout, name, requestID string, pods []apiv1.RolloutPod,
 	n.Phase, n.Changed = apiv1.NodeApplied, true
 	t, d := now, now.Add(time.Duration(r.Strategy.NodeTimeoutSeconds)*time.Second)
 	n.AcceptedAt, n.Deadline = &t, &d
+	if pods == nil {
+		// No uids known (an answer without them): every pod of the
+		// manifests must still be Ready.
+		for _, o := range r.Objects {
+			if o.Kind == apiv1.KindPod {
+				pods = append(pods, apiv1.RolloutPod{Namespace: o.Namespace, Name: o.Name})
+			}
+		}
+	}
 	n.Pods = pods
 }
 

@@ -367,3 +367,18 @@ func TestNewRefuses(t *testing.T) {
 		t.Error("node named twice accepted")
 	}
 }
+
+// An accepted answer without uids still waits for every pod of the
+// manifests to be Ready.
+func TestAcceptedWithoutUIDsWaitsForReady(t *testing.T) {
+	r := newDoc(t, 1, apiv1.RolloutStrategy{Batch: 1})
+	Sent(r, "n0", "a", t0)
+	Answered(r, "n0", "a", true, "runs", t0) // no accepted seen
+	if r.Nodes[0].Phase != apiv1.NodeApplied || len(r.Nodes[0].Pods) != 1 {
+		t.Fatalf("succeeded without its pod Ready: %+v", r.Nodes[0])
+	}
+	PodsReady(r, "n0", func(string, string) (PodView, bool) { return PodView{UID: "any", Ready: true}, true }, t0)
+	if r.Nodes[0].Phase != apiv1.NodeSucceeded {
+		t.Fatalf("not succeeded once Ready: %+v", r.Nodes[0])
+	}
+}
