@@ -31,7 +31,7 @@ fleet_env() { env MQLET_TEST_DIR=/run/mqlet-ci-fleet$1 MQLET_TEST_BRIDGE=mqlcif$
 # containerd, bridge and subnet of its own (a test of one lane may stop,
 # pause or restart its containerd without touching another lane); the cri
 # package runs beside them on the shared one.
-E2E_SHARDS=${E2E_SHARDS:-2}
+E2E_SHARDS=${E2E_SHARDS:-3}
 e2e_env() { env MQLET_TEST_DIR=/run/mqlet-ci-e2e$1 MQLET_TEST_BRIDGE=mqlcie$1 MQLET_TEST_SUBNET=10.88.$((97 + $1)).0/24 "${@:2}"; }
 cleanup() {
 	test/env/containerd-down.sh >/dev/null 2>&1 || true
@@ -75,12 +75,16 @@ lane_logs=("$WORK/chaos.log")
 echo "== go test -race: cri, and test/e2e in $E2E_SHARDS shards, each on its own containerd"
 go test -race -count=1 -timeout 40m -v ./cri/ >"$WORK/cri.log" 2>&1 &
 lanes+=($!) lane_logs+=("$WORK/cri.log")
-# One test binary for every shard; a shard is every E2E_SHARDS-th test name.
+# One test binary for every shard. Tests go to shards longest first, each
+# to the shard with the least work so far, by the seconds of a recent run
+# in test/e2e/durations.txt (a test not listed counts 15 s).
 go test -race -c -o "$WORK/e2e.test" ./test/e2e/
-mapfile -t e2e_tests < <(cd test/e2e && "$WORK/e2e.test" -test.list '.*' | grep '^Test' | sort)
+(cd test/e2e && "$WORK/e2e.test" -test.list '.*' | grep '^Test') >"$WORK/e2e-tests.txt"
+awk -v n="$E2E_SHARDS" 'NR == FNR { secs[$1] = $2; next } { print (($1 in secs) ? secs[$1] : 15), $1 }' \
+	test/e2e/durations.txt "$WORK/e2e-tests.txt" | sort -k1,1nr -k2 |
+	awk -v n="$E2E_SHARDS" '{ best = 1; for (i = 2; i <= n; i++) if (load[i] < load[best]) best = i; load[best] += $1; print best, $2 }' >"$WORK/e2e-shards.txt"
 for ((i = 1; i <= E2E_SHARDS; i++)); do
-	names=()
-	for ((j = i - 1; j < ${#e2e_tests[@]}; j += E2E_SHARDS)); do names+=("${e2e_tests[j]}"); done
+	mapfile -t names < <(awk -v i="$i" '$1 == i { print $2 }' "$WORK/e2e-shards.txt")
 	pattern="^($(IFS='|'; echo "${names[*]}"))\$"
 	(
 		cd test/e2e

@@ -123,7 +123,10 @@ func TestDemoCtrlCLeavesNothing(t *testing.T) {
 	select {
 	case <-ended:
 	case <-time.After(3 * time.Minute):
-		t.Fatalf("the demo did not end after SIGINT:\n%s", stderr.String())
+		// What each process of the demo's group is doing (a script that never
+		// ran its trap shows where it waits).
+		ps, _ := exec.Command("ps", "-o", "pid,ppid,stat,wchan:24,args", "-g", strconv.Itoa(pgid)).CombinedOutput()
+		t.Fatalf("the demo did not end after SIGINT:\n--- stderr:\n%s--- stdout:\n%s--- its process group:\n%s", stderr.String(), out.String(), ps)
 	}
 	if !strings.Contains(stderr.String(), "demo: cleaned up") {
 		t.Errorf("the cleanup did not finish:\n%s", stderr.String())
