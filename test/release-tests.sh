@@ -4,7 +4,7 @@
 #   1. make release: static mqlet and mqletctl for amd64, arm64, armhf; SHA256SUMS.
 #   2. The arm64 and armv7 binaries under qemu-user-static: --version,
 #      --check-config, and a start against the embedded broker with no CRI
-#      that publishes "online" within 10 s.
+#      that publishes "online" within 60 s (emulated; the time is reported).
 #   3. .deb packages for the three architectures (nfpm).
 #   4. The amd64 .deb installed with dpkg -i on this machine: a pod applied
 #      over MQTT runs on the containerd it configured, with an IP from the
@@ -147,25 +147,28 @@ for spec in arm64:qemu-aarch64-static armhf:qemu-arm-static; do
 	pid=$!; pids+=("$pid")
 	start=$(now_ms)
 	ok=
-	for i in $(seq 1 100); do
+	# Emulation is slow, slower still on a loaded machine: the bound is
+	# generous and the time it took is reported.
+	while :; do
 		if msub 1 -p "$port" -t "$PREFIX/q$arch/state" -C 1 | grep -q '"state":"online"'; then ok=1; break; fi
 		kill -0 "$pid" 2>/dev/null || break
-		[ $(($(now_ms) - start)) -gt 10000 ] && break
+		[ $(($(now_ms) - start)) -gt 60000 ] && break
 		sleep 0.2
 	done
-	[ -n "$ok" ] || fail "$arch under $qemu did not publish online within 10 s"
+	[ -n "$ok" ] || fail "$arch under $qemu did not publish online within 60 s"
 	online_after=$(since "$start")
-	# It keeps running for the rest of the 10 s, then stops cleanly on SIGTERM
-	# and says offline itself.
-	while [ $(($(now_ms) - start)) -lt 10000 ]; do
-		kill -0 "$pid" 2>/dev/null || fail "$arch under $qemu exited within 10 s"
+	# It keeps running for 10 s more, then stops cleanly on SIGTERM and
+	# says offline itself.
+	online_at=$(now_ms)
+	while [ $(($(now_ms) - online_at)) -lt 10000 ]; do
+		kill -0 "$pid" 2>/dev/null || fail "$arch under $qemu exited within 10 s of being online"
 		sleep 0.5
 	done
-	msub 2 -p "$port" -t "$PREFIX/q$arch/state" -C 1 | grep -q '"state":"online"' || fail "$arch not online at 10 s"
+	msub 2 -p "$port" -t "$PREFIX/q$arch/state" -C 1 | grep -q '"state":"online"' || fail "$arch not online 10 s later"
 	stop_pid "$pid"
 	wait "$pid" 2>/dev/null || fail "$arch exited non-zero after SIGTERM"
 	grep -q '"message":"mqlet stopped"' "$WORK/qemu-$arch.log" || fail "$arch did not stop cleanly"
-	log "  $arch under $qemu: online after $online_after s, still online at 10 s, clean stop on SIGTERM (embedded broker, no CRI)"
+	log "  $arch under $qemu: online after $online_after s, still online 10 s later, clean stop on SIGTERM (embedded broker, no CRI)"
 done
 
 # ---------------------------------------------------------------- 3. packages
