@@ -327,6 +327,46 @@ func TestRolloutResumedAfterAKillWaitsForAnOfflineMember(t *testing.T) {
 	checkRolloutCounters(t, broker.URL(), doc, ns, func(p *v1.Pod) bool {
 		return len(p.Spec.Containers) == 1 && strings.Join(p.Spec.Containers[0].Command, " ") == "sleep 3602"
 	})
+
+	// mqletctl for the fleet on the same nodes: a group apply while the
+	// third member is offline answers one row per member, the offline one
+	// Pending (offline since), exit 3; get pods --group lists each
+	// member's group pods with its node.
+	mark = mq.Mark()
+	offline.Stop()
+	mq.WaitState(mark, names[2], "offline", 30*time.Second)
+	side := t.TempDir() + "/side.yaml"
+	if err := os.WriteFile(side, podYAML("side", ns, "Always", "sleep 3600"), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	code, out, errOut := ctl(t, "--broker", broker.URL(), "--group", group, "apply", "-f", side, "--timeout", "90s")
+	t.Logf("group apply with a member offline: exit %d\n%s%s", code, out, errOut)
+	if code != 3 {
+		t.Errorf("group apply with a member offline: exit %d, want 3", code)
+	}
+	for _, n := range names[:2] {
+		if !regexp.MustCompile(`(?m)^` + n + `\s+succeeded\s`).MatchString(out) {
+			t.Errorf("no succeeded row for %s", n)
+		}
+	}
+	if !regexp.MustCompile(`(?m)^` + names[2] + `\s+Pending\s+offline since `).MatchString(out) {
+		t.Errorf("the offline member is not Pending (offline since ...)")
+	}
+	code, out, errOut = ctl(t, "--broker", broker.URL(), "--group", group, "get", "pods", "-n", ns, "--timeout", "60s")
+	t.Logf("get pods --group: exit %d\n%s%s", code, out, errOut)
+	// A group's get reads the group's objects only: side, not the
+	// rollout's web (each node's own, source node).
+	for _, n := range names[:2] {
+		if !regexp.MustCompile(`(?m)^` + n + `\s+` + ns + `\s+side\s+1/1\s+Running`).MatchString(out) {
+			t.Errorf("get pods --group lacks %s's side", n)
+		}
+	}
+	if strings.Contains(out, " web ") {
+		t.Errorf("get pods --group lists the nodes' own web")
+	}
+	if code != 3 || !strings.Contains(errOut, names[2]) {
+		t.Errorf("get pods --group with a member offline: exit %d, want 3 naming it", code)
+	}
 }
 
 // benchFleet starts three mqlets in one group, each on its own containerd.
