@@ -2,12 +2,17 @@ package e2e
 
 import (
 	"context"
+	"crypto/sha256"
+	"encoding/hex"
 	"encoding/json"
+	"errors"
 	"fmt"
 	"os"
+	"path/filepath"
 	"slices"
 	"strconv"
 	"strings"
+	"syscall"
 	"testing"
 	"time"
 
@@ -36,15 +41,47 @@ type fleetNode struct {
 	rt    internalapi.RuntimeService
 }
 
-func fleetEndpoints(t *testing.T) []string {
+func fleetEndpoints(t testing.TB) []string {
 	t.Helper()
 	v := os.Getenv(FleetEndpointsEnv)
 	eps := strings.Split(v, ",")
 	if v == "" || len(eps) < 2 {
 		t.Fatalf("%s must name two more containerds (comma-separated CRI endpoints): start them with test/env/containerd-up.sh, each with its own MQLET_TEST_DIR, MQLET_TEST_BRIDGE and MQLET_TEST_SUBNET (test/run-tests.sh does)", FleetEndpointsEnv)
 	}
+	lockFleet(t, v)
 	_, first := ConnectCRI(t)
 	return []string{first, eps[0], eps[1]}
+}
+
+// lockFleet holds the fleet containerds for the test: e2e shards run in
+// parallel processes and share them, and two mqlets on one containerd
+// remove each other's pods (each one's GC removes every mqlet sandbox it
+// does not desire, whatever its namespace). The lock is a flock on a file
+// named by the endpoints, released when the test ends.
+func lockFleet(t testing.TB, endpoints string) {
+	t.Helper()
+	sum := sha256.Sum256([]byte(endpoints))
+	path := filepath.Join(os.TempDir(), "mqlet-e2e-fleet-"+hex.EncodeToString(sum[:6])+".lock")
+	f, err := os.OpenFile(path, os.O_CREATE|os.O_RDWR, 0o600)
+	if err != nil {
+		t.Fatalf("fleet lock: %v", err)
+	}
+	start := time.Now()
+	for {
+		err := syscall.Flock(int(f.Fd()), syscall.LOCK_EX|syscall.LOCK_NB)
+		if err == nil {
+			break
+		}
+		if !errors.Is(err, syscall.EWOULDBLOCK) || time.Since(start) > 15*time.Minute {
+			f.Close()
+			t.Fatalf("fleet lock %s: %v (waited %v)", path, err, time.Since(start))
+		}
+		time.Sleep(200 * time.Millisecond) // another shard's fleet test holds it
+	}
+	if waited := time.Since(start); waited > time.Second {
+		t.Logf("waited %v for the fleet containerds (another shard's fleet test)", waited.Round(time.Millisecond))
+	}
+	t.Cleanup(func() { _ = syscall.Flock(int(f.Fd()), syscall.LOCK_UN); f.Close() })
 }
 
 func connectCRIAt(t testing.TB, endpoint string) (*CRI, internalapi.RuntimeService) {
@@ -203,6 +240,7 @@ func BenchmarkGroupApply(b *testing.B) {
 	if v == "" || len(eps) < 2 {
 		b.Fatalf("%s must name two more containerds", FleetEndpointsEnv)
 	}
+	lockFleet(b, v)
 	_, first := ConnectCRI(b)
 	eps = []string{first, eps[0], eps[1]}
 	broker := mosquitto.Start(b)

@@ -372,13 +372,7 @@ func TestRolloutResumedAfterAKillWaitsForAnOfflineMember(t *testing.T) {
 // benchFleet starts three mqlets in one group, each on its own containerd.
 func benchFleet(b *testing.B, tag string) (url, group, ns string) {
 	b.Helper()
-	v := os.Getenv(FleetEndpointsEnv)
-	eps := strings.Split(v, ",")
-	if v == "" || len(eps) < 2 {
-		b.Fatalf("%s must name two more containerds", FleetEndpointsEnv)
-	}
-	_, first := ConnectCRI(b)
-	eps = []string{first, eps[0], eps[1]}
+	eps := fleetEndpoints(b)
 	broker := mosquitto.Start(b)
 	suffix := strconv.FormatInt(time.Now().UnixNano()%1e9, 36)
 	ns, group = "e2e-"+tag+"-"+suffix, tag+"-"+suffix
