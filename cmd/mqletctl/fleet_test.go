@@ -36,6 +36,8 @@ type fakeNode struct {
 	// hang: an apply is accepted and never finishes (a pull that takes
 	// forever).
 	hang bool
+	// holdGet, when set, holds every get until it is closed.
+	holdGet chan struct{}
 
 	mu       sync.Mutex
 	offline  bool
@@ -177,6 +179,9 @@ func (n *fakeNode) answer(c fleetCmd) []fakeReply {
 		}
 		return []fakeReply{{Phase: apiv1.Accepted}, {Phase: apiv1.Succeeded, Message: "deleted"}}
 	case apiv1.VerbGet:
+		if n.holdGet != nil {
+			<-n.holdGet
+		}
 		var req apiv1.GetRequest
 		_ = json.Unmarshal(c.Payload, &req)
 		res := apiv1.GetResult{Pods: []*v1.Pod{}, ConfigMaps: []*v1.ConfigMap{}, Secrets: []*v1.Secret{}}
@@ -571,5 +576,31 @@ func TestRolloutAbortFromAnotherProcess(t *testing.T) {
 	}
 	if v := f.nodes["b"].verbs() + f.nodes["c"].verbs(); v != "" {
 		t.Errorf("b, c got %s after the abort", v)
+	}
+}
+
+// An abort while a node of the wave is still being read (its get before
+// the apply) cancels that node: it is never sent the apply, and counts
+// cancelled, not rolled back.
+func TestRolloutAbortCancelsANodeNotYetSent(t *testing.T) {
+	b := mosquitto.Start(t)
+	f := &fleet{url: b.URL(), nodes: map[string]*fakeNode{}}
+	for _, n := range []string{"a", "b"} {
+		f.nodes[n] = startFakeNode(t, f.url, n, []string{"line-1"}, nil, true)
+	}
+	hold := make(chan struct{})
+	f.nodes["a"].holdGet = hold
+	t.Cleanup(func() { close(hold) })
+	f.nodes["b"].badImage = "busybox:v2"
+	res := f.run(t, fleetPod("web", "busybox:v2"), "rollout", "start", "-f", "-", "--group", "line-1", "--batch", "2", "--rollback", "--id", "r4", "--timeout", "20s")
+	if res.code != exitFail {
+		t.Fatalf("want exit 1: %s", res)
+	}
+	doc := f.readDoc(t, "r4")
+	if got := phases(doc); got != "a=Cancelled b=RolledBack" {
+		t.Fatalf("phases %s\n%s", got, res)
+	}
+	if v := f.nodes["a"].verbs(); v != "get" {
+		t.Errorf("a got %s, want only the get (no apply after the abort)", v)
 	}
 }

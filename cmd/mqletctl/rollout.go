@@ -439,7 +439,7 @@ type runner struct {
 	e        env
 	id       string
 	events   chan any
-	inFlight map[string]context.CancelFunc
+	inFlight map[string]inFlight
 	retryAt  map[string]time.Time
 	pods     map[string]map[string]rollout.PodView // node -> ns/name
 	dirty    bool
@@ -453,7 +453,13 @@ type runner struct {
 
 func newRunner(cfg *globalConfig, c *client, doc *apiv1.Rollout, e env) *runner {
 	return &runner{cfg: cfg, c: c, doc: doc, e: e, id: newClientID(), events: make(chan any, 64),
-		inFlight: map[string]context.CancelFunc{}, retryAt: map[string]time.Time{}, pods: map[string]map[string]rollout.PodView{}, waveGap: map[int]time.Duration{}, quit: make(chan struct{})}
+		inFlight: map[string]inFlight{}, retryAt: map[string]time.Time{}, pods: map[string]map[string]rollout.PodView{}, waveGap: map[int]time.Duration{}, quit: make(chan struct{})}
+}
+
+// inFlight is a command goroutine under way for a node.
+type inFlight struct {
+	kind   rollout.ActionKind
+	cancel context.CancelFunc
 }
 
 // Events the command goroutines report.
@@ -463,9 +469,13 @@ type (
 		absent                 []apiv1.ObjectRef
 		done                   chan error
 	}
+	// evSent asks whether a command may go (the loop answers on ok, and
+	// records it when it may: the node was not cancelled or rolled back
+	// meanwhile).
 	evSent struct {
 		node, id string
-		done     chan struct{}
+		rollback bool
+		ok       chan bool
 	}
 	evAccepted struct {
 		node, id string
@@ -505,8 +515,8 @@ func (r *runner) run(ctx context.Context) error {
 	defer stop()
 	defer func() {
 		close(r.quit)
-		for _, cancel := range r.inFlight {
-			cancel()
+		for _, f := range r.inFlight {
+			f.cancel()
 		}
 	}()
 	inbox := make(chan message, 256)
@@ -602,10 +612,11 @@ func (r *runner) step(ctx context.Context) error {
 		_, busy := r.inFlight[n]
 		return busy || time.Now().Before(r.retryAt[n])
 	})
-	// A rollback supersedes a node's apply under way.
+	// A rollback supersedes a node's apply under way; an abort stops one
+	// not sent yet (it is Cancelled).
 	for _, n := range r.doc.Nodes {
-		if cancel, ok := r.inFlight[n.Node]; ok && n.Phase == apiv1.NodeRollingBack && n.RequestID == "" {
-			cancel()
+		if f, ok := r.inFlight[n.Node]; ok && f.kind == rollout.Send && (n.Phase == apiv1.NodeRollingBack || n.Phase == apiv1.NodeCancelled) {
+			f.cancel()
 		}
 	}
 	if r.fingerprint() != before {
@@ -613,13 +624,13 @@ func (r *runner) step(ctx context.Context) error {
 	}
 	for _, a := range actions {
 		cctx, cancel := context.WithCancel(ctx)
-		r.inFlight[a.Node] = cancel
+		r.inFlight[a.Node] = inFlight{kind: a.Kind, cancel: cancel}
 		n := r.node(a.Node)
 		switch a.Kind {
 		case rollout.Send:
 			go r.send(cctx, *n)
 		case rollout.Rollback:
-			go r.rollback(cctx, *n)
+			go r.rollback(cctx, *n, r.doc.Previous[n.Previous])
 		}
 	}
 	if r.dirty && time.Since(r.lastPub) > 200*time.Millisecond || time.Since(r.lastPub) > leaseRenew {
@@ -732,8 +743,12 @@ func (r *runner) handleEvent(ctx context.Context, ev any) {
 				}
 			}
 		}
-		rollout.Sent(r.doc, ev.node, ev.id, now)
-		close(ev.done)
+		may := n != nil && (ev.rollback == (n.Phase == apiv1.NodeRollingBack)) &&
+			(ev.rollback || n.Phase == apiv1.NodePending || n.Phase == apiv1.NodeSent || n.Phase == apiv1.NodeApplied)
+		if may {
+			rollout.Sent(r.doc, ev.node, ev.id, now)
+		}
+		ev.ok <- may
 	case evAccepted:
 		rollout.Accepted(r.doc, ev.node, ev.id, ev.pods, now)
 		r.podsReady(ev.node, now)
@@ -788,22 +803,24 @@ func (r *runner) send(ctx context.Context, n apiv1.RolloutNode) {
 			return
 		}
 	}
-	err = r.command(ctx, n.Node, apiv1.VerbApply, []byte(r.doc.Manifest), true)
+	err = r.command(ctx, n.Node, apiv1.VerbApply, []byte(r.doc.Manifest))
 }
 
 // rollback re-applies what the node held before and deletes what it did
 // not hold.
-func (r *runner) rollback(ctx context.Context, n apiv1.RolloutNode) {
+func (r *runner) rollback(ctx context.Context, n apiv1.RolloutNode, prev string) {
 	var err error
 	defer func() { r.emit(context.Background(), evDone{node: n.Node, err: err}) }()
 	id := newRequestID()
-	sent := evSent{node: n.Node, id: id, done: make(chan struct{})}
+	sent := evSent{node: n.Node, id: id, rollback: true, ok: make(chan bool, 1)}
 	if !r.emit(ctx, sent) {
 		return
 	}
-	<-sent.done
+	if !<-sent.ok {
+		return
+	}
 	msgs := []string{}
-	if prev := r.doc.Previous[n.Previous]; n.Previous != "" && prev != "" {
+	if prev != "" {
 		final, e := r.request(ctx, n.Node, apiv1.VerbApply, []byte(prev), nil)
 		if err = e; err != nil {
 			return
@@ -834,16 +851,14 @@ func (r *runner) rollback(ctx context.Context, n apiv1.RolloutNode) {
 
 // command sends the rollout's apply to node and reports accepted and the
 // final answer as events.
-func (r *runner) command(ctx context.Context, node, verb string, payload []byte, track bool) error {
+func (r *runner) command(ctx context.Context, node, verb string, payload []byte) error {
 	id := newRequestID()
-	sent := evSent{node: node, id: id, done: make(chan struct{})}
+	sent := evSent{node: node, id: id, ok: make(chan bool, 1)}
 	if !r.emit(ctx, sent) {
 		return ctx.Err()
 	}
-	select {
-	case <-sent.done:
-	case <-ctx.Done():
-		return ctx.Err()
+	if !<-sent.ok {
+		return nil // cancelled or rolled back meanwhile: nothing sent
 	}
 	final, err := r.request(ctx, node, verb, payload, func(rep apiv1.Reply) {
 		if rep.Phase != apiv1.Accepted {
