@@ -363,6 +363,13 @@ func TestFleetGetLogsAndNodes(t *testing.T) {
 	if res.code != 0 || !strings.Contains(res.stdout, "[a] hello from a") || !strings.Contains(res.stdout, "[c] hello from c") {
 		t.Fatalf("logs --group: %s", res)
 	}
+	res = f.run(t, "apiVersion: v1\nkind: List\nitems: []\n", "sync", "-f", "-", "--group", "line-1", "--timeout", "10s")
+	if res.code != 0 || !rowRE("b", "succeeded").MatchString(res.stdout) {
+		t.Fatalf("sync --group: %s", res)
+	}
+	if cmds := f.nodes["b"].received(); cmds[len(cmds)-1].Verb != "sync" || cmds[len(cmds)-1].Scope.Group != "line-1" {
+		t.Fatalf("b's last command %+v, want a sync on the group's topic", cmds[len(cmds)-1])
+	}
 	res = f.run(t, "", "get", "nodes", "--group", "other")
 	if res.code != 0 || !regexp.MustCompile(`(?m)^b\s+online`).MatchString(res.stdout) || strings.Contains(res.stdout, "\na ") {
 		t.Fatalf("get nodes --group other: %s", res)

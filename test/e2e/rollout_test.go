@@ -104,7 +104,7 @@ func checkRolloutCounters(t *testing.T, url string, doc *apiv1.Rollout, ns strin
 	key := ns + "/web"
 	var seen apiv1.RolloutTotals
 	var why []string
-	Eventually(t, 30*time.Second, "the nodes' retained pods agree with the rollout document", func() bool {
+	Eventually(t, 60*time.Second, "the nodes' retained pods agree with the rollout document", func() bool {
 		pods := retainedPods(t, url)
 		seen = apiv1.RolloutTotals{Targeted: len(doc.Nodes)}
 		why = why[:0]
