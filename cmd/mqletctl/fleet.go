@@ -110,7 +110,7 @@ func inGroup(r *nodeRow, group string) bool {
 // order: the group's members by their retained state, or the nodes whose
 // retained node object's labels match. None is an error.
 func (f *fleetFlags) members(ctx context.Context, cfg *globalConfig) ([]*nodeRow, error) {
-	rows, err := readFleet(ctx, cfg)
+	rows, err := readFleetTopics(ctx, cfg, false)
 	if err != nil {
 		return nil, err
 	}

@@ -371,7 +371,7 @@ func TestFleetGetLogsAndNodes(t *testing.T) {
 		t.Fatalf("b's last command %+v, want a sync on the group's topic", cmds[len(cmds)-1])
 	}
 	res = f.run(t, "", "get", "nodes", "--group", "other")
-	if res.code != 0 || !regexp.MustCompile(`(?m)^b\s+online`).MatchString(res.stdout) || strings.Contains(res.stdout, "\na ") {
+	if res.code != 0 || !regexp.MustCompile(`(?m)^b\s+online\s+\S+\s+test\s+1$`).MatchString(res.stdout) || strings.Contains(res.stdout, "\na ") {
 		t.Fatalf("get nodes --group other: %s", res)
 	}
 }

@@ -45,6 +45,13 @@ func fleetTopic(prefix, t string) (node, rest string, ok bool) {
 // been quiet for a quarter of --retained-wait (at most 500ms), or after
 // --retained-wait in all.
 func readFleet(ctx context.Context, cfg *globalConfig) ([]*nodeRow, error) {
+	return readFleetTopics(ctx, cfg, true)
+}
+
+// readFleetTopics is readFleet; without withPods it reads the state and
+// node topics only (a fleet command needs no pod counts, and a large
+// fleet retains many pods).
+func readFleetTopics(ctx context.Context, cfg *globalConfig, withPods bool) ([]*nodeRow, error) {
 	ctx, cancel := context.WithTimeout(ctx, cfg.Timeout)
 	defer cancel()
 	c, err := dial(ctx, cfg)
@@ -56,7 +63,11 @@ func readFleet(ctx context.Context, cfg *globalConfig) ([]*nodeRow, error) {
 	inbox := make(chan message, 256)
 	subCtx, stop := context.WithCancel(ctx)
 	defer stop()
-	if err := c.subscribe(subCtx, inbox, all.State(), all.NodeTopic(), all.Pod("+", "+")); err != nil {
+	filters := []string{all.State(), all.NodeTopic()}
+	if withPods {
+		filters = append(filters, all.Pod("+", "+"))
+	}
+	if err := c.subscribe(subCtx, inbox, filters...); err != nil {
 		return nil, err
 	}
 	rows := map[string]*nodeRow{}
@@ -221,7 +232,11 @@ func runGetFleetNodes(ctx context.Context, cfg *globalConfig, f *fleetFlags, nam
 	if err != nil {
 		return err
 	}
-	members, err := f.members(ctx, cfg)
+	rows, err := readFleet(ctx, cfg) // with the pod counts get nodes shows
+	if err != nil {
+		return err
+	}
+	members, err := f.pick(rows, cfg.Prefix)
 	if err != nil {
 		return err
 	}
