@@ -216,12 +216,18 @@ func TestRolloutStopsAfterAFailedWaveAndRollsBack(t *testing.T) {
 		t.Fatal("no rollout document on the broker")
 	}
 	want := fmt.Sprintf("%s=RolledBack %s=RolledBack %s=Cancelled %s=Cancelled", names[0], names[1], names[2], names[3])
+	// The first node is Cancelled instead when the second one failed
+	// before the first was even sent its apply (its objects still being
+	// read): possible on a very loaded machine, and correct.
+	alsoOK := fmt.Sprintf("%s=Cancelled %s=RolledBack %s=Cancelled %s=Cancelled", names[0], names[1], names[2], names[3])
 	var got []string
 	for _, n := range doc.Nodes {
 		got = append(got, n.Node+"="+n.Phase)
 	}
-	if strings.Join(got, " ") != want || doc.Phase != apiv1.RolloutAborted {
+	if g := strings.Join(got, " "); (g != want && g != alsoOK) || doc.Phase != apiv1.RolloutAborted {
 		t.Fatalf("document %s: %s, want %s", doc.Phase, got, want)
+	} else if g == alsoOK {
+		t.Logf("the first node was cancelled before its apply; only the failed node was rolled back")
 	}
 	// The unsent nodes got no command at all.
 	for _, m := range mq.Messages() {
