@@ -95,7 +95,7 @@ _mqletctl() {
         get) COMPREPLY=( $(compgen -W "pods configmaps secrets events nodes all" -- "$cur") ) ;;
         describe|delete|restart) COMPREPLY=( $(compgen -W "pod" -- "$cur") ) ;;
         top) COMPREPLY=( $(compgen -W "node pods" -- "$cur") ) ;;
-        rollout) COMPREPLY=( $(compgen -W "start status resume abort" -- "$cur") ) ;;
+        rollout) COMPREPLY=( $(compgen -W "start list status resume abort" -- "$cur") ) ;;
         watch) COMPREPLY=( $(compgen -W "pods events all" -- "$cur") ) ;;
         help) COMPREPLY=( $(compgen -W "%s" -- "$cur") ) ;;
         completion) COMPREPLY=( $(compgen -W "bash zsh" -- "$cur") ) ;;

@@ -164,6 +164,7 @@ func (n *fakeNode) answer(c fleetCmd) []fakeReply {
 			n.publishPod(p, bad == "")
 		}
 		if bad != "" {
+			time.Sleep(200 * time.Millisecond) // a runtime takes a moment to find the image missing
 			return append(out, fakeReply{Phase: apiv1.Failed, Message: "Pod " + bad + ": ErrImageNeverPull: image " + n.badImage + " is not present with pull policy of Never"})
 		}
 		return append(out, fakeReply{Phase: apiv1.Succeeded, Message: "pods run"})
@@ -484,10 +485,15 @@ func TestRolloutAbortsAfterTheFirstWaveAndRollsBack(t *testing.T) {
 		t.Errorf("the status does not name b: %s", res)
 	}
 	doc := f.readDoc(t, "web-v2")
-	if got := phases(doc); got != "a=RolledBack b=RolledBack c=Cancelled d=Cancelled" {
+	// a is Cancelled instead when b failed before a's apply went out
+	// (a slow machine): correct too, and a keeps v1 either way.
+	if got := phases(doc); got != "a=RolledBack b=RolledBack c=Cancelled d=Cancelled" && got != "a=Cancelled b=RolledBack c=Cancelled d=Cancelled" {
 		t.Fatalf("phases %s\n%s", got, res)
 	}
 	want := apiv1.RolloutTotals{Targeted: 4, Cancelled: 2, RolledBack: 2}
+	if doc.Nodes[0].Phase == apiv1.NodeCancelled {
+		want = apiv1.RolloutTotals{Targeted: 4, Cancelled: 3, RolledBack: 1}
+	}
 	if doc.Totals != want || doc.Phase != apiv1.RolloutAborted {
 		t.Errorf("totals %+v phase %s, want %+v", doc.Totals, doc.Phase, want)
 	}
@@ -544,6 +550,10 @@ func TestRolloutResumeAndOfflineMember(t *testing.T) {
 	res = f.run(t, "", "rollout", "status", "r2")
 	if res.code != 0 || !strings.Contains(res.stdout, "Rollout r2 (group line-1): Succeeded") {
 		t.Fatalf("status: %s", res)
+	}
+	res = f.run(t, "", "rollout", "list")
+	if res.code != 0 || !regexp.MustCompile(`(?m)^r2\s+group/line-1\s+Succeeded\s+3\s+3\s+0\s+0\s`).MatchString(res.stdout) {
+		t.Fatalf("list: %s", res)
 	}
 }
 

@@ -119,12 +119,12 @@ func helpTexts() map[string]helpText {
 		"restart": {"restart pod NAME [-c CONTAINER] [-n NS] [--group G | -L SELECTOR]",
 			"  mqletctl restart pod web\n  mqletctl restart pod web -c main    # only this container\n  mqletctl restart pod web --group line-1"},
 		"rollout": {"rollout start -f FILE (--group G | -L SELECTOR) --batch N|N% [--growth F] [--max-failures N|N%] [--min-executed M] [--node-timeout D] [--rollback] [--id ID] [--detach]\n  " +
-			"mqletctl rollout status|resume ID [--force] | rollout abort ID [--rollback] [--reason R]",
+			"mqletctl rollout status|resume ID [--force] | rollout abort ID [--rollback] [--reason R] | rollout list",
 			"  mqletctl rollout start -f web-v2.yaml --group line-1 --batch 2 --rollback --id web-v2\n" +
 				"  mqletctl rollout start -f web-v2.yaml -L site=plant-3 --batch 10% --growth 2 --max-failures 5% --min-executed 10\n" +
 				"  mqletctl rollout status web-v2    # the retained document <prefix>/rollouts/web-v2\n" +
 				"  mqletctl rollout resume web-v2    # from any machine, after the first mqletctl stopped\n" +
-				"  mqletctl rollout abort web-v2 --rollback"},
+				"  mqletctl rollout abort web-v2 --rollback\n  mqletctl rollout list    # every rollout document under the prefix"},
 		"config": {"config view | config set KEY=VALUE... (KEY=null resets it)",
 			"  mqletctl config view\n  mqletctl config set metricsInterval=2s logLevel=debug"},
 		"completion": {"completion bash|zsh",

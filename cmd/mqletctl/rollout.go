@@ -65,8 +65,93 @@ func runRollout(ctx context.Context, cfg *globalConfig, args []string, e env) er
 		return runRolloutStart(ctx, cfg, args[1:], e)
 	case "resume", "status", "abort":
 		return runRolloutByID(ctx, cfg, args[0], args[1:], e)
+	case "list":
+		return runRolloutList(ctx, cfg, args[1:], e)
 	}
-	return usageError{fmt.Errorf("rollout: unknown subcommand %q (start, status, resume, abort)", args[0])}
+	return usageError{fmt.Errorf("rollout: unknown subcommand %q (start, list, status, resume, abort)", args[0])}
+}
+
+// runRolloutList prints every rollout document retained under the prefix.
+func runRolloutList(ctx context.Context, cfg *globalConfig, args []string, e env) error {
+	fs := newFlagSet("rollout", cfg)
+	registerFleet(fs, cfg)
+	cfg.registerOutput(fs, "json or yaml")
+	pos, err := parseInterleaved(fs, args)
+	if err != nil {
+		return err
+	}
+	if len(pos) > 0 || cfg.fleet.active() {
+		return usageError{errors.New("rollout list takes no arguments")}
+	}
+	if err := cfg.checkOutput("json", "yaml"); err != nil {
+		return err
+	}
+	if err := cfg.resolveFleet(); err != nil {
+		return err
+	}
+	ctx, cancel := context.WithTimeout(ctx, cfg.Timeout)
+	defer cancel()
+	c, err := dial(ctx, cfg)
+	if err != nil {
+		return err
+	}
+	defer c.close()
+	inbox := make(chan message, 256)
+	subCtx, stop := context.WithCancel(ctx)
+	defer stop()
+	if err := c.subscribe(subCtx, inbox, apiv1.RolloutTopic(cfg.Prefix, "+")); err != nil {
+		return err
+	}
+	docs := map[string]*apiv1.Rollout{}
+	quiet := min(cfg.RetainedWait/4, 500*time.Millisecond)
+	idle := time.NewTimer(cfg.RetainedWait)
+	defer idle.Stop()
+collect:
+	for {
+		select {
+		case m := <-inbox:
+			id := strings.TrimPrefix(m.Topic, apiv1.RolloutTopic(cfg.Prefix, ""))
+			if len(m.Payload) == 0 {
+				delete(docs, id)
+			} else if doc, err := decodeRollout(m.Payload, id); err == nil {
+				docs[id] = doc
+			} else {
+				fmt.Fprintf(e.stderr, "skipping %s: %v\n", printable(m.Topic), err)
+			}
+			idle.Reset(quiet)
+		case <-idle.C:
+			break collect
+		case <-ctx.Done():
+			return ctx.Err()
+		}
+	}
+	ids := make([]string, 0, len(docs))
+	for id := range docs {
+		ids = append(ids, id)
+	}
+	sort.Strings(ids)
+	if cfg.Output == "json" || cfg.Output == "yaml" {
+		list := make([]*apiv1.Rollout, 0, len(ids))
+		for _, id := range ids {
+			list = append(list, docs[id])
+		}
+		return printObjects(e.stdout, cfg.Output, map[string]any{"prefix": cfg.Prefix, "rollouts": list})
+	}
+	if len(ids) == 0 {
+		fmt.Fprintf(e.stderr, "No rollouts under prefix %s\n", cfg.Prefix)
+		return nil
+	}
+	tw := tabwriter.NewWriter(e.stdout, 0, 8, 3, ' ', 0)
+	fmt.Fprintln(tw, "ID\tTARGET\tPHASE\tTARGETED\tSUCCEEDED\tFAILED\tPENDING\tAGE")
+	for _, id := range ids {
+		d := docs[id]
+		target := "group/" + d.Target.Group
+		if d.Target.Group == "" {
+			target = "-L " + d.Target.Selector
+		}
+		fmt.Fprintf(tw, "%s\t%s\t%s\t%d\t%d\t%d\t%d\t%s\n", printable(id), printable(target), d.Phase, d.Totals.Targeted, d.Totals.Succeeded, d.Totals.Failed, d.Totals.Pending, duration.HumanDuration(e.now().Sub(d.CreatedAt)))
+	}
+	return tw.Flush()
 }
 
 // countOrPercent parses "N" or "N%".
