@@ -159,6 +159,11 @@ type memberResult struct {
 
 const phasePending = "Pending"
 
+// maxMemberReplyBytes bounds what mqletctl keeps of one member's replies
+// to one request (a get's parts, a log): a publisher flooding a reply
+// topic fails that member instead of filling the memory.
+var maxMemberReplyBytes = 64 << 20 // a variable for the tests
+
 // fleetSend sends one command to the members (on the group's topic, or to
 // each node) under one request id, and collects every member's replies
 // until each online member gave a final one. A member whose retained
@@ -180,6 +185,7 @@ func fleetSend(ctx context.Context, cfg *globalConfig, f *fleetFlags, members []
 func fleetSendOn(ctx context.Context, c *client, cfg *globalConfig, f *fleetFlags, members []*nodeRow, verb string, payload []byte) ([]*memberResult, error) {
 	id := newRequestID()
 	results := map[string]*memberResult{}
+	kept := map[string]int{} // reply bytes kept per member
 	var filters []string
 	replyOf := map[string]string{} // reply topic -> node
 	stateOf := map[string]string{} // state topic -> node
@@ -252,6 +258,11 @@ func fleetSendOn(ctx context.Context, c *client, cfg *globalConfig, f *fleetFlag
 			}
 			r := results[n]
 			if r.Final != nil {
+				continue
+			}
+			if kept[n] += len(m.Payload); kept[n] > maxMemberReplyBytes {
+				final := apiv1.Reply{Phase: apiv1.Failed, Message: fmt.Sprintf("replies to request %s over %d bytes: not kept", id, maxMemberReplyBytes)}
+				r.Phase, r.Message, r.Final, r.replies = final.Phase, final.Message, &final, nil
 				continue
 			}
 			r.replies = append(r.replies, rep)

@@ -38,6 +38,9 @@ type fakeNode struct {
 	hang bool
 	// holdGet, when set, holds every get until it is closed.
 	holdGet chan struct{}
+	// flood: a get is answered with this many in_progress replies of
+	// 1 KiB and no final one.
+	flood int
 
 	mu       sync.Mutex
 	offline  bool
@@ -182,6 +185,13 @@ func (n *fakeNode) answer(c fleetCmd) []fakeReply {
 	case apiv1.VerbGet:
 		if n.holdGet != nil {
 			<-n.holdGet
+		}
+		if n.flood > 0 {
+			out := make([]fakeReply, n.flood)
+			for i := range out {
+				out[i] = fakeReply{Phase: apiv1.InProgress, Message: strings.Repeat("x", 1024)}
+			}
+			return out
 		}
 		var req apiv1.GetRequest
 		_ = json.Unmarshal(c.Payload, &req)
@@ -619,5 +629,19 @@ func TestRolloutAbortCancelsANodeNotYetSent(t *testing.T) {
 	}
 	if v := f.nodes["a"].verbs(); v != "get" {
 		t.Errorf("a got %s, want only the get (no apply after the abort)", v)
+	}
+}
+
+// A member flooding its reply topic is failed once its replies pass the
+// bound, and the others are listed.
+func TestFleetReplyFloodIsBounded(t *testing.T) {
+	old := maxMemberReplyBytes
+	maxMemberReplyBytes = 32 << 10
+	t.Cleanup(func() { maxMemberReplyBytes = old })
+	f := startFleet(t, false)
+	f.nodes["b"].flood = 100
+	res := f.run(t, "", "get", "pods", "--group", "line-1", "--timeout", "20s")
+	if res.code != exitFail || !regexp.MustCompile(`(?m)^b\s+failed\s+replies to request \S+ over 32768 bytes`).MatchString(res.stderr) {
+		t.Fatalf("want b failed over the bound: %s", res)
 	}
 }

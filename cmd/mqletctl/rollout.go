@@ -1006,12 +1006,16 @@ func (r *runner) request(ctx context.Context, node, verb string, payload []byte,
 		return apiv1.Reply{}, err
 	}
 	var all []apiv1.Reply
+	kept := 0
 	for {
 		select {
 		case m := <-inbox:
 			rep, err := apiv1.DecodeReply(m.Payload)
 			if err != nil || (rep.RequestID != "" && rep.RequestID != id) {
 				continue
+			}
+			if kept += len(m.Payload); kept > maxMemberReplyBytes {
+				return apiv1.Reply{}, fmt.Errorf("replies to request %s over %d bytes", id, maxMemberReplyBytes)
 			}
 			all = append(all, rep)
 			if onReply != nil {
