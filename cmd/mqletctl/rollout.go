@@ -587,6 +587,9 @@ func (r *runner) publish(ctx context.Context) error {
 	if err != nil {
 		return fmt.Errorf("encoding rollout %s: %w", r.doc.ID, err)
 	}
+	if len(b) > apiv1.MaxRolloutDocBytes {
+		return fmt.Errorf("rollout %s: the document is %d bytes, over the %d a reader takes (too many nodes or previous manifests for one rollout: split it by selector)", r.doc.ID, len(b), apiv1.MaxRolloutDocBytes)
+	}
 	if err := wait(ctx, r.c.mqtt.Publish(apiv1.RolloutTopic(r.cfg.Prefix, r.doc.ID), 1, true, b)); err != nil {
 		return fmt.Errorf("publishing rollout %s: %w", r.doc.ID, err)
 	}
