@@ -6,6 +6,7 @@ import (
 	"net"
 	"os"
 	"os/exec"
+	"os/signal"
 	"path/filepath"
 	"strconv"
 	"strings"
@@ -38,6 +39,15 @@ func TestDemoCtrlCLeavesNothing(t *testing.T) {
 		t.Fatal(err)
 	}
 	logsBefore := podLogDirs(t)
+
+	// A test binary that a non-interactive shell started in the background
+	// (the suite's e2e shards) has SIGINT ignored, and an ignored signal
+	// stays ignored across exec: the demo would never see the Ctrl-C, nor
+	// could its trap catch it. With a handler here, exec gives the demo
+	// SIGINT's default disposition, as a terminal's foreground job has.
+	sigint := make(chan os.Signal, 1)
+	signal.Notify(sigint, os.Interrupt)
+	defer signal.Stop(sigint)
 
 	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Minute)
 	defer cancel()
@@ -72,11 +82,23 @@ func TestDemoCtrlCLeavesNothing(t *testing.T) {
 	}()
 	t.Cleanup(func() {
 		_ = syscall.Kill(-pgid, syscall.SIGKILL)
+		// The demo's mqlet runs in a session of its own: a demo that never
+		// ran its cleanup leaves it holding the demo's state store.
+		state := dir + "-state"
+		_ = exec.Command("pkill", "-KILL", "-f", "--", "--state-dir "+state+" ").Run()
 		// The demo's own containerd only: the environment names the
 		// suite's shared one (MQLET_TEST_DIR), which must keep running.
 		down := exec.Command(filepath.Join(root, "test/env/containerd-down.sh"))
 		down.Env = append(os.Environ(), "MQLET_TEST_DIR="+dir, "MQLET_TEST_BRIDGE="+bridge, "MQLET_TEST_SUBNET="+subnet)
 		_ = down.Run()
+		if mounts, err := os.ReadFile("/proc/mounts"); err == nil {
+			for _, l := range strings.Split(string(mounts), "\n") {
+				if f := strings.Fields(l); len(f) > 1 && strings.HasPrefix(f[1], state+"/") {
+					_ = syscall.Unmount(f[1], syscall.MNT_DETACH)
+				}
+			}
+		}
+		_ = os.RemoveAll(state)
 	})
 	select {
 	case <-running:
@@ -125,8 +147,14 @@ func TestDemoCtrlCLeavesNothing(t *testing.T) {
 	case <-time.After(3 * time.Minute):
 		// What each process of the demo's group is doing (a script that never
 		// ran its trap shows where it waits).
-		ps, _ := exec.Command("ps", "-o", "pid,ppid,stat,wchan:24,args", "-g", strconv.Itoa(pgid)).CombinedOutput()
-		t.Fatalf("the demo did not end after SIGINT:\n--- stderr:\n%s--- stdout:\n%s--- its process group:\n%s", stderr.String(), out.String(), ps)
+		all, _ := exec.Command("ps", "-eo", "pgid,pid,ppid,stat,wchan:24,args").CombinedOutput()
+		var ps strings.Builder
+		for _, l := range strings.Split(string(all), "\n") {
+			if f := strings.Fields(l); len(f) > 0 && f[0] == strconv.Itoa(pgid) {
+				ps.WriteString(l + "\n")
+			}
+		}
+		t.Fatalf("the demo did not end after SIGINT:\n--- stderr:\n%s--- stdout:\n%s--- its process group:\n%s", stderr.String(), out.String(), ps.String())
 	}
 	if !strings.Contains(stderr.String(), "demo: cleaned up") {
 		t.Errorf("the cleanup did not finish:\n%s", stderr.String())
