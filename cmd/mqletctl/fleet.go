@@ -126,6 +126,11 @@ func (f *fleetFlags) pick(rows []*nodeRow, prefix string) ([]*nodeRow, error) {
 			}
 		}
 		if len(out) == 0 {
+			for _, r := range rows {
+				if r.Node == f.group.value {
+					return nil, fmt.Errorf("unknown group %q: %s is a node under prefix %s, not a group (use --node %s); no node names group %s in its retained state", f.group.value, f.group.value, prefix, f.group.value, f.group.value)
+				}
+			}
 			return nil, fmt.Errorf("unknown group %q: no node under prefix %s names it in its retained state (check --group and --prefix; a node joins with its groups setting)", f.group.value, prefix)
 		}
 		return out, nil

@@ -400,6 +400,8 @@ func TestFleetBadInput(t *testing.T) {
 		{[]string{"apply", "-f", "-", "--group", "a+b"}, exitUsage, "group name"},
 		{[]string{"get", "pods", "--group", "a#"}, exitUsage, "group name"},
 		{[]string{"apply", "-f", "-", "-L", ""}, exitUsage, "-L is empty"},
+		{[]string{"rollout", "start", "-f", "-", "-L", " ", "--batch", "1"}, exitUsage, "-L is empty"},
+		{[]string{"apply", "-f", "-", "--group", "d"}, exitFail, `unknown group "d": d is a node under prefix mqlet/v1, not a group (use --node d)`},
 		{[]string{"apply", "-f", "-", "-L", "site=nowhere"}, exitFail, `no node under prefix mqlet/v1 has labels matching -L "site=nowhere"`},
 		{[]string{"apply", "-f", "-", "--group", "line-1", "--node", "a"}, exitUsage, "--node and --group/-L exclude each other"},
 		{[]string{"apply", "-f", "-", "--group", "line-1", "-L", "site=x"}, exitUsage, "exclude each other"},
