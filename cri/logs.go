@@ -9,6 +9,8 @@ import (
 	"strconv"
 	"time"
 
+	"google.golang.org/grpc/codes"
+	"google.golang.org/grpc/status"
 	internalapi "k8s.io/cri-api/pkg/apis"
 	runtimeapi "k8s.io/cri-api/pkg/apis/runtime/v1"
 	crilogs "k8s.io/cri-client/pkg/logs"
@@ -62,6 +64,18 @@ func (m *Manager) ContainerLogs(ctx context.Context, r LogRequest, out io.Writer
 	opts := &crilogs.LogOptions{TailLines: r.TailLines, LimitBytes: r.LimitBytes, Since: r.Since, Timestamp: r.Timestamps,
 		Follow: r.Follow && c.State == ContainerRunning}
 	if err := crilogs.ReadLogs(quietContext(ctx), path, c.ID, opts, statusOnly{c: svc.runtime}, out, out); err != nil {
+		// The runtime may answer DeadlineExceeded for a status call a few
+		// milliseconds before ctx's own timer marks ctx done (the deadline
+		// travels with the call): that is the end of the follow, not a
+		// failure, once ctx says so.
+		if dl, ok := ctx.Deadline(); ok && ctx.Err() == nil && status.Code(err) == codes.DeadlineExceeded && time.Until(dl) < time.Second {
+			wait := time.NewTimer(time.Until(dl) + time.Second)
+			select {
+			case <-ctx.Done():
+			case <-wait.C:
+			}
+			wait.Stop()
+		}
 		if ctx.Err() != nil {
 			return ctx.Err()
 		}
