@@ -227,7 +227,10 @@ func Step(r *apiv1.Rollout, now time.Time, inFlight func(node string) bool) []Ac
 	if r.Phase == apiv1.RolloutRunning {
 		for i := range r.Nodes {
 			n := &r.Nodes[i]
-			if n.Phase == apiv1.NodeApplied && n.OfflineSince == nil && n.Deadline != nil && now.After(*n.Deadline) {
+			// A node left Applied without an answer by a runner that
+			// stopped is sent again below, not timed out.
+			watched := n.Answer != "" || inFlight(n.Node)
+			if n.Phase == apiv1.NodeApplied && watched && n.OfflineSince == nil && n.Deadline != nil && now.After(*n.Deadline) {
 				finish(n, apiv1.NodeFailed, fmt.Sprintf("not Ready within %ds after it accepted (--node-timeout)", r.Strategy.NodeTimeoutSeconds), now)
 			}
 		}

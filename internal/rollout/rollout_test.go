@@ -209,12 +209,13 @@ func TestWavesAbortAndRollback(t *testing.T) {
 				Sent(r, "n0", "a", t0)
 				// Sent long ago but accepted only now: no timeout yet.
 				Accepted(r, "n0", "a", nil, t0.Add(time.Hour))
-				Step(r, t0.Add(time.Hour+29*time.Second), none)
+				busy := func(n string) bool { return n == "n0" } // its apply is still answered
+				Step(r, t0.Add(time.Hour+29*time.Second), busy)
 				if r.Nodes[0].Phase != apiv1.NodeApplied {
 					panic("failed before its timeout: " + r.Nodes[0].Message)
 				}
 				succeed(r, "n1", t0)
-				return Step(r, t0.Add(time.Hour+31*time.Second), none)
+				return Step(r, t0.Add(time.Hour+31*time.Second), busy)
 			},
 			wantPhase: apiv1.RolloutSucceeded, wantAction: "", wantReason: "1 node(s) succeeded, 1 failed",
 			wantTotals: apiv1.RolloutTotals{Targeted: 2, Applied: 2, Succeeded: 1, Failed: 1},
@@ -272,6 +273,16 @@ func TestWavesAbortAndRollback(t *testing.T) {
 			},
 			wantPhase: apiv1.RolloutRunning, wantAction: "send n0,send n1",
 			wantTotals: apiv1.RolloutTotals{Targeted: 3, Applied: 1, Pending: 3},
+		},
+		{
+			name: "resume long after: a node left Applied is sent again, not timed out", nodes: 1, strategy: apiv1.RolloutStrategy{Batch: 1, NodeTimeoutSeconds: 30},
+			run: func(r *apiv1.Rollout) []Action {
+				Sent(r, "n0", "a", t0)
+				Accepted(r, "n0", "a", nil, t0)
+				return Step(r, t0.Add(time.Hour), none) // the runner died; resumed an hour later
+			},
+			wantPhase: apiv1.RolloutRunning, wantAction: "send n0",
+			wantTotals: apiv1.RolloutTotals{Targeted: 1, Applied: 1, Pending: 1},
 		},
 		{
 			name: "an operator's abort with rollback", nodes: 3, strategy: apiv1.RolloutStrategy{Batch: 1},
