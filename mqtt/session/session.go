@@ -417,10 +417,16 @@ func (s *Session) send(ctx context.Context, m outbox.Message) (outbox.Delivery, 
 	go func() {
 		select {
 		case <-tok.Done():
+		case <-c.lost:
+		}
+		// Counted when acknowledged, also when the link was lost after the
+		// ack but before this goroutine ran (a select picks at random).
+		select {
+		case <-tok.Done():
 			if tok.Error() == nil {
 				s.messagesOut.Add(1)
 			}
-		case <-c.lost:
+		default:
 		}
 		if m.QoS > 0 {
 			<-c.slots
