@@ -105,6 +105,16 @@ type Rollout struct {
 	UpdatedAt time.Time     `json:"updatedAt"`
 	// Rev grows with every publication of the document.
 	Rev uint64 `json:"rev"`
+	// Signature, when the runner signs commands (--sign-key), is its
+	// Ed25519 signature of the document's JSON with Signature left out;
+	// a resume that signs commands sends only what a trusted key signed.
+	Signature *RolloutSignature `json:"signature,omitempty"`
+}
+
+// RolloutSignature signs a rollout document.
+type RolloutSignature struct {
+	KeyID string `json:"keyId"`
+	Sig   []byte `json:"sig"` // base64 in JSON
 }
 
 // RolloutTarget says how the nodes were chosen: the members of a group

@@ -1,6 +1,7 @@
 package main
 
 import (
+	"crypto/ed25519"
 	"errors"
 	"flag"
 	"fmt"
@@ -58,7 +59,9 @@ type globalConfig struct {
 	// signer signs every command when SignKey is given (loaded by resolve);
 	// now is the clock of its iat and exp.
 	signer *signing.Signer
-	now    func() time.Time
+	// signKey is the key itself, which also signs rollout documents.
+	signKey ed25519.PrivateKey
+	now     func() time.Time
 
 	// fleet is --group and -L, given before the command (mqletctl
 	// --group G get pods) or among its flags (fleetCommands).
@@ -216,7 +219,7 @@ func (c *globalConfig) loadSigner() error {
 	if err != nil {
 		return usageError{fmt.Errorf("--key-id: %w", err)}
 	}
-	c.signer = s
+	c.signer, c.signKey = s, key
 	return nil
 }
 

@@ -1,8 +1,10 @@
 package main
 
 import (
+	"crypto/ed25519"
 	"encoding/json"
 	"fmt"
+	"path/filepath"
 	"regexp"
 	"strings"
 	"sync"
@@ -17,6 +19,7 @@ import (
 
 	apiv1 "github.com/mqlet/mqlet/api/v1"
 	"github.com/mqlet/mqlet/internal/testutil/mosquitto"
+	"github.com/mqlet/mqlet/signing"
 )
 
 // fakeNode is one node of a fake fleet on a real mosquitto: it publishes
@@ -645,5 +648,64 @@ func TestFleetReplyFloodIsBounded(t *testing.T) {
 	res := f.run(t, "", "get", "pods", "--group", "line-1", "--timeout", "20s")
 	if res.code != exitFail || !regexp.MustCompile(`(?m)^b\s+failed\s+replies to request \S+ over 32768 bytes`).MatchString(res.stderr) {
 		t.Fatalf("want b failed over the bound: %s", res)
+	}
+}
+
+// With --sign-key the runner signs the document; a resume that signs
+// commands refuses a document another key signed, or one changed after it
+// was signed, and takes one its own key (or a --trust-key) signed.
+func TestRolloutDocumentIsSignedAndChecked(t *testing.T) {
+	f := startFleet(t, false)
+	keyFile := func(name string) (string, ed25519.PrivateKey) {
+		k, err := signing.GenerateKey()
+		if err != nil {
+			t.Fatal(err)
+		}
+		p := filepath.Join(t.TempDir(), name)
+		if err := signing.WritePrivateKeyFile(p, k); err != nil {
+			t.Fatal(err)
+		}
+		return p, k
+	}
+	a, aKey := keyFile("a.key")
+	b, _ := keyFile("b.key")
+	res := f.run(t, fleetPod("web", "busybox:v2"), "--sign-key", a, "rollout", "start", "-f", "-", "--group", "line-1", "--batch", "1", "--id", "r5", "--detach")
+	if res.code != 0 {
+		t.Fatalf("start --detach: %s", res)
+	}
+	doc := f.readDoc(t, "r5")
+	if doc.Signature == nil || doc.Signature.KeyID != signing.KeyID(aKey.Public().(ed25519.PublicKey)) {
+		t.Fatalf("document not signed by a: %+v", doc.Signature)
+	}
+	// Another key: refused, nothing sent.
+	res = f.run(t, "", "--sign-key", b, "rollout", "resume", "r5", "--force", "--timeout", "5s")
+	if res.code != exitFail || !strings.Contains(res.stderr, "not by a key trusted here") {
+		t.Fatalf("resume with another key: %s", res)
+	}
+	// Changed after it was signed (its manifest): refused.
+	tampered := *doc
+	tampered.Manifest = fleetPod("web", "evil:1")
+	body, _ := json.Marshal(&tampered)
+	c := testClient(t, f.url, "tamperer")
+	mustPublish(t, c, apiv1.RolloutTopic("", "r5"), true, body)
+	res = f.run(t, "", "--sign-key", a, "rollout", "resume", "r5", "--force", "--timeout", "5s")
+	if res.code != exitFail || !strings.Contains(res.stderr, "does not match its content") {
+		t.Fatalf("resume of a changed document: %s", res)
+	}
+	for _, n := range f.nodes {
+		if v := n.verbs(); v != "" {
+			t.Fatalf("%s got %s from a refused resume", n.name, v)
+		}
+	}
+	// The signed one, trusted through --trust-key by b's resume: it runs.
+	body, _ = json.Marshal(doc)
+	mustPublish(t, c, apiv1.RolloutTopic("", "r5"), true, body)
+	res = f.run(t, "", "--sign-key", b, "rollout", "status", "r5", "--trust-key", signing.EncodePublicKey(aKey.Public().(ed25519.PublicKey)))
+	if !strings.Contains(res.stderr, "document signed by "+doc.Signature.KeyID+" (verified)") {
+		t.Fatalf("status: %s", res)
+	}
+	res = f.run(t, "", "--sign-key", b, "rollout", "resume", "r5", "--force", "--timeout", "5s", "--trust-key", signing.EncodePublicKey(aKey.Public().(ed25519.PublicKey)))
+	if strings.Contains(res.stderr, "trusted") || f.nodes["a"].verbs() == "" {
+		t.Fatalf("resume of a trusted document did not run: %s", res)
 	}
 }

@@ -9,6 +9,7 @@ package main
 import (
 	"bytes"
 	"context"
+	"crypto/ed25519"
 	"encoding/json"
 	"errors"
 	"fmt"
@@ -26,6 +27,7 @@ import (
 
 	apiv1 "github.com/mqlet/mqlet/api/v1"
 	"github.com/mqlet/mqlet/internal/rollout"
+	"github.com/mqlet/mqlet/signing"
 )
 
 const (
@@ -279,6 +281,8 @@ func runRolloutByID(ctx context.Context, cfg *globalConfig, verb string, args []
 	force := fs.Bool("force", false, "resume: take the rollout over from a runner that renewed its lease lately")
 	rollback := fs.Bool("rollback", false, "abort: also roll the changed nodes back")
 	reason := fs.String("reason", "", "abort: why (kept in the document)")
+	var trust fileList
+	fs.Var(&trust, "trust-key", "public `KEY` (base64, as keys show prints it) whose signature of the document is trusted besides --sign-key's own (repeatable)")
 	cfg.registerOutput(fs, "json or yaml (the document)")
 	registerFleet(fs, cfg) // refused below, not unknown
 	pos, err := parseInterleaved(fs, args)
@@ -317,6 +321,19 @@ func runRolloutByID(ctx context.Context, cfg *globalConfig, verb string, args []
 	}
 	if err != nil {
 		return err
+	}
+	signedBy, verr := verifyRollout(doc, cfg.signKey, trust)
+	if cfg.signKey != nil && verb != "status" && verr != nil {
+		// It would sign and send what the document says.
+		return fmt.Errorf("rollout %s: %w; with --sign-key, resume and abort send only what a trusted key signed (--trust-key KEY)", doc.ID, verr)
+	}
+	if verb == "status" {
+		switch {
+		case verr == nil:
+			fmt.Fprintf(e.stderr, "document signed by %s (verified)\n", signedBy)
+		case doc.Signature != nil:
+			fmt.Fprintf(e.stderr, "document signed by %s (not verified: %v)\n", printable(bounded(doc.Signature.KeyID)), verr)
+		}
 	}
 	r := newRunner(cfg, c, doc, e)
 	switch verb {
@@ -583,6 +600,9 @@ func (r *runner) publish(ctx context.Context) error {
 	r.doc.UpdatedAt = now
 	r.doc.Runner = apiv1.RolloutRunner{ID: r.id, RenewedAt: now}
 	r.doc.Totals = rollout.Totals(r.doc)
+	if err := signRollout(r.doc, r.cfg.signKey); err != nil {
+		return err
+	}
 	b, err := json.Marshal(r.doc)
 	if err != nil {
 		return fmt.Errorf("encoding rollout %s: %w", r.doc.ID, err)
@@ -731,7 +751,7 @@ func (r *runner) step(ctx context.Context) error {
 // aside).
 func (r *runner) fingerprint() string {
 	d := *r.doc
-	d.Rev, d.UpdatedAt, d.Runner = 0, time.Time{}, apiv1.RolloutRunner{}
+	d.Rev, d.UpdatedAt, d.Runner, d.Signature = 0, time.Time{}, apiv1.RolloutRunner{}, nil
 	b, _ := json.Marshal(d) // marshals a document it decoded or built
 	return string(b)
 }
@@ -1217,4 +1237,66 @@ func finishedPhase(p string) bool {
 		return true
 	}
 	return false
+}
+
+// rolloutSigned is what a document's signature covers: its JSON with the
+// signature left out.
+func rolloutSigned(doc *apiv1.Rollout) ([]byte, error) {
+	d := *doc
+	d.Signature = nil
+	b, err := json.Marshal(&d)
+	if err != nil {
+		return nil, fmt.Errorf("encoding rollout %s: %w", doc.ID, err)
+	}
+	return b, nil
+}
+
+// signRollout signs the document with key (none: it stays unsigned).
+func signRollout(doc *apiv1.Rollout, key ed25519.PrivateKey) error {
+	doc.Signature = nil
+	if key == nil {
+		return nil
+	}
+	b, err := rolloutSigned(doc)
+	if err != nil {
+		return err
+	}
+	pub, _ := key.Public().(ed25519.PublicKey) // an ed25519 key's public half
+	doc.Signature = &apiv1.RolloutSignature{KeyID: signing.KeyID(pub), Sig: ed25519.Sign(key, b)}
+	return nil
+}
+
+// verifyRollout checks the document's signature against own's public key
+// and the trusted public keys (base64), and returns the key id that
+// signed it.
+func verifyRollout(doc *apiv1.Rollout, own ed25519.PrivateKey, trusted []string) (string, error) {
+	if doc.Signature == nil {
+		return "", errors.New("the document is not signed")
+	}
+	var keys []ed25519.PublicKey
+	if own != nil {
+		pub, _ := own.Public().(ed25519.PublicKey) // an ed25519 key's public half
+		keys = append(keys, pub)
+	}
+	for _, t := range trusted {
+		pub, err := signing.ParsePublicKey(t)
+		if err != nil {
+			return "", fmt.Errorf("--trust-key: %w", err)
+		}
+		keys = append(keys, pub)
+	}
+	b, err := rolloutSigned(doc)
+	if err != nil {
+		return "", err
+	}
+	for _, k := range keys {
+		id := signing.KeyID(k)
+		if id == doc.Signature.KeyID {
+			if !ed25519.Verify(k, b, doc.Signature.Sig) {
+				return "", fmt.Errorf("the document's signature by key %s does not match its content (changed since it was signed)", id)
+			}
+			return id, nil
+		}
+	}
+	return "", fmt.Errorf("the document is signed by key %s, not by a key trusted here", bounded(doc.Signature.KeyID))
 }
