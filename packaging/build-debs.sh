@@ -27,6 +27,27 @@ trap 'rm -rf "$WORK"' EXIT
 NFPM="$WORK/nfpm"
 (cd packaging/tools && go build -o "$NFPM" github.com/goreleaser/nfpm/v2/cmd/nfpm)
 
+# What every architecture ships alike, made with binaries of this host:
+# man pages and shell completion from the binaries' own help, the Debian
+# changelog and the docs the README links to.
+export SOURCE_DATE_EPOCH=${SOURCE_DATE_EPOCH:-$(git log -1 --format=%ct)}
+go build -tags grpcnotrace -o "$WORK/host/mqlet" ./cmd/mqlet
+go build -o "$WORK/host/mqletctl" ./cmd/mqletctl
+packaging/man.sh "$WORK/host/mqlet" "$WORK/host/mqletctl" "$VERSION" "$WORK/man"
+"$WORK/host/mqletctl" completion bash >"$WORK/mqletctl.bash"
+"$WORK/host/mqletctl" completion zsh >"$WORK/_mqletctl"
+{
+	echo "mqlet ($DEB_VERSION) unstable; urgency=medium"
+	echo
+	echo "  * Built from mqlet $VERSION."
+	echo
+	echo " -- mqlet maintainers <mqlet@localhost>  $(date -u -R -d "@$SOURCE_DATE_EPOCH")"
+} | gzip -9n >"$WORK/changelog.gz"
+docs=""
+for f in docs/*.md; do
+	docs+="  - {src: $f, dst: /usr/share/doc/mqlet/$f, file_info: {mode: 0644}}"$'\n'
+done
+
 for deb in "${ARCHES[@]}"; do
 	case $deb in
 	amd64) goarch=amd64 goarm= ;;
@@ -72,6 +93,13 @@ contents:
   - {src: $WORK/$deb/pause.tar, dst: /usr/share/mqlet/pause.oci.tar, file_info: {mode: 0644}}
   - {src: packaging/files/10-mqlet.conflist.in, dst: /usr/share/mqlet/10-mqlet.conflist.in, file_info: {mode: 0644}}
   - {src: README.md, dst: /usr/share/doc/mqlet/README.md, file_info: {mode: 0644}}
+  - {src: packaging/files/copyright, dst: /usr/share/doc/mqlet/copyright, file_info: {mode: 0644}}
+  - {src: $WORK/changelog.gz, dst: /usr/share/doc/mqlet/changelog.gz, file_info: {mode: 0644}}
+  - {src: $WORK/man/mqlet.8.gz, dst: /usr/share/man/man8/mqlet.8.gz, file_info: {mode: 0644}}
+  - {src: $WORK/man/mqletctl.1.gz, dst: /usr/share/man/man1/mqletctl.1.gz, file_info: {mode: 0644}}
+  - {src: $WORK/mqletctl.bash, dst: /usr/share/bash-completion/completions/mqletctl, file_info: {mode: 0644}}
+  - {src: $WORK/_mqletctl, dst: /usr/share/zsh/vendor-completions/_mqletctl, file_info: {mode: 0644}}
+$docs
   - {src: configs/mqlet.yaml, dst: /usr/share/doc/mqlet/mqlet.yaml, file_info: {mode: 0644}}
   - {src: deploy/mosquitto-tls.conf, dst: /usr/share/doc/mqlet/mosquitto-tls.conf, file_info: {mode: 0644}}
   - {src: deploy/mosquitto-mqlet.acl, dst: /usr/share/doc/mqlet/mosquitto-mqlet.acl, file_info: {mode: 0644}}

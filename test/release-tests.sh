@@ -202,6 +202,24 @@ grep -q "\"subnet\": \"$SUBNET\"" /etc/cni/net.d/mqlet/10-mqlet.conflist || fail
 grep -q "\"bridge\": \"$BRIDGE\"" /etc/cni/net.d/mqlet/10-mqlet.conflist || fail "conflist lacks the bridge"
 rc=0; mqlet --check-config --require-broker --config /etc/mqlet/mqlet.yaml >/dev/null 2>&1 || rc=$?
 [ $rc -eq 3 ] || fail "a fresh install's config should name no broker (exit 3), got $rc"
+# What a Debian user looks for: copyright, changelog, man pages, completion,
+# the docs the README links to, and registry hosts.d without a hand edit.
+for f in /usr/share/doc/mqlet/copyright /usr/share/doc/mqlet/changelog.gz /usr/share/man/man8/mqlet.8.gz \
+	/usr/share/man/man1/mqletctl.1.gz /usr/share/bash-completion/completions/mqletctl /usr/share/zsh/vendor-completions/_mqletctl; do
+	[ -s "$f" ] || fail "$f not installed"
+done
+grep -q '^License: Apache-2.0' /usr/share/doc/mqlet/copyright || fail "copyright names no license"
+zcat /usr/share/doc/mqlet/changelog.gz | head -1 | grep -q "^mqlet (" || fail "changelog.gz is not a Debian changelog"
+for doc in $(grep -o '(docs/[a-z-]*\.md' "$REPO/README.md" | tr -d '(' | sort -u); do
+	[ -s "/usr/share/doc/mqlet/$doc" ] || fail "README links $doc, not installed"
+done
+zcat /usr/share/man/man1/mqletctl.1.gz | grep -q '^\.SS rollout' || fail "mqletctl.1 lacks a command"
+if command -v man >/dev/null; then
+	man -l /usr/share/man/man1/mqletctl.1.gz 2>&1 | grep -q 'MQLETCTL(1)' || fail "mqletctl.1 does not render"
+fi
+grep -q 'complete .*mqletctl' /usr/share/bash-completion/completions/mqletctl || fail "bash completion registers nothing"
+grep -q 'config_path = "/etc/mqlet/certs.d"' /etc/mqlet/containerd.toml || fail "the shipped containerd config has no hosts.d config_path"
+log "  copyright, changelog, man pages (mqlet.8, mqletctl.1), bash and zsh completion, docs, hosts.d in /etc/mqlet/certs.d: installed"
 if command -v systemd-analyze >/dev/null; then
 	systemd-analyze verify /lib/systemd/system/mqlet.service /lib/systemd/system/mqlet-containerd.service >"$WORK/verify.log" 2>&1 || fail "systemd-analyze verify: $(cat "$WORK/verify.log")"
 	log "  systemd-analyze verify: both units clean"
@@ -319,6 +337,9 @@ for p in $task_pids; do kill -0 "$p" 2>/dev/null || fail "dpkg -r stopped pod pr
 [ -f /var/lib/mqlet/state.db ] || fail "dpkg -r removed the state"
 [ ! -e /usr/bin/mqlet ] || fail "dpkg -r left /usr/bin/mqlet"
 log "  pods still running, state kept"
+# The pods' log directories (the host's /var/log/pods, the package's podLogDir).
+mapfile -t pod_logs < <(ls -d /var/log/pods/default_web[0-9]_* 2>/dev/null)
+[ ${#pod_logs[@]} -ge 3 ] || fail "the 3 pods' log directories are not under /var/log/pods: ${pod_logs[*]}"
 dpkg --purge mqlet >"$WORK/dpkg-purge.log" 2>&1 || fail "dpkg --purge"
 installed_by_us=
 grep -q '3 pods stopped and removed' "$WORK/dpkg-purge.log" || fail "purge did not stop the 3 pods: $(cat "$WORK/dpkg-purge.log")"
@@ -330,5 +351,6 @@ for p in /var/lib/mqlet /etc/mqlet /run/mqlet /etc/cni/net.d/mqlet; do [ ! -e "$
 ip link show "$BRIDGE" >/dev/null 2>&1 && fail "purge left bridge $BRIDGE"
 grep -q ' /var/lib/mqlet' /proc/mounts && fail "purge left mounts under /var/lib/mqlet"
 ps -eo args | grep -F -- "-address $SOCK" | grep -v grep && fail "purge left shims of mqlet's containerd"
-log "  purge stopped the pods, then removed state, config, network and bridge"
+for d in "${pod_logs[@]}"; do [ ! -e "$d" ] || fail "purge left the pod log directory $d"; done
+log "  purge stopped the pods, then removed state, config, network, bridge and the pods' ${#pod_logs[@]} log directories"
 log "ok"
