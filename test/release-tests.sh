@@ -176,7 +176,8 @@ log "packages"
 packaging/build-debs.sh "$VERSION_A" >"$WORK/debs.log" 2>&1 || fail "build-debs"
 for arch in amd64 arm64 armhf; do
 	deb=$(ls dist/mqlet_*_"$arch".deb)
-	dpkg-deb -c "$deb" | grep -q ' ./usr/share/mqlet/pause.oci.tar$' || fail "$deb has no pause image"
+	# grep reads the whole listing: grep -q would close the pipe early and fail dpkg-deb (pipefail).
+	dpkg-deb -c "$deb" | grep ' ./usr/share/mqlet/pause.oci.tar$' >/dev/null || fail "$deb has no pause image"
 	[ "$(dpkg-deb -f "$deb" Architecture)" = "$arch" ] || fail "$deb architecture"
 	log "  $(basename "$deb"): $(stat -c %s "$deb") bytes"
 done
