@@ -5,6 +5,7 @@ import (
 	"crypto/aes"
 	"crypto/cipher"
 	"crypto/rand"
+	"encoding/json"
 	"errors"
 	"fmt"
 	"io/fs"
@@ -68,6 +69,19 @@ func (c *atRest) seal(kind string, key, plain []byte) ([]byte, error) {
 	}
 	out := append(append([]byte(nil), sealedPrefix...), nonce...)
 	return c.aead.Seal(out, nonce, plain, additionalData(kindBuckets[kind], key)), nil
+}
+
+// encode is a record of obj (of kind, under key) as stored: JSON, sealed
+// when kind is encrypted.
+func (c *atRest) encode(kind string, key []byte, obj any) ([]byte, error) {
+	raw, err := json.Marshal(obj)
+	if err != nil {
+		return nil, fmt.Errorf("encode %s %s: %w", kind, key, err)
+	}
+	if raw, err = c.seal(kind, key, raw); err != nil {
+		return nil, fmt.Errorf("encode %s %s: %w", kind, key, err)
+	}
+	return raw, nil
 }
 
 // open returns the plain record; a plain record of an encrypted kind (a

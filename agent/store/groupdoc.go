@@ -113,12 +113,9 @@ func migrateSources(tx *bolt.Tx, c *atRest) (int, error) {
 				m.Annotations = map[string]string{}
 			}
 			m.Annotations[apiv1.AnnotationSource] = apiv1.SourceNode
-			raw, err := json.Marshal(obj)
+			raw, err := c.encode(kind, k, obj)
 			if err != nil {
-				return fmt.Errorf("encode %s %s: %w", kind, k, err)
-			}
-			if raw, err = c.seal(kind, k, raw); err != nil {
-				return fmt.Errorf("encode %s %s: %w", kind, k, err)
+				return err
 			}
 			fixed[string(k)] = raw
 			return nil

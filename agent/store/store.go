@@ -228,12 +228,9 @@ func migrateUIDs(tx *bolt.Tx, c *atRest) ([]string, error) {
 			if p, ok := obj.(*v1.Pod); ok {
 				p.Generation = 1
 			}
-			raw, err := json.Marshal(obj)
+			raw, err := c.encode(kind, k, obj)
 			if err != nil {
-				return fmt.Errorf("encode %s %s: %w", kind, k, err)
-			}
-			if raw, err = c.seal(kind, k, raw); err != nil {
-				return fmt.Errorf("encode %s %s: %w", kind, k, err)
+				return err
 			}
 			fixed[string(k)] = raw
 			return nil
