@@ -187,57 +187,9 @@ func (v *Verifier) Open(verb, requestID string, payload []byte) (Opened, error) 
 		}
 		return Opened{Body: payload}, nil
 	}
-	if len(v.keys) == 0 {
-		return Opened{}, rejected("the command is signed but this node trusts no key (security.trustedKeys)")
-	}
-	if len(payload) > v.policy.MaxEnvelopeBytes {
-		return Opened{}, rejected("envelope of %d bytes exceeds the limit of %d bytes", len(payload), v.policy.MaxEnvelopeBytes)
-	}
-	obj, err := parse(payload)
+	key, c, err := v.verify(payload)
 	if err != nil {
 		return Opened{}, err
-	}
-	if len(obj.Signatures) != 1 {
-		return Opened{}, rejected("want exactly one signature, got %d", len(obj.Signatures))
-	}
-	sig := obj.Signatures[0]
-	if !emptyHeader(sig.Unprotected) {
-		return Opened{}, rejected("unprotected JWS header parameters are not accepted")
-	}
-	h := sig.Protected
-	if h.Algorithm != string(jose.EdDSA) {
-		return Opened{}, rejected("algorithm %q is not accepted (only EdDSA)", h.Algorithm)
-	}
-	if typ, _ := h.ExtraHeaders[jose.HeaderType].(string); typ != Type {
-		return Opened{}, rejected("header typ %q is not %q", bounded(typ), Type)
-	}
-	for name := range h.ExtraHeaders {
-		if name != jose.HeaderType {
-			return Opened{}, rejected("header parameter %q is not accepted", bounded(string(name)))
-		}
-	}
-	if h.JSONWebKey != nil || h.Nonce != "" {
-		return Opened{}, rejected("header parameters jwk and nonce are not accepted")
-	}
-	if h.KeyID == "" {
-		return Opened{}, rejected("no key id (kid) in the header")
-	}
-	key, ok := v.keys[h.KeyID]
-	if !ok {
-		return Opened{}, rejected("unknown key id %q", bounded(h.KeyID))
-	}
-	raw, err := obj.Verify(key.Public)
-	if err != nil {
-		return Opened{}, rejected("bad signature for key %s (tampered, or signed by another key)", key.ID)
-	}
-	var c wireClaims
-	dec := json.NewDecoder(bytes.NewReader(raw))
-	dec.DisallowUnknownFields()
-	if err := dec.Decode(&c); err != nil {
-		return Opened{}, rejected("claims of key %s do not decode: %v", key.ID, err)
-	}
-	if dec.More() {
-		return Opened{}, rejected("trailing data after the claims")
 	}
 	if err := v.checkBinding(key, c, verb, requestID); err != nil {
 		return Opened{}, err
@@ -265,6 +217,65 @@ func (v *Verifier) Open(verb, requestID string, payload []byte) (Opened, error) 
 		namespaces = slices.Clone(key.Namespaces)
 	}
 	return Opened{Body: c.Body, Signed: true, KeyID: key.ID, MaxProfile: key.MaxProfile, Target: c.Node, Namespaces: namespaces}, nil
+}
+
+// verify checks an envelope's form, header and signature against the
+// trusted keys and decodes its claims strictly; what they must say is the
+// caller's check.
+func (v *Verifier) verify(payload []byte) (Key, wireClaims, error) {
+	if len(v.keys) == 0 {
+		return Key{}, wireClaims{}, rejected("the command is signed but this node trusts no key (security.trustedKeys)")
+	}
+	if len(payload) > v.policy.MaxEnvelopeBytes {
+		return Key{}, wireClaims{}, rejected("envelope of %d bytes exceeds the limit of %d bytes", len(payload), v.policy.MaxEnvelopeBytes)
+	}
+	obj, err := parse(payload)
+	if err != nil {
+		return Key{}, wireClaims{}, err
+	}
+	if len(obj.Signatures) != 1 {
+		return Key{}, wireClaims{}, rejected("want exactly one signature, got %d", len(obj.Signatures))
+	}
+	sig := obj.Signatures[0]
+	if !emptyHeader(sig.Unprotected) {
+		return Key{}, wireClaims{}, rejected("unprotected JWS header parameters are not accepted")
+	}
+	h := sig.Protected
+	if h.Algorithm != string(jose.EdDSA) {
+		return Key{}, wireClaims{}, rejected("algorithm %q is not accepted (only EdDSA)", h.Algorithm)
+	}
+	if typ, _ := h.ExtraHeaders[jose.HeaderType].(string); typ != Type {
+		return Key{}, wireClaims{}, rejected("header typ %q is not %q", bounded(typ), Type)
+	}
+	for name := range h.ExtraHeaders {
+		if name != jose.HeaderType {
+			return Key{}, wireClaims{}, rejected("header parameter %q is not accepted", bounded(string(name)))
+		}
+	}
+	if h.JSONWebKey != nil || h.Nonce != "" {
+		return Key{}, wireClaims{}, rejected("header parameters jwk and nonce are not accepted")
+	}
+	if h.KeyID == "" {
+		return Key{}, wireClaims{}, rejected("no key id (kid) in the header")
+	}
+	key, ok := v.keys[h.KeyID]
+	if !ok {
+		return Key{}, wireClaims{}, rejected("unknown key id %q", bounded(h.KeyID))
+	}
+	raw, err := obj.Verify(key.Public)
+	if err != nil {
+		return Key{}, wireClaims{}, rejected("bad signature for key %s (tampered, or signed by another key)", key.ID)
+	}
+	var c wireClaims
+	dec := json.NewDecoder(bytes.NewReader(raw))
+	dec.DisallowUnknownFields()
+	if err := dec.Decode(&c); err != nil {
+		return Key{}, wireClaims{}, rejected("claims of key %s do not decode: %v", key.ID, err)
+	}
+	if dec.More() {
+		return Key{}, wireClaims{}, rejected("trailing data after the claims")
+	}
+	return key, c, nil
 }
 
 func parse(payload []byte) (*jose.JSONWebSignature, error) {

@@ -20,53 +20,50 @@ import (
 )
 
 // handleApply upserts the objects of a manifest into the desired state.
-func (in *Intake) handleApply(r request) { in.applyObjects(r.id, r.payload, false) }
+func (in *Intake) handleApply(r request) { in.applyObjects(r.id, apiv1.VerbApply, r.payload, false) }
 
 // applyObjects stores the objects of an apply, or with replaceAll of a
-// sync, and hands their pods to the workers and the tracker.
-func (in *Intake) applyObjects(id string, payload []byte, replaceAll bool) {
-	verb := apiv1.VerbApply
-	if replaceAll {
-		verb = apiv1.VerbSync
-	}
+// sync (or a group document, verb apiv1.VerbDesired), and hands their pods
+// to the workers and the tracker. It reports whether they were stored.
+func (in *Intake) applyObjects(id, verb string, payload []byte, replaceAll bool) (stored bool) {
 	objs, err := manifest.Decode(payload)
 	// Only an empty payload is looked at again: it passed the bounds.
 	if err != nil && !(replaceAll && errors.Is(err, manifest.ErrEmpty) && isEmptyList(payload)) {
 		in.fail(id, verb, fmt.Errorf("decoding manifest: %w", err))
 		in.nodeEvent(v1.EventTypeWarning, ReasonFailedDecode, fmt.Sprintf("request %s: %v", id, err))
-		return
+		return false
 	}
 	if problems := in.scope.scopeObjects(objs); len(problems) > 0 {
 		in.fail(id, verb, fmt.Errorf("%d object(s) refused, nothing applied: %s", len(problems), summarize(problems)), problems...)
 		in.nodeEvent(v1.EventTypeWarning, ReasonOutOfScope, fmt.Sprintf("request %s: %s", id, summarize(problems)))
-		return
+		return false
 	}
 	// After scoping, which gives objects their namespace: a sealed value
 	// opens only in the namespace it was sealed for.
 	if problems := in.unsealAll(objs); len(problems) > 0 {
 		in.fail(id, verb, fmt.Errorf("%d Secret(s) refused, nothing applied: %s", len(problems), summarize(problems)), problems...)
 		in.nodeEvent(v1.EventTypeWarning, ReasonFailedUnseal, fmt.Sprintf("request %s: %s", id, summarize(problems)))
-		return
+		return false
 	}
 	if problems := in.validateAll(id, objs); len(problems) > 0 {
 		in.fail(id, verb, fmt.Errorf("%d object(s) rejected, nothing applied: %s", len(problems), summarize(problems)), problems...)
-		return
+		return false
 	}
 	if err := in.checkCapacity(id, objs, replaceAll); err != nil {
 		in.fail(id, verb, err)
-		return
+		return false
 	}
 	if err := in.checkAdmission(id, objs, replaceAll); err != nil {
 		in.fail(id, verb, err)
-		return
+		return false
 	}
 	if err := in.checkHostPorts(id, objs, replaceAll); err != nil {
 		in.fail(id, verb, err)
-		return
+		return false
 	}
 	if err := in.checkProtected(objs, replaceAll); err != nil {
 		in.fail(id, verb, err)
-		return
+		return false
 	}
 	var changes []store.Change
 	var kept string
@@ -74,7 +71,7 @@ func (in *Intake) applyObjects(id string, payload []byte, replaceAll bool) {
 		sc, scErr := in.scope.storeScope()
 		if scErr != nil {
 			in.fail(id, verb, scErr)
-			return
+			return false
 		}
 		changes, err = in.store.Replace(objs, sc)
 		if err == nil {
@@ -88,11 +85,11 @@ func (in *Intake) applyObjects(id string, payload []byte, replaceAll bool) {
 		msg := rejected.Error()
 		in.fail(id, verb, fmt.Errorf("1 object(s) rejected, nothing applied: %s", msg), msg)
 		in.nodeEvent(v1.EventTypeWarning, ReasonFailedValidation, fmt.Sprintf("request %s: %s", id, msg))
-		return
+		return false
 	}
 	if err != nil {
 		in.fail(id, verb, fmt.Errorf("storing desired state: %w", err))
-		return
+		return false
 	}
 	want := map[string]pending.Want{}
 	results := make([]apiv1.ChangeResult, 0, len(changes))
@@ -133,6 +130,7 @@ func (in *Intake) applyObjects(id string, payload []byte, replaceAll bool) {
 	for _, pod := range created {
 		in.events.Event(pod, v1.EventTypeNormal, "Scheduled", "Successfully assigned "+pod.Namespace+"/"+pod.Name+" to "+in.opts.Topics.Node)
 	}
+	return true
 }
 
 // validateAll defaults and validates every object; it returns one readable

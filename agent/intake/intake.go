@@ -46,6 +46,10 @@ type Store interface {
 	// PutPending records that the request is owed a final reply, with the
 	// command's changes (see store.PendingReply).
 	PutPending(p store.PendingReply) error
+	// GroupApplied is the last document of a group applied;
+	// SetGroupApplied records one (nil: forgets it).
+	GroupApplied(group string) (store.GroupApplied, bool, error)
+	SetGroupApplied(group string, g *store.GroupApplied) error
 }
 
 // Sender publishes replies.
@@ -125,6 +129,12 @@ type Options struct {
 	// Groups, if set, gives the groups the node is in now; a command on
 	// the topic of any other group is refused. nil: none.
 	Groups func() []string
+	// DocumentOpener, if set, checks the signature of group documents
+	// (nil: a signed document is refused, an unsigned one taken).
+	DocumentOpener DocumentOpener
+	// OnGroupApplied, if set, is told each group document applied, once
+	// it is durable (the node's state then names its generation).
+	OnGroupApplied func(group string, generation uint64)
 }
 
 // Reasons of the intake's events and failed replies.
@@ -184,6 +194,10 @@ func New(opts Options, st Store, replies Sender, tracker Tracker, pods Scheduler
 func (in *Intake) Handle(cmd Command) {
 	in.received.Add(1)
 	topicName, payload := cmd.Topic, cmd.Payload
+	if group, ok, err := in.opts.Topics.ParseGroupDesired(topicName); ok {
+		in.handleDocument(cmd, group, err)
+		return
+	}
 	ct, err := in.opts.Topics.ParseCommand(topicName)
 	verb, id := ct.Verb, ct.RequestID
 	derived := id == ""

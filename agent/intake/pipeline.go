@@ -248,6 +248,9 @@ func (p *Pipeline) commit(batch []Command) {
 	err := p.st.Batch(func(tx *store.Tx) error {
 		buf.msgs, fx.calls = nil, nil
 		opts := p.in.opts
+		if opts.OnGroupApplied != nil {
+			opts.OnGroupApplied = fx.groupApplied
+		}
 		if opts.Opener != nil {
 			opened.next, opened.byID = opts.Opener, map[string]openedCommand{}
 			opts.Opener = opened
@@ -352,6 +355,10 @@ func (f *effects) Event(pod *v1.Pod, eventType, reason, message string) {
 
 func (f *effects) ObjectEvent(ref v1.ObjectReference, eventType, reason, message string) {
 	f.calls = append(f.calls, func(in *Intake) { in.events.ObjectEvent(ref, eventType, reason, message) })
+}
+
+func (f *effects) groupApplied(group string, generation uint64) {
+	f.calls = append(f.calls, func(in *Intake) { in.opts.OnGroupApplied(group, generation) })
 }
 
 func (f *effects) replay(in *Intake) {

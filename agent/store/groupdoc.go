@@ -18,6 +18,9 @@ var bucketGroupDocs = []byte("group-documents")
 type GroupApplied struct {
 	Generation uint64    `json:"generation"`
 	AppliedAt  time.Time `json:"appliedAt"`
+	// Digest is the SHA-256 (hex) of the document applied, so the same
+	// generation published again with other content is told apart.
+	Digest string `json:"digest,omitempty"`
 }
 
 func groupApplied(tx *bolt.Tx, group string) (GroupApplied, bool, error) {
@@ -52,6 +55,15 @@ func (s *Store) GroupApplied(group string) (g GroupApplied, found bool, err erro
 		return err
 	})
 	return g, found, err
+}
+
+// SetGroupApplied records the document of group applied (nil forgets it)
+// in a transaction of its own.
+func (s *Store) SetGroupApplied(group string, g *GroupApplied) error {
+	if err := s.db.Update(func(tx *bolt.Tx) error { return setGroupApplied(tx, group, g) }); err != nil {
+		return fmt.Errorf("record applied document of group %s in state store %s: %w", group, s.path, err)
+	}
+	return nil
 }
 
 // GroupGenerations returns the generation of every group's document
