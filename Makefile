@@ -9,7 +9,7 @@ LDFLAGS := -s -w -X github.com/mqlet/mqlet/internal/version.Version=$(VERSION)
 TAGS    := grpcnotrace
 GOBUILD := CGO_ENABLED=0 $(GO) build -trimpath -tags '$(TAGS)'
 
-.PHONY: build test unit bench demo fmt vet fuzz clean release deb release-test chaos size size-record
+.PHONY: build test unit bench demo fmt vet fuzz clean release deb release-test chaos size size-record fleet-bench
 
 build:
 	$(GOBUILD) -ldflags '$(LDFLAGS)' -o bin/mqlet ./cmd/mqlet
@@ -42,6 +42,13 @@ unit:
 
 bench:
 	test/run-bench.sh
+
+# The fleet simulator at 100 and 1,000 hollow agents in one process against
+# a real mosquitto it starts itself (test/fleet; docs/benchmarks.md). The
+# raised descriptor limit is for mosquitto's and the agents' 1,000 sockets.
+fleet-bench:
+	ulimit -n 65536 && MQLET_FLEET_N=100 $(GO) test -count=1 -timeout 30m -run TestFleetBench -v ./test/fleet/
+	ulimit -n 65536 && MQLET_FLEET_N=1000 $(GO) test -count=1 -timeout 30m -run TestFleetBench -v ./test/fleet/
 
 # A single-box demo: containerd, mqlet with its embedded broker, a sample pod.
 demo:
