@@ -74,6 +74,7 @@ type Store interface {
 	intake.BatchStore
 	intake.PendingStore
 	presence.SeqSource
+	GroupGenerations() (map[string]uint64, error)
 }
 
 // Publisher queues messages for the broker (the outbox).
@@ -205,6 +206,8 @@ type Agent struct {
 	probes   *prober.Manager
 	streams  *streams.Manager
 	drops    *outboxdrops.Reporter // nil: the outbox signals no drops
+	// stateChanged asks for the node state to be published again.
+	stateChanged chan struct{}
 }
 
 // New builds the agent and everything it runs; Run starts it.
@@ -215,7 +218,7 @@ func New(ctx context.Context, opts Options, deps Deps, log zerolog.Logger) (*Age
 	if scrubPod == nil {
 		scrubPod = func(string, string) *redact.Scrubber { return nil }
 	}
-	a := &Agent{opts: opts, store: st, box: deps.Outbox, out: out, rt: rt, log: log}
+	a := &Agent{opts: opts, store: st, box: deps.Outbox, out: out, rt: rt, log: log, stateChanged: make(chan struct{}, 1)}
 	// Replies and events are persisted in groups (see intake.Group).
 	a.group = intake.NewGroup(st, out, log.With().Str("component", "intake").Logger())
 	a.events = events.New(eventSink{topics: opts.Topics, out: a.group.Publisher(), log: log, history: opts.EventLog}, events.Options{Node: opts.Topics.Node}, log.With().Str("component", "events").Logger())
@@ -251,6 +254,10 @@ func New(ctx context.Context, opts Options, deps Deps, log zerolog.Logger) (*Age
 	a.streams = streams.New(opts.Streams)
 	intakeOpts.Verbs = intake.VerbOptions{Runtime: rt, Restarts: a.pool, Streams: a.streams, Logs: opts.Logs, Exec: opts.Exec, RestartTimeout: opts.ApplyDeadline, Scrub: scrubPod}
 	intakeOpts.Groups = a.groups
+	if d, ok := opts.Opener.(intake.DocumentOpener); ok {
+		intakeOpts.DocumentOpener = d
+	}
+	intakeOpts.OnGroupApplied = a.groupApplied
 	if opts.Live != nil {
 		intakeOpts.Verbs.Config = opts.Live
 	}
@@ -297,6 +304,7 @@ func (a *Agent) buildSession() error {
 	will := a.presence.Offline()
 	so := a.opts.Session
 	a.presence.SetGroups(a.groups)
+	a.presence.SetGenerations(a.groupGenerations)
 	so.CommandFilters = a.commandFilters(a.groups())
 	so.InputFilter = a.opts.Topics.InputFilter()
 	so.Handler = a.HandleCommand

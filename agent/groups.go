@@ -31,6 +31,9 @@ func (a *Agent) commandFilters(groups []string) []string {
 	filters := a.opts.Topics.CommandFilters()
 	for _, g := range groups {
 		filters = append(filters, a.opts.Topics.GroupFilters(g)...)
+		// The group's retained document: a member that was offline, or
+		// joins now, gets the group's current desired state.
+		filters = append(filters, a.opts.Topics.GroupDesired(g))
 	}
 	return filters
 }
@@ -48,6 +51,10 @@ func (a *Agent) followGroups(ctx context.Context) {
 		select {
 		case <-ctx.Done():
 			return
+		case <-a.stateChanged:
+			// A group document applied: the state names its generation.
+			a.publishState(ctx)
+			continue
 		case <-changed:
 		}
 		next := a.groups()
@@ -69,12 +76,37 @@ func (a *Agent) followGroups(ctx context.Context) {
 			}
 		}
 		current = next
-		if online, err := a.presence.Online(); err == nil {
-			if err := a.sess.Publish(ctx, online); err != nil {
-				a.log.Debug().Err(err).Msg("publishing the node state with its groups; the next connect does")
-			}
+		a.publishState(ctx)
+	}
+}
+
+// publishState publishes the node's state again (its groups and the
+// generations of their documents applied); at worst the next connect does.
+func (a *Agent) publishState(ctx context.Context) {
+	if online, err := a.presence.Online(); err == nil {
+		if err := a.sess.Publish(ctx, online); err != nil {
+			a.log.Debug().Err(err).Msg("publishing the node state with its groups; the next connect does")
 		}
 	}
+}
+
+// groupApplied is told by the intake of a group document applied.
+func (a *Agent) groupApplied(group string, generation uint64) {
+	a.log.Info().Str("group", group).Uint64("generation", generation).Msg("group document applied")
+	select {
+	case a.stateChanged <- struct{}{}:
+	default:
+	}
+}
+
+// groupGenerations are the generations of the group documents applied.
+func (a *Agent) groupGenerations() map[string]uint64 {
+	gens, err := a.store.GroupGenerations()
+	if err != nil {
+		a.log.Warn().Err(err).Msg("reading the group documents applied for the node state")
+		return nil
+	}
+	return gens
 }
 
 // leaveGroup removes the objects of group g from the desired state and
@@ -94,6 +126,10 @@ func (a *Agent) leaveGroup(g string) {
 		if c.Kind == store.KindPod {
 			a.pool.EnqueueDelete(c.Key, nil)
 		}
+	}
+	// Joining again takes the group's document again.
+	if err := a.store.SetGroupApplied(g, nil); err != nil {
+		a.log.Error().Err(err).Str("group", g).Msg("forgetting the group document applied of a group left")
 	}
 	a.log.Info().Str("group", g).Int("objects", len(removed)).Msg("left group; its objects removed")
 	msg := "left group " + g

@@ -33,11 +33,17 @@ type Presence struct {
 	sealingKey string
 	// groups, when set, gives the groups published in every state message.
 	groups func() []string
+	// generations, when set, gives the group documents applied.
+	generations func() map[string]uint64
 }
 
 // SetGroups makes every state message made after it name the node's
 // groups, as groups gives them at that moment.
 func (p *Presence) SetGroups(groups func() []string) { p.groups = groups }
+
+// SetGenerations makes every state message made after it name the
+// generation of each group document the node applied.
+func (p *Presence) SetGenerations(gens func() map[string]uint64) { p.generations = gens }
 
 // New returns a Presence for one process start (a new boot id);
 // sealingKey is the node's public sealing key ("" for none).
@@ -70,6 +76,9 @@ func (p *Presence) message(s apiv1.NodeState) outbox.Message {
 	s.BootID, s.Version, s.StartedAt, s.TS, s.SealingKey = p.bootID, p.version, p.startedAt, p.now().UTC(), p.sealingKey
 	if p.groups != nil {
 		s.Groups = p.groups()
+	}
+	if p.generations != nil && s.State == apiv1.StateOnline {
+		s.GroupGenerations = p.generations()
 	}
 	payload, _ := json.Marshal(s) // a struct of strings, numbers and times always encodes
 	return retained.Message(p.topic, payload)

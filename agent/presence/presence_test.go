@@ -52,3 +52,28 @@ func TestOnlineFailsWhenSeqCannotBePersisted(t *testing.T) {
 		t.Fatal("want error")
 	}
 }
+
+// The online state names the groups and the generation of each group
+// document applied, as they are when it is made.
+func TestOnlineNamesGroupGenerations(t *testing.T) {
+	p := New("mqlet/v1/n1/state", "v1", "", &counter{}, nil)
+	gens := map[string]uint64{"line-1": 4}
+	p.SetGroups(func() []string { return []string{"line-1"} })
+	p.SetGenerations(func() map[string]uint64 { return gens })
+	m, err := p.Online()
+	if err != nil {
+		t.Fatal(err)
+	}
+	var s apiv1.NodeState
+	if err := json.Unmarshal(m.Payload, &s); err != nil {
+		t.Fatal(err)
+	}
+	if s.GroupGenerations["line-1"] != 4 || len(s.Groups) != 1 {
+		t.Fatalf("state %s", m.Payload)
+	}
+	gens = map[string]uint64{"line-1": 5}
+	m, _ = p.Online()
+	if err := json.Unmarshal(m.Payload, &s); err != nil || s.GroupGenerations["line-1"] != 5 {
+		t.Fatalf("second state %s", m.Payload)
+	}
+}
