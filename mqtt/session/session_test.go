@@ -335,6 +335,9 @@ func TestRetainedCommandIsFlagged(t *testing.T) {
 		fresh := f.scheme.Command("apply", "fresh")
 		obs.publish(t, fresh, "new", false)
 		got = f.nextCommand(t)
+		for got.topic == retainedCmd && got.retained { // a subscription retried (mochi's 0x91 under load) replays it
+			got = f.nextCommand(t)
+		}
 		expect(t, got, fresh, "new")
 		if got.retained {
 			t.Fatal("a fresh command was flagged Retained")
