@@ -1,0 +1,306 @@
+package e2e
+
+import (
+	"encoding/json"
+	"fmt"
+	"strconv"
+	"strings"
+	"testing"
+	"time"
+
+	v1 "k8s.io/api/core/v1"
+
+	apiv1 "github.com/mqlet/mqlet/api/v1"
+	"github.com/mqlet/mqlet/internal/testutil/mosquitto"
+)
+
+// groupDocConvergeLimit is how soon after coming back a member that was
+// offline during a document's publish must run it (docs/fleet.md).
+const groupDocConvergeLimit = 30 * time.Second
+
+// groupDocEnv is two mqlets, each on a fleet containerd of its own, on one
+// mosquitto, with a recording operator client.
+type groupDocEnv struct {
+	t      *testing.T
+	mq     *Client
+	ns     string
+	group  string
+	scheme apiv1.Scheme
+	nodes  []*fleetNode
+}
+
+func newGroupDocEnv(t *testing.T, groupsOf func(i int, group string) []string) *groupDocEnv {
+	t.Helper()
+	eps := fleetEndpoints(t)[1:] // the two fleet containerds
+	broker := mosquitto.Start(t)
+	e := &groupDocEnv{t: t, mq: Connect(t, broker.URL()), scheme: apiv1.Scheme{Prefix: prefix}}
+	e.mq.Subscribe(prefix + "/#")
+	suffix := strconv.FormatInt(time.Now().UnixNano()%1e9, 36)
+	e.ns, e.group = "e2e-gdoc-"+suffix, "gdoc-"+suffix
+	for i, ep := range eps {
+		n := &fleetNode{name: fmt.Sprintf("e2e-gdoc-%s-%d", suffix, i)}
+		n.cri, n.rt = connectCRIAt(t, ep)
+		t.Cleanup(func() { sweepNamespace(t, n.rt, e.ns) })
+		var args []string
+		if gs := groupsOf(i, e.group); len(gs) > 0 {
+			args = append(args, "--groups", strings.Join(gs, ","))
+		}
+		mark := e.mq.Mark()
+		n.agent = StartAgent(t, AgentOpts{Node: n.name, Broker: broker.URL(), CRI: ep, Config: podTestConfig(t.TempDir(), ""), Args: args})
+		e.mq.WaitState(mark, n.name, "online", 30*time.Second)
+		e.nodes = append(e.nodes, n)
+	}
+	return e
+}
+
+// document is the JSON of the group's document of generation gen running
+// busybox pods of the given names.
+func (e *groupDocEnv) document(gen uint64, pods ...string) []byte {
+	items := []json.RawMessage{}
+	for _, p := range pods {
+		items = append(items, fmt.Appendf(nil, `{"apiVersion":"v1","kind":"Pod","metadata":{"name":%q,"namespace":%q},"spec":{"restartPolicy":"Always","terminationGracePeriodSeconds":2,"containers":[{"name":"main","image":"docker.io/mqlet/busybox:test","imagePullPolicy":"Never","command":["sh","-c","sleep 3600"]}]}}`, p, e.ns))
+	}
+	list, err := json.Marshal(map[string]any{"apiVersion": "v1", "kind": "List", "items": items})
+	if err != nil {
+		e.t.Fatal(err)
+	}
+	doc, err := json.Marshal(apiv1.GroupDocument{APIVersion: apiv1.GroupDocumentAPIVersion, Kind: apiv1.GroupDocumentKind, Group: e.group, Generation: gen, Objects: list})
+	if err != nil {
+		e.t.Fatal(err)
+	}
+	return doc
+}
+
+// publish retains doc on the group's document topic.
+func (e *groupDocEnv) publish(doc []byte) { e.mq.Publish(e.scheme.GroupDesired(e.group), doc, true) }
+
+// final waits for n's final answer to the document of generation gen.
+func (e *groupDocEnv) final(from int, n *fleetNode, gen uint64, timeout time.Duration) apiv1.Reply {
+	e.t.Helper()
+	id := apiv1.GroupDocumentRequestID(e.group, gen)
+	var got apiv1.Reply
+	e.mq.WaitFor(from, timeout, n.name+"'s final answer to "+id, func(m Msg) bool {
+		var r apiv1.Reply
+		if m.Topic != prefix+"/"+n.name+"/reply/"+id || json.Unmarshal(m.Payload, &r) != nil || !r.Final() {
+			return false
+		}
+		got = r
+		return true
+	})
+	return got
+}
+
+// generationIn waits for n's retained state to name generation gen of the
+// group's document.
+func (e *groupDocEnv) generationIn(from int, n *fleetNode, gen uint64) {
+	e.t.Helper()
+	e.mq.WaitFor(from, 30*time.Second, fmt.Sprintf("%s's state naming generation %d", n.name, gen), func(m Msg) bool {
+		var st apiv1.NodeState
+		return m.Topic == prefix+"/"+n.name+"/state" && json.Unmarshal(m.Payload, &st) == nil && st.State == apiv1.StateOnline && st.GroupGenerations[e.group] == gen
+	})
+}
+
+// lastState is n's last state message.
+func (e *groupDocEnv) lastState(n *fleetNode) apiv1.NodeState {
+	var st apiv1.NodeState
+	for _, m := range e.mq.Messages() {
+		if m.Topic == prefix+"/"+n.name+"/state" {
+			st = apiv1.NodeState{}
+			_ = json.Unmarshal(m.Payload, &st)
+		}
+	}
+	return st
+}
+
+// event waits for an event of reason on n's events topic since from.
+func (e *groupDocEnv) event(from int, n *fleetNode, reason string, timeout time.Duration) v1.Event {
+	e.t.Helper()
+	var ev v1.Event
+	e.mq.WaitFor(from, timeout, n.name+" event "+reason, func(m Msg) bool {
+		return m.Topic == prefix+"/"+n.name+"/events" && json.Unmarshal(m.Payload, &ev) == nil && ev.Reason == reason
+	})
+	return ev
+}
+
+// sandboxIDs are the ids of n's sandboxes of pod name.
+func (e *groupDocEnv) sandboxIDs(n *fleetNode, name string) []string {
+	var ids []string
+	for _, sb := range n.cri.Sandboxes(e.ns, name) {
+		ids = append(ids, sb.Id)
+	}
+	return ids
+}
+
+// A group's retained document reaches members that were not there when it
+// was published: a member offline during the publish runs it within 30 s
+// of coming back; a node that joins the group later (live config) runs
+// the group's current document; an older generation published later is
+// refused with a StaleGroupDocument event and changes nothing on either;
+// a document naming an object the node holds from its own commands is
+// refused there naming both sources (the node keeps its object and the
+// generation it had), while the other member applies it.
+func TestGroupDocumentReachesOfflineAndLateMembers(t *testing.T) {
+	e := newGroupDocEnv(t, func(i int, group string) []string {
+		if i == 0 {
+			return []string{"other-x"} // in another group only; joins later
+		}
+		return []string{group}
+	})
+	late, member := e.nodes[0], e.nodes[1]
+	mark := e.mq.Mark()
+
+	// Generation 1 reaches the online member.
+	e.publish(e.document(1, "web1"))
+	if r := e.final(mark, member, 1, podReadyTimeout); r.Phase != apiv1.Succeeded || r.Node != member.name {
+		t.Fatalf("generation 1 on %s: %s %q (node %q)", member.name, r.Phase, r.Message, r.Node)
+	}
+	if len(member.cri.Running(e.ns, "web1")) != 1 {
+		t.Fatalf("web1 does not run on %s after generation 1", member.name)
+	}
+	e.generationIn(mark, member, 1)
+	if len(late.cri.Sandboxes(e.ns, "web1")) != 0 || len(e.mq.Replies(late.name, apiv1.GroupDocumentRequestID(e.group, 1))) != 0 {
+		t.Fatalf("%s, not in the group, took its document", late.name)
+	}
+
+	// The member goes offline; generation 2 is published while it is away.
+	mark = e.mq.Mark()
+	member.agent.Stop()
+	e.mq.WaitState(mark, member.name, "offline", 30*time.Second)
+	e.publish(e.document(2, "web2"))
+	// Nothing can apply it now: the only member is offline.
+	mark = e.mq.Mark()
+	member.agent.Restart()
+	e.mq.WaitState(mark, member.name, "online", 30*time.Second)
+	back := time.Now()
+	if r := e.final(mark, member, 2, podReadyTimeout); r.Phase != apiv1.Succeeded {
+		t.Fatalf("generation 2 on %s after coming back: %s %q", member.name, r.Phase, r.Message)
+	}
+	converged := time.Since(back)
+	t.Logf("%s ran generation 2 %v after coming back online", member.name, converged.Round(time.Millisecond))
+	if converged > groupDocConvergeLimit {
+		t.Fatalf("%s took %v after coming back to run generation 2, want at most %v", member.name, converged, groupDocConvergeLimit)
+	}
+	if len(member.cri.Running(e.ns, "web2")) != 1 {
+		t.Fatalf("web2 does not run on %s after generation 2", member.name)
+	}
+	Eventually(t, podGoneTimeout, "web1 gone from "+member.name+" (generation 2 replaces the group's objects)", func() bool {
+		return len(member.cri.Sandboxes(e.ns, "web1")) == 0
+	})
+	e.generationIn(mark, member, 2)
+	// Applied once: the queued copy and the retained copy at the
+	// resubscription are one generation.
+	if n := len(e.finals(member, 2)); n != 1 {
+		t.Fatalf("%s answered generation 2 finally %d times, want once", member.name, n)
+	}
+
+	// A node that joins the group later gets its current document.
+	mark = e.mq.Mark()
+	e.mq.Command(late.name, "config", "join2", fmt.Appendf(nil, `{"groups":["other-x",%q]}`, e.group))
+	if r := e.mq.WaitReply(late.name, "join2", apiv1.Succeeded, 30*time.Second); r.Phase != apiv1.Succeeded {
+		t.Fatalf("joining the group late: %s %q", r.Phase, r.Message)
+	}
+	if r := e.final(mark, late, 2, podReadyTimeout); r.Phase != apiv1.Succeeded || r.Node != late.name {
+		t.Fatalf("generation 2 on the late joiner %s: %s %q (node %q)", late.name, r.Phase, r.Message, r.Node)
+	}
+	if len(late.cri.Running(e.ns, "web2")) != 1 {
+		t.Fatalf("web2 does not run on the late joiner %s", late.name)
+	}
+	e.generationIn(mark, late, 2)
+	if len(late.cri.Sandboxes(e.ns, "web1")) != 0 {
+		t.Fatalf("the late joiner ran web1 of generation 1, which it never received")
+	}
+
+	// An older generation published later is refused and changes nothing.
+	before := map[string][]string{member.name: e.sandboxIDs(member, "web2"), late.name: e.sandboxIDs(late, "web2")}
+	mark = e.mq.Mark()
+	e.publish(e.document(1, "old"))
+	for _, n := range []*fleetNode{member, late} {
+		ev := e.event(mark, n, "StaleGroupDocument", 30*time.Second)
+		if ev.Type != v1.EventTypeWarning || !strings.Contains(ev.Message, "generation 1 not applied") || !strings.Contains(ev.Message, "generation 2 was applied") {
+			t.Fatalf("stale document event on %s: %s %q", n.name, ev.Type, ev.Message)
+		}
+	}
+	for _, n := range []*fleetNode{member, late} {
+		e.barrier(n, "after-stale")
+		if got := e.sandboxIDs(n, "web2"); len(got) != 1 || got[0] != before[n.name][0] {
+			t.Fatalf("the stale document changed web2 on %s: sandboxes %v, before %v", n.name, got, before[n.name])
+		}
+		if len(n.cri.Sandboxes(e.ns, "old")) != 0 {
+			t.Fatalf("the stale document's pod runs on %s", n.name)
+		}
+		for _, m := range e.mq.Messages()[mark:] {
+			if strings.HasPrefix(m.Topic, prefix+"/"+n.name+"/reply/") && !strings.HasSuffix(m.Topic, "/after-stale") {
+				t.Fatalf("%s answered the stale document: %s %s", n.name, m.Topic, m.Payload)
+			}
+		}
+		if g := e.lastState(n).GroupGenerations[e.group]; g != 2 {
+			t.Fatalf("%s's state names generation %d after the stale document, want 2", n.name, g)
+		}
+	}
+
+	// The late joiner holds a pod of its own named as the next
+	// generation's: there the document is refused naming both sources and
+	// changes nothing; the member applies it.
+	if r := e.applyOwn(late, "clash"); r.Phase != apiv1.Succeeded {
+		t.Fatalf("node apply of clash on %s: %s %q", late.name, r.Phase, r.Message)
+	}
+	clashBefore := e.sandboxIDs(late, "clash")
+	web2Before := e.sandboxIDs(late, "web2")
+	mark = e.mq.Mark()
+	e.publish(e.document(3, "web2", "clash"))
+	if r := e.final(mark, member, 3, podReadyTimeout); r.Phase != apiv1.Succeeded {
+		t.Fatalf("generation 3 on %s: %s %q", member.name, r.Phase, r.Message)
+	}
+	if len(member.cri.Running(e.ns, "clash")) != 1 {
+		t.Fatalf("clash does not run on %s after generation 3", member.name)
+	}
+	r := e.final(mark, late, 3, 30*time.Second)
+	if r.Phase != apiv1.Failed || !strings.Contains(r.Message, "source node") || !strings.Contains(r.Message, "group/"+e.group) {
+		t.Fatalf("generation 3 on %s, which holds clash from its own commands: %s %q, want failed naming both sources", late.name, r.Phase, r.Message)
+	}
+	e.barrier(late, "after-clash")
+	if got := e.sandboxIDs(late, "clash"); len(got) != 1 || got[0] != clashBefore[0] {
+		t.Fatalf("the refused document changed clash on %s: %v, before %v", late.name, got, clashBefore)
+	}
+	if got := e.sandboxIDs(late, "web2"); len(got) != 1 || got[0] != web2Before[0] {
+		t.Fatalf("the refused document changed web2 on %s: %v, before %v", late.name, got, web2Before)
+	}
+	if g := e.lastState(late).GroupGenerations[e.group]; g != 2 {
+		t.Fatalf("%s's state names generation %d after refusing generation 3, want 2", late.name, g)
+	}
+	e.generationIn(mark, member, 3)
+	// The node's own pod is still its own.
+	mark = e.mq.Mark()
+	e.mq.Command(late.name, "delete", "del-clash", fmt.Appendf(nil, `{"kind":"Pod","namespace":%q,"name":"clash"}`, e.ns))
+	if r := e.mq.WaitReply(late.name, "del-clash", apiv1.Succeeded, podGoneTimeout); r.Phase != apiv1.Succeeded {
+		t.Fatalf("node delete of its own clash on %s: %s %q", late.name, r.Phase, r.Message)
+	}
+}
+
+// finals are n's final answers to generation gen.
+func (e *groupDocEnv) finals(n *fleetNode, gen uint64) []apiv1.Reply {
+	var out []apiv1.Reply
+	for _, r := range e.mq.Replies(n.name, apiv1.GroupDocumentRequestID(e.group, gen)) {
+		if r.Final() {
+			out = append(out, r)
+		}
+	}
+	return out
+}
+
+// applyOwn applies a busybox pod name with n's own (node) source.
+func (e *groupDocEnv) applyOwn(n *fleetNode, name string) apiv1.Reply {
+	e.t.Helper()
+	id := "own-" + name
+	e.mq.Command(n.name, "apply", id, podYAML(name, e.ns, "Always", "sleep 3600"))
+	return e.mq.WaitReply(n.name, id, apiv1.Succeeded, podReadyTimeout)
+}
+
+// barrier sends n a get and waits for its answer: n handles commands and
+// documents one at a time in the order they came, so whatever a document
+// published before did to the store (and its replies) is done by then.
+func (e *groupDocEnv) barrier(n *fleetNode, id string) {
+	e.t.Helper()
+	e.mq.Command(n.name, "get", id, fmt.Appendf(nil, `{"kind":"Pod","namespace":%q}`, e.ns))
+	e.mq.WaitReply(n.name, id, apiv1.Succeeded, 30*time.Second)
+}
