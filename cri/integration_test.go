@@ -822,6 +822,7 @@ func TestSidecarsStartInOrderAndStopAfterApps(t *testing.T) {
 				stopFor = &v1.Pod{}
 				stopFor.Name, stopFor.Namespace, stopFor.UID = pod.Name, pod.Namespace, pod.UID
 			}
+			stopBegan := time.Now()
 			if err := e.m.stopPod(context.Background(), svc, stopFor, st, nil, noEvents{}); err != nil {
 				t.Fatal(err)
 			}
@@ -832,7 +833,10 @@ func TestSidecarsStartInOrderAndStopAfterApps(t *testing.T) {
 					t.Fatalf("container %s has no status after the pod was stopped", []string{"s1", "s2", "app"}[i])
 				}
 				if c.State != ContainerExited || c.ExitCode != 0 {
-					t.Fatalf("%s: %s exit %d, want stopped by its own TERM handler", c.Name, c.State, c.ExitCode)
+					// Everything known, so a failure under load says whether
+					// the stop ran out of grace or the attempt was another one.
+					t.Fatalf("%s: %s exit %d, want stopped by its own TERM handler (reason %q, attempt %d, recorded grace %v, started %v, finished %v after the stop began, stop took %v, all: %+v)",
+						c.Name, c.State, c.ExitCode, c.Reason, c.RestartCount, ptrValue(c.GracePeriod), c.StartedAt, c.FinishedAt.Sub(stopBegan), time.Since(stopBegan), st.Containers)
 				}
 			}
 			if s2.FinishedAt.Before(app.FinishedAt) || s1.FinishedAt.Before(s2.FinishedAt) {
@@ -841,4 +845,12 @@ func TestSidecarsStartInOrderAndStopAfterApps(t *testing.T) {
 			t.Logf("app stopped %v before s2, s2 %v before s1", s2.FinishedAt.Sub(app.FinishedAt), s1.FinishedAt.Sub(s2.FinishedAt))
 		})
 	}
+}
+
+// ptrValue is *p, or "nil".
+func ptrValue(p *int64) string {
+	if p == nil {
+		return "nil"
+	}
+	return strconv.FormatInt(*p, 10)
 }

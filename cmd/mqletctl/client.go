@@ -18,6 +18,7 @@ import (
 // with a random client id, so nothing is left on the broker afterwards.
 type client struct {
 	mqtt   paho.Client
+	id     string // the MQTT client id
 	topics apiv1.Scheme
 	broker string // redacted URL, for messages
 	// seal wraps a command for its topic: signs it when a key is given.
@@ -51,9 +52,10 @@ func dial(ctx context.Context, cfg *globalConfig) (*client, error) {
 	if u, err := url.Parse(cfg.Broker); err == nil {
 		redacted = u.Redacted()
 	}
+	id := newClientID()
 	opts := paho.NewClientOptions().
 		AddBroker(cfg.Broker).
-		SetClientID(newClientID()).
+		SetClientID(id).
 		SetUsername(cfg.Username).
 		SetPassword(cfg.password).
 		SetCleanSession(true).
@@ -69,7 +71,7 @@ func dial(ctx context.Context, cfg *globalConfig) (*client, error) {
 		}
 		opts.SetTLSConfig(tlsCfg)
 	}
-	c := &client{mqtt: paho.NewClient(opts), topics: cfg.scheme(), broker: redacted, seal: cfg.seal, retainedWait: cfg.RetainedWait, waitOffline: cfg.WaitOffline}
+	c := &client{mqtt: paho.NewClient(opts), id: id, topics: cfg.scheme(), broker: redacted, seal: cfg.seal, retainedWait: cfg.RetainedWait, waitOffline: cfg.WaitOffline}
 	if err := wait(ctx, c.mqtt.Connect()); err != nil {
 		c.mqtt.Disconnect(0)
 		if errors.Is(err, context.DeadlineExceeded) {

@@ -60,15 +60,9 @@ func readFleetTopics(ctx context.Context, cfg *globalConfig, withPods bool) ([]*
 	}
 	defer c.close()
 	all := apiv1.Scheme{Prefix: cfg.Prefix, Node: "+"}
-	inbox := make(chan message, 256)
-	subCtx, stop := context.WithCancel(ctx)
-	defer stop()
 	filters := []string{all.State(), all.NodeTopic()}
 	if withPods {
 		filters = append(filters, all.Pod("+", "+"))
-	}
-	if err := c.subscribe(subCtx, inbox, filters...); err != nil {
-		return nil, err
 	}
 	rows := map[string]*nodeRow{}
 	row := func(n string) *nodeRow {
@@ -78,72 +72,43 @@ func readFleetTopics(ctx context.Context, cfg *globalConfig, withPods bool) ([]*
 		return rows[n]
 	}
 	pods := map[string]map[string]bool{}
-	quiet := cfg.RetainedWait / 4
-	if quiet > 500*time.Millisecond {
-		quiet = 500 * time.Millisecond
-	}
-	total := time.NewTimer(cfg.RetainedWait)
-	defer total.Stop()
-	var idle <-chan time.Time
-	var idleTimer *time.Timer
-	defer func() {
-		if idleTimer != nil {
-			idleTimer.Stop()
+	err = c.collectRetained(ctx, cfg.Prefix, cfg.RetainedWait, filters, func(m message) {
+		node, rest, ok := fleetTopic(cfg.Prefix, m.Topic)
+		if !ok {
+			return
 		}
-	}()
-loop:
-	for {
-		select {
-		case m := <-inbox:
-			node, rest, ok := fleetTopic(cfg.Prefix, m.Topic)
-			if !ok {
-				continue
+		switch {
+		case rest == "state":
+			if len(m.Payload) == 0 {
+				return
 			}
-			switch {
-			case rest == "state":
-				if len(m.Payload) == 0 {
-					continue
-				}
-				var s apiv1.NodeState
-				if err := json.Unmarshal(m.Payload, &s); err != nil {
-					continue // one bad publisher must not hide the fleet
-				}
-				row(node).State = &s
-			case rest == "node":
-				if len(m.Payload) == 0 {
-					continue
-				}
-				var n v1.Node
-				if err := json.Unmarshal(m.Payload, &n); err != nil {
-					continue
-				}
-				row(node).Info = &n
-			case strings.HasPrefix(rest, "pods/"):
-				if pods[node] == nil {
-					pods[node] = map[string]bool{}
-				}
-				if len(m.Payload) == 0 {
-					delete(pods[node], rest)
-				} else {
-					pods[node][rest] = true
-				}
+			var s apiv1.NodeState
+			if err := json.Unmarshal(m.Payload, &s); err != nil {
+				return // one bad publisher must not hide the fleet
 			}
-			if idleTimer == nil {
-				idleTimer = time.NewTimer(quiet)
+			row(node).State = &s
+		case rest == "node":
+			if len(m.Payload) == 0 {
+				return
+			}
+			var n v1.Node
+			if err := json.Unmarshal(m.Payload, &n); err != nil {
+				return
+			}
+			row(node).Info = &n
+		case strings.HasPrefix(rest, "pods/"):
+			if pods[node] == nil {
+				pods[node] = map[string]bool{}
+			}
+			if len(m.Payload) == 0 {
+				delete(pods[node], rest)
 			} else {
-				idleTimer.Reset(quiet)
+				pods[node][rest] = true
 			}
-			idle = idleTimer.C
-		case <-idle:
-			break loop
-		case <-total.C:
-			break loop
-		case <-ctx.Done():
-			if errors.Is(ctx.Err(), context.DeadlineExceeded) {
-				break loop
-			}
-			return nil, ctx.Err()
 		}
+	})
+	if err != nil && !errors.Is(err, context.DeadlineExceeded) {
+		return nil, err
 	}
 	out := make([]*nodeRow, 0, len(rows))
 	for n, r := range rows {

@@ -98,34 +98,19 @@ func runRolloutList(ctx context.Context, cfg *globalConfig, args []string, e env
 		return err
 	}
 	defer c.close()
-	inbox := make(chan message, 256)
-	subCtx, stop := context.WithCancel(ctx)
-	defer stop()
-	if err := c.subscribe(subCtx, inbox, apiv1.RolloutTopic(cfg.Prefix, "+")); err != nil {
-		return err
-	}
 	docs := map[string]*apiv1.Rollout{}
-	quiet := min(cfg.RetainedWait/4, 500*time.Millisecond)
-	idle := time.NewTimer(cfg.RetainedWait)
-	defer idle.Stop()
-collect:
-	for {
-		select {
-		case m := <-inbox:
-			id := strings.TrimPrefix(m.Topic, apiv1.RolloutTopic(cfg.Prefix, ""))
-			if len(m.Payload) == 0 {
-				delete(docs, id)
-			} else if doc, err := decodeRollout(m.Payload, id); err == nil {
-				docs[id] = doc
-			} else {
-				fmt.Fprintf(e.stderr, "skipping %s: %v\n", printable(m.Topic), err)
-			}
-			idle.Reset(quiet)
-		case <-idle.C:
-			break collect
-		case <-ctx.Done():
-			return ctx.Err()
+	err = c.collectRetained(ctx, cfg.Prefix, cfg.RetainedWait, []string{apiv1.RolloutTopic(cfg.Prefix, "+")}, func(m message) {
+		id := strings.TrimPrefix(m.Topic, apiv1.RolloutTopic(cfg.Prefix, ""))
+		if len(m.Payload) == 0 {
+			delete(docs, id)
+		} else if doc, err := decodeRollout(m.Payload, id); err == nil {
+			docs[id] = doc
+		} else {
+			fmt.Fprintf(e.stderr, "skipping %s: %v\n", printable(m.Topic), err)
 		}
+	})
+	if err != nil {
+		return err
 	}
 	ids := make([]string, 0, len(docs))
 	for id := range docs {

@@ -288,6 +288,13 @@ func TestRolloutResumedAfterAKillWaitsForAnOfflineMember(t *testing.T) {
 	if err := first.Start(); err != nil {
 		t.Fatal(err)
 	}
+	t.Cleanup(func() {
+		if t.Failed() {
+			_ = first.Process.Kill()
+			_ = first.Wait() // the output is complete (an error if already waited)
+			t.Logf("the first mqletctl printed:\n%s", firstOut.String())
+		}
+	})
 	// Killed once the first node was sent its command (mid-wave).
 	mq.WaitFor(0, 60*time.Second, "the first node sent its command", func(m Msg) bool {
 		var d apiv1.Rollout
