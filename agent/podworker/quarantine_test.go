@@ -320,10 +320,12 @@ func TestQuarantinedPodIsReportedAsItRuns(t *testing.T) {
 }
 
 // A quarantine whose sync died in its runtime read does not read the
-// runtime again: a pod with a status retained by an earlier process gets
-// nothing new published (its last known view stays), only the event and
-// the failed outcome.
-func TestQuarantinedInReadKeepsTheRetainedStatus(t *testing.T) {
+// runtime again (this runtime would say running): a pod whose status an
+// earlier process left retained is published with phase Unknown and the
+// quarantine, not left with the retained view that hid the quarantine
+// (chaos run: a quarantined pod showed as Pending with no reason), and not
+// as Pending.
+func TestQuarantinedInReadIsPublishedUnknown(t *testing.T) {
 	st := openStore(t)
 	rt := runningRuntime{newScriptedRuntime()}
 	r := startAfterDeath(t, rt, nil, st, []string{"ns/a read 5"}, Death{Crashed: true, Goroutines: []uint64{5}}, testPod("a"))
@@ -333,10 +335,13 @@ func TestQuarantinedInReadKeepsTheRetainedStatus(t *testing.T) {
 	r.pool.Enqueue("ns/a")
 	waitUntil(t, "a reported", func() bool { _, ok := r.out.last("ns/a"); return ok })
 	r.status.mu.Lock()
-	sets := r.status.sets
+	sets, got := r.status.sets, r.status.set["ns/a"]
 	r.status.mu.Unlock()
-	if sets != 0 || r.events.count(ReasonQuarantined) != 1 {
-		t.Fatalf("%d statuses published, %d Quarantined events", sets, r.events.count(ReasonQuarantined))
+	if sets != 1 || got.Phase != v1.PodUnknown || got.Reason != ReasonQuarantined || !strings.Contains(got.Message, "not read") {
+		t.Fatalf("%d statuses published, the last %s %s %q; want one, Unknown, Quarantined, saying the runtime was not read", sets, got.Phase, got.Reason, got.Message)
+	}
+	if n := r.events.count(ReasonQuarantined); n != 1 {
+		t.Fatalf("%d Quarantined events, want 1", n)
 	}
 }
 

@@ -408,9 +408,8 @@ func (p *Pool) quarantined(r *runner, pod *v1.Pod) (store.Quarantine, bool) {
 // says of the pod (read under a marked slot, as in a sync), so a pod whose
 // containers run is reported running; when the agent died in this pod's
 // runtime read, or the runtime cannot be read, it is the last status this
-// process published, and nothing new when there is none and an earlier
-// process's status is retained: a running pod is never reported as not
-// started.
+// process published, else phase Unknown: a running pod is never reported
+// as not started, and the quarantine is always published.
 func (p *Pool) publishQuarantined(ctx context.Context, r *runner, pod *v1.Pod, q store.Quarantine) error {
 	msg := fmt.Sprintf("%s (at %s); not synced until a new spec is applied or the pod is re-created", q.Reason, q.Since.Format(time.RFC3339))
 	if r.announce(pod.Generation) {
@@ -434,16 +433,18 @@ func (p *Pool) publishQuarantined(ctx context.Context, r *runner, pod *v1.Pod, q
 		st = p.build(pod, rs, podstatus.Hints{})
 	case known && prev.UID == pod.UID && prev.Generation == pod.Generation:
 		st = prev.Status
-	case p.status.Retained(pod.Namespace, pod.Name):
-		st = v1.PodStatus{} // keep what the broker holds
 	default:
-		st = p.build(pod, nil, podstatus.Hints{}) // never published: nothing to keep
+		// Not read, and this process published nothing of this spec: the
+		// phase is not known. Unknown says so and carries the quarantine;
+		// keeping an earlier process's retained status hid the quarantine,
+		// and a status built without the runtime says Pending of a pod
+		// that may run.
+		st = v1.PodStatus{Phase: v1.PodUnknown}
+		msg += "; its runtime state was not read: " + readErr.Error()
 	}
-	if st.Phase != "" {
-		st.Reason, st.Message = ReasonQuarantined, msg
-		if err := p.status.Set(pod, st); err != nil {
-			p.log.Warn().Err(err).Str("pod", r.key).Msg("publishing pod status")
-		}
+	st.Reason, st.Message = ReasonQuarantined, msg
+	if err := p.status.Set(pod, st); err != nil {
+		p.log.Warn().Err(err).Str("pod", r.key).Msg("publishing pod status")
 	}
 	p.observe.Observe(r.key, pending.Outcome{Generation: pod.Generation, Done: true, OK: false, Reason: ReasonQuarantined + ": " + q.Reason})
 	return nil
