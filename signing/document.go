@@ -93,3 +93,26 @@ func joinVerbs(verbs []string) string {
 	}
 	return out
 }
+
+// PeekDocument reads a signed group document's claims WITHOUT checking
+// its signature: for a tool that shows which generation is retained and
+// who says they signed it (mqletctl group status), never for deciding to
+// apply it (a node uses OpenDocument). It fails on what is no document
+// envelope (a command's, or a malformed one).
+func PeekDocument(payload []byte) (group, keyID string, issuedAt time.Time, body []byte, err error) {
+	obj, err := parse(payload)
+	if err != nil {
+		return "", "", time.Time{}, nil, err
+	}
+	if len(obj.Signatures) != 1 {
+		return "", "", time.Time{}, nil, rejected("want exactly one signature, got %d", len(obj.Signatures))
+	}
+	var c wireClaims
+	if err := json.Unmarshal(obj.UnsafePayloadWithoutVerification(), &c); err != nil {
+		return "", "", time.Time{}, nil, rejected("claims do not decode: %v", err)
+	}
+	if c.Verb != apiv1.VerbDesired {
+		return "", "", time.Time{}, nil, rejected("signed for verb %q, not as a group document (%q)", bounded(c.Verb), apiv1.VerbDesired)
+	}
+	return c.Node, obj.Signatures[0].Protected.KeyID, time.Unix(c.IssuedAt, 0), c.Body, nil
+}

@@ -84,3 +84,20 @@ func TestUnsignedGroupDocumentFollowsSyncPolicy(t *testing.T) {
 		t.Fatalf("unsigned document where only exec must be signed: %v", err)
 	}
 }
+
+// PeekDocument reads what a signed document says without a key (a tool's
+// view); a command's envelope is not taken for one.
+func TestPeekDocument(t *testing.T) {
+	f := docFixture(t, signing.Policy{})
+	group, kid, iat, body, err := signing.PeekDocument(signDoc(t, f.signer, "line-1", t0))
+	if err != nil || group != "line-1" || kid != "ops" || !iat.Equal(t0.Truncate(time.Second)) || string(body) != doc {
+		t.Fatalf("peek: %q %q %v %q %v", group, kid, iat, body, err)
+	}
+	cmd := sign(t, f.signer, signing.Claims{Node: "line-1", Verb: "sync", RequestID: "r1", IssuedAt: t0, Expires: t0.Add(time.Minute)}, doc)
+	if _, _, _, _, err := signing.PeekDocument(cmd); err == nil || !strings.Contains(err.Error(), "not as a group document") {
+		t.Fatalf("a command's envelope peeked as a document: %v", err)
+	}
+	if _, _, _, _, err := signing.PeekDocument([]byte("eyJ.x.y")); err == nil {
+		t.Fatal("a malformed envelope peeked")
+	}
+}

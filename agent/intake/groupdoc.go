@@ -25,9 +25,9 @@ import (
 
 // Reasons of the events about group documents.
 const (
-	ReasonAppliedGroupDocument = "AppliedGroupDocument"
-	ReasonStaleGroupDocument   = "StaleGroupDocument"
-	ReasonFailedGroupDocument  = "FailedGroupDocument"
+	ReasonAppliedGroupDocument = apiv1.ReasonAppliedGroupDocument
+	ReasonStaleGroupDocument   = apiv1.ReasonStaleGroupDocument
+	ReasonFailedGroupDocument  = apiv1.ReasonFailedGroupDocument
 )
 
 // DocumentOpener checks a group document's signature envelope against the

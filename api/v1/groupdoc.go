@@ -29,6 +29,15 @@ const DesiredLevel = "desired"
 // a command as a document. A key signs documents when it may sign sync.
 const VerbDesired = "desired"
 
+// Reasons of the node events about group documents: a tool waiting for
+// members' answers to a document takes a refusal event as the answer of
+// a member that refused it without applying it.
+const (
+	ReasonAppliedGroupDocument = "AppliedGroupDocument"
+	ReasonStaleGroupDocument   = "StaleGroupDocument"
+	ReasonFailedGroupDocument  = "FailedGroupDocument"
+)
+
 // MaxGeneration bounds a document's generation to the integers a
 // JavaScript dashboard reads exactly (2^53 - 1).
 const MaxGeneration = 1<<53 - 1

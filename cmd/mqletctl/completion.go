@@ -96,6 +96,7 @@ _mqletctl() {
         describe|delete|restart) COMPREPLY=( $(compgen -W "pod" -- "$cur") ) ;;
         top) COMPREPLY=( $(compgen -W "node pods" -- "$cur") ) ;;
         rollout) COMPREPLY=( $(compgen -W "start list status resume abort" -- "$cur") ) ;;
+        group) COMPREPLY=( $(compgen -W "publish status" -- "$cur") ) ;;
         watch) COMPREPLY=( $(compgen -W "pods events all" -- "$cur") ) ;;
         help) COMPREPLY=( $(compgen -W "%s" -- "$cur") ) ;;
         completion) COMPREPLY=( $(compgen -W "bash zsh" -- "$cur") ) ;;

@@ -69,6 +69,7 @@ func commands() []command {
 		{"exec", "run a command in a container (if the agent allows exec)", runExec},
 		{"restart", "kill and start again a pod, or one container", runRestart},
 		{"config", "the agent's settings and their sources; change a live one", runConfig},
+		{"group", "publish a group's retained desired state (members offline or joining later get it); status: who applied which generation", runGroup},
 		{"rollout", "roll manifests out to a group or a node selector in waves; status, resume, abort", runRollout},
 		{"completion", "print a shell completion script", runCompletion},
 		{"version", "print the mqletctl version", runVersion},
@@ -125,6 +126,11 @@ func helpTexts() map[string]helpText {
 				"  mqletctl rollout status web-v2    # the retained document <prefix>/rollouts/web-v2\n" +
 				"  mqletctl rollout resume web-v2    # from any machine, after the first mqletctl stopped\n" +
 				"  mqletctl rollout abort web-v2 --rollback\n  mqletctl rollout list    # every rollout document under the prefix"},
+		"group": {"group publish GROUP -f FILE|DIR|- [--generation N] [--no-wait] [-o json]\n  " +
+			"mqletctl group status GROUP [-o json|yaml]",
+			"  mqletctl group publish line-1 -f line.yaml    # generation: one above the newest; one row per member\n" +
+				"  mqletctl group publish line-1 -f line.yaml --generation 12 --sign-key op.key\n" +
+				"  mqletctl group status line-1    # NODE STATE APPLIED PHASE: Applied, Behind, Pending (offline)"},
 		"config": {"config view | config set KEY=VALUE... (KEY=null resets it)",
 			"  mqletctl config view\n  mqletctl config set metricsInterval=2s logLevel=debug"},
 		"completion": {"completion bash|zsh",
@@ -199,6 +205,7 @@ func run(ctx context.Context, args []string, e env) int {
 	var queued queuedError
 	var fleetQ fleetQueued
 	var waiting rolloutWaiting
+	var groupP groupPending
 	switch {
 	case errors.As(err, &queued):
 		fmt.Fprintln(e.stderr, queued.Error())
@@ -208,6 +215,9 @@ func run(ctx context.Context, args []string, e env) int {
 		return exitQueued
 	case errors.As(err, &waiting):
 		fmt.Fprintln(e.stderr, waiting.Error())
+		return exitQueued
+	case errors.As(err, &groupP):
+		fmt.Fprintln(e.stderr, groupP.Error())
 		return exitQueued
 	case errors.As(err, &help):
 		printCommandHelp(e.stdout, c, help.fs)

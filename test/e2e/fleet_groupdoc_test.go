@@ -3,6 +3,9 @@ package e2e
 import (
 	"encoding/json"
 	"fmt"
+	"os"
+	"path/filepath"
+	"regexp"
 	"strconv"
 	"strings"
 	"testing"
@@ -22,6 +25,7 @@ const groupDocConvergeLimit = 30 * time.Second
 // mosquitto, with a recording operator client.
 type groupDocEnv struct {
 	t      *testing.T
+	broker string
 	mq     *Client
 	ns     string
 	group  string
@@ -33,7 +37,7 @@ func newGroupDocEnv(t *testing.T, groupsOf func(i int, group string) []string) *
 	t.Helper()
 	eps := fleetEndpoints(t)[1:] // the two fleet containerds
 	broker := mosquitto.Start(t)
-	e := &groupDocEnv{t: t, mq: Connect(t, broker.URL()), scheme: apiv1.Scheme{Prefix: prefix}}
+	e := &groupDocEnv{t: t, broker: broker.URL(), mq: Connect(t, broker.URL()), scheme: apiv1.Scheme{Prefix: prefix}}
 	e.mq.Subscribe(prefix + "/#")
 	suffix := strconv.FormatInt(time.Now().UnixNano()%1e9, 36)
 	e.ns, e.group = "e2e-gdoc-"+suffix, "gdoc-"+suffix
@@ -166,8 +170,12 @@ func TestGroupDocumentReachesOfflineAndLateMembers(t *testing.T) {
 	mark = e.mq.Mark()
 	member.agent.Stop()
 	e.mq.WaitState(mark, member.name, "offline", 30*time.Second)
-	e.publish(e.document(2, "web2"))
-	// Nothing can apply it now: the only member is offline.
+	// mqletctl group publish: generation 2 (one above the retained 1);
+	// the only member is offline, so its row is Pending and the exit 3.
+	code, out, errOut := e.ctlPublish("web2")
+	if code != 3 || !regexp.MustCompile(`(?m)^`+member.name+`\s+Pending\s+offline since .*the document is retained`).MatchString(out) || !strings.Contains(errOut, "generation 2 published") {
+		t.Fatalf("mqletctl group publish with the only member offline: exit %d\n%s%s", code, out, errOut)
+	}
 	mark = e.mq.Mark()
 	member.agent.Restart()
 	e.mq.WaitState(mark, member.name, "online", 30*time.Second)
@@ -187,6 +195,9 @@ func TestGroupDocumentReachesOfflineAndLateMembers(t *testing.T) {
 		return len(member.cri.Sandboxes(e.ns, "web1")) == 0
 	})
 	e.generationIn(mark, member, 2)
+	if code, out, errOut := ctl(t, "--broker", e.broker, "--retained-wait", "1s", "group", "status", e.group); code != 0 || !regexp.MustCompile(`(?m)^`+member.name+`\s+online\s+2\s+Applied`).MatchString(out) {
+		t.Fatalf("mqletctl group status after the member came back: exit %d\n%s%s", code, out, errOut)
+	}
 	// Applied once: the queued copy and the retained copy at the
 	// resubscription are one generation.
 	if n := len(e.finals(member, 2)); n != 1 {
@@ -211,6 +222,11 @@ func TestGroupDocumentReachesOfflineAndLateMembers(t *testing.T) {
 	}
 
 	// An older generation published later is refused and changes nothing.
+	// mqletctl refuses to publish it (the members applied 2)...
+	if code, _, errOut := e.ctlPublish("old", "--generation", "1"); code != 1 || !strings.Contains(errOut, "--generation 1 is not newer than generation 2") {
+		t.Fatalf("mqletctl group publish of an old generation: exit %d %s", code, errOut)
+	}
+	// ... and the members refuse it when it is published all the same.
 	before := map[string][]string{member.name: e.sandboxIDs(member, "web2"), late.name: e.sandboxIDs(late, "web2")}
 	mark = e.mq.Mark()
 	e.publish(e.document(1, "old"))
@@ -247,7 +263,13 @@ func TestGroupDocumentReachesOfflineAndLateMembers(t *testing.T) {
 	clashBefore := e.sandboxIDs(late, "clash")
 	web2Before := e.sandboxIDs(late, "web2")
 	mark = e.mq.Mark()
-	e.publish(e.document(3, "web2", "clash"))
+	// mqletctl group publish: generation 3 (above the members' 2, though
+	// the stale 1 is retained now); one row per member, the refusal
+	// failed naming both sources, exit 1.
+	code, out, errOut = e.ctlPublish("web2", "clash")
+	if code != 1 || !regexp.MustCompile(`(?m)^`+member.name+`\s+succeeded`).MatchString(out) || !regexp.MustCompile(`(?m)^`+late.name+`\s+failed\s+.*source node`).MatchString(out) || !strings.Contains(errOut, "generation 3 published") {
+		t.Fatalf("mqletctl group publish of generation 3: exit %d\n%s%s", code, out, errOut)
+	}
 	if r := e.final(mark, member, 3, podReadyTimeout); r.Phase != apiv1.Succeeded {
 		t.Fatalf("generation 3 on %s: %s %q", member.name, r.Phase, r.Message)
 	}
@@ -269,12 +291,39 @@ func TestGroupDocumentReachesOfflineAndLateMembers(t *testing.T) {
 		t.Fatalf("%s's state names generation %d after refusing generation 3, want 2", late.name, g)
 	}
 	e.generationIn(mark, member, 3)
+	code, out, errOut = ctl(t, "--broker", e.broker, "--retained-wait", "1s", "group", "status", e.group)
+	if code != 1 || !regexp.MustCompile(`(?m)^`+member.name+`\s+online\s+3\s+Applied`).MatchString(out) || !regexp.MustCompile(`(?m)^`+late.name+`\s+online\s+2\s+Behind`).MatchString(out) {
+		t.Fatalf("mqletctl group status with the late joiner behind: exit %d\n%s%s", code, out, errOut)
+	}
 	// The node's own pod is still its own.
 	mark = e.mq.Mark()
 	e.mq.Command(late.name, "delete", "del-clash", fmt.Appendf(nil, `{"kind":"Pod","namespace":%q,"name":"clash"}`, e.ns))
 	if r := e.mq.WaitReply(late.name, "del-clash", apiv1.Succeeded, podGoneTimeout); r.Phase != apiv1.Succeeded {
 		t.Fatalf("node delete of its own clash on %s: %s %q", late.name, r.Phase, r.Message)
 	}
+}
+
+// ctlPublish runs mqletctl group publish of busybox pods named pods.
+func (e *groupDocEnv) ctlPublish(pods ...string) (int, string, string) {
+	e.t.Helper()
+	var names, extra []string
+	for i, p := range pods {
+		if strings.HasPrefix(p, "--") {
+			extra = pods[i:]
+			break
+		}
+		names = append(names, p)
+	}
+	var docs []string
+	for _, n := range names {
+		docs = append(docs, string(podYAML(n, e.ns, "Always", "sleep 3600")))
+	}
+	file := filepath.Join(e.t.TempDir(), "group.yaml")
+	if err := os.WriteFile(file, []byte(strings.Join(docs, "---\n")), 0o600); err != nil {
+		e.t.Fatal(err)
+	}
+	args := append([]string{"--broker", e.broker, "--retained-wait", "1s", "--timeout", "90s", "group", "publish", e.group, "-f", file}, extra...)
+	return ctl(e.t, args...)
 }
 
 // finals are n's final answers to generation gen.
