@@ -20,6 +20,7 @@ import (
 
 	"github.com/mqlet/mqlet/agent/eventlog"
 	"github.com/mqlet/mqlet/agent/events"
+	"github.com/mqlet/mqlet/agent/eviction"
 	"github.com/mqlet/mqlet/agent/inflight"
 	"github.com/mqlet/mqlet/agent/intake"
 	"github.com/mqlet/mqlet/agent/liveconfig"
@@ -176,6 +177,10 @@ type Options struct {
 	Telemetry telemetry.Config
 	// Preload, when set, imports image tarballs from a directory.
 	Preload *cri.PreloadConfig
+	// Eviction, when set, runs the eviction manager (agent/eviction):
+	// ephemeral storage limits and node-pressure eviction; its pressure
+	// conditions are published on the node and refuse new pods.
+	Eviction *EvictionOptions
 }
 
 // LogLevel is the log level that follows logLevel (logging.Level).
@@ -206,6 +211,7 @@ type Agent struct {
 	probes   *prober.Manager
 	streams  *streams.Manager
 	drops    *outboxdrops.Reporter // nil: the outbox signals no drops
+	eviction *eviction.Manager     // nil: no eviction
 	// stateChanged asks for the node state to be published again.
 	stateChanged chan struct{}
 }
@@ -239,7 +245,10 @@ func New(ctx context.Context, opts Options, deps Deps, log zerolog.Logger) (*Age
 	a.probes = prober.New(prober.Options{Exec: rt, Events: podScrubbingEvents{next: a.events, scrub: scrubPod}, Log: log.With().Str("component", "prober").Logger(),
 		OnChange: func(uid string) { a.pool.EnqueueUID(uid) }})
 	poolOpts := podworker.Options{Workers: opts.Workers, BackoffBase: opts.Restart.Base, BackoffMax: opts.Restart.Max, Restart: opts.Restart,
-		Resync: opts.PodResync, HostIPs: opts.HostIPs, Quarantines: st, Deaths: st, Probes: a.probes}
+		Resync: opts.PodResync, HostIPs: opts.HostIPs, Quarantines: st, Deaths: st, Probes: a.probes, Evictions: st}
+	if er, ok := rt.(EvictionRuntime); ok {
+		poolOpts.ReleaseStorage = func(_ context.Context, p *v1.Pod) error { return er.ReleasePodStorage(string(p.UID)) }
+	}
 	intakeOpts := intake.Options{Topics: opts.Topics, MaxPayloadBytes: opts.MaxPayloadBytes, Policy: opts.Policy, ApplyDeadline: opts.ApplyDeadline, MaxPods: opts.MaxPods,
 		NodeLabels: opts.NodeLabels, Allocatable: opts.Allocatable, RuntimeClasses: opts.RuntimeClasses, Opener: opts.Opener, ProfilePolicy: opts.ProfilePolicy,
 		Unsealer: opts.Unsealer, RequireSealedSecrets: opts.RequireSealedSecrets}
@@ -251,6 +260,12 @@ func New(ctx context.Context, opts Options, deps Deps, log zerolog.Logger) (*Age
 		intakeOpts.Marks = opts.CommandMarks
 	}
 	a.pool = podworker.New(poolOpts, rt, desired{Store: st, node: opts.Topics.Node}, a.status, a.tracker, a.events, log.With().Str("component", "podworker").Logger())
+	if err := a.buildEviction(opts.Eviction); err != nil {
+		return nil, err
+	}
+	if a.eviction != nil {
+		intakeOpts.Pressure = a.eviction
+	}
 	a.streams = streams.New(opts.Streams)
 	intakeOpts.Verbs = intake.VerbOptions{Runtime: rt, Restarts: a.pool, Streams: a.streams, Logs: opts.Logs, Exec: opts.Exec, RestartTimeout: opts.ApplyDeadline, Scrub: scrubPod}
 	intakeOpts.Groups = a.groups
@@ -282,7 +297,11 @@ func New(ctx context.Context, opts Options, deps Deps, log zerolog.Logger) (*Age
 	telCfg := opts.Telemetry
 	telCfg.Topics, telCfg.Version = opts.Topics, opts.Version
 	counters := telemetry.Counters(telemetry.Merge(a.Counters, telemetry.CRICounters(rt)), deps.Outbox, a.sess)
-	tel, err := telemetry.New(ctx, telCfg, telemetry.Deps{Runtime: rt, Out: out, Retained: a.retained, Events: a.events, Counters: counters}, log)
+	telDeps := telemetry.Deps{Runtime: rt, Out: out, Retained: a.retained, Events: a.events, Counters: counters}
+	if a.eviction != nil {
+		telDeps.Pressure = pressure(a.eviction)
+	}
+	tel, err := telemetry.New(ctx, telCfg, telDeps, log)
 	if err != nil {
 		return nil, fmt.Errorf("setting up telemetry: %w", err)
 	}
@@ -487,6 +506,9 @@ func (a *Agent) Run(ctx context.Context) error {
 		spawn("outbox-drops", loop(a.drops.Run))
 	}
 	spawn("telemetry", a.tel.Run)
+	if a.eviction != nil {
+		spawn("eviction", loop(a.eviction.Run))
+	}
 	if a.opts.Preload != nil && a.opts.Preload.Dir != "" {
 		spawn("preload", cri.NewPreloader(*a.opts.Preload, a.events, a.log).Run)
 	}
@@ -674,14 +696,16 @@ func (a *Agent) housekeeping(ctx context.Context) {
 
 // collectGarbage removes what no desired pod needs, keeping every desired
 // pod's images.
-func (a *Agent) collectGarbage(ctx context.Context) {
+func (a *Agent) collectGarbage(ctx context.Context) { a.collectGarbageWith(ctx, a.opts.GCPolicy) }
+
+// collectGarbageWith is collectGarbage with policy.
+func (a *Agent) collectGarbageWith(ctx context.Context, policy cri.GCPolicy) {
 	pods, err := a.store.ListPods()
 	if err != nil {
 		a.log.Warn().Err(err).Msg("listing desired pods for garbage collection")
 		return
 	}
 	desiredUIDs := map[string]bool{}
-	policy := a.opts.GCPolicy
 	policy.KeepImages = slices.Clone(policy.KeepImages)
 	for _, p := range pods {
 		desiredUIDs[string(p.UID)] = true

@@ -77,6 +77,7 @@ type Config struct {
 	Logs           Logs           `json:"logs"`
 	Exec           Exec           `json:"exec"`
 	Events         Events         `json:"events"`
+	Eviction       Eviction       `json:"eviction"`
 }
 
 // MQTT is the broker session.
@@ -298,6 +299,7 @@ func Default() Config {
 		Logs:     defaultLogs(),
 		Exec:     defaultExec(),
 		Events:   Events{History: 500},
+		Eviction: defaultEviction(),
 	}
 }
 
@@ -441,6 +443,7 @@ func (c *Config) Validate() error {
 		bad("runtime.logRotationPeriod", "must be positive, got %s", c.Runtime.LogRotationPeriod.Duration)
 	}
 	validateRuntimeClasses(c.Runtime.Classes, bad)
+	validateEviction(c, bad)
 	if c.Pods.PidsLimit < 0 {
 		bad("pods.pidsLimit", "must not be negative (0: no limit), got %d", c.Pods.PidsLimit)
 	}

@@ -2,6 +2,7 @@ package config
 
 import (
 	"errors"
+	"fmt"
 	"io"
 	"os"
 	"path/filepath"
@@ -94,6 +95,13 @@ func TestInvalidConfigNamesTheField(t *testing.T) {
 		"bad broker in list": {"mqtt:\n  brokers: [tcp://a:1, http://b:2]\n", "mqtt.brokers[1]"},
 		"repeated broker":    {"mqtt:\n  brokers: [tcp://a:1, tcp://u:p@a:1]\n", "mqtt.brokers[1]: repeats mqtt.brokers[0]"},
 		"broker and list":    {"mqtt:\n  broker: tcp://x:1\n  brokers: [tcp://a:1, tcp://b:2]\n", "mqtt.broker"},
+		"eviction signal":    {"eviction:\n  hard: {disk.free: 1Gi}\n", "eviction.hard.disk.free: unknown signal"},
+		"eviction percent":   {"eviction:\n  hard: {imagefs.available: 150%}\n", "eviction.hard.imagefs.available"},
+		"eviction moved":     {"eviction:\n  hard: {nodefs.available: 5%}\n", "eviction.hard.nodefs.available: set in telemetry.diskAvailablePercent"},
+		"soft without grace": {"eviction:\n  soft: {memory.available: 300Mi}\n", "eviction.softGracePeriod.memory.available"},
+		"grace without soft": {"eviction:\n  softGracePeriod: {pid.available: 1m}\n", "eviction.softGracePeriod.pid.available: no soft threshold"},
+		"bad reserve":        {"eviction:\n  reservedStorage: lots\n", "eviction.reservedStorage"},
+		"bad memory avail":   {"telemetry:\n  memoryAvailable: lots\n", "telemetry.memoryAvailable"},
 	}
 	for name, tc := range cases {
 		t.Run(name, func(t *testing.T) {
@@ -109,6 +117,31 @@ func TestInvalidConfigNamesTheField(t *testing.T) {
 				t.Fatalf("error %q does not name %q", err, tc.field)
 			}
 		})
+	}
+}
+
+// The thresholds of the file, the three under telemetry first, then the
+// other hard ones, then the soft ones with their grace periods.
+func TestEvictionThresholds(t *testing.T) {
+	file := filepath.Join(t.TempDir(), "c.yaml")
+	yaml := "telemetry:\n  pidAvailablePercent: 0\neviction:\n  hard: {imagefs.inodesFree: \"0\"}\n  soft: {memory.available: 300Mi}\n  softGracePeriod: {memory.available: 90s}\n"
+	if err := os.WriteFile(file, []byte(yaml), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	cfg, err := Load(&Flags{ConfigFile: file, set: map[string]string{"node": "gw1"}}, noEnv)
+	if err != nil {
+		t.Fatal(err)
+	}
+	var got []string
+	for _, th := range cfg.EvictionThresholds() {
+		got = append(got, fmt.Sprintf("%s<%s/%s", th.Signal, th.Value, th.GracePeriod))
+	}
+	want := "memory.available<100Mi/0s nodefs.available<10%/0s imagefs.available<15%/0s nodefs.inodesFree<5%/0s memory.available<300Mi/1m30s"
+	if strings.Join(got, " ") != want {
+		t.Fatalf("thresholds\n got %s\nwant %s", strings.Join(got, " "), want)
+	}
+	if Reserved(cfg.Eviction.ReservedStorage) != 64<<20 {
+		t.Fatalf("reserved storage %q", cfg.Eviction.ReservedStorage)
 	}
 }
 

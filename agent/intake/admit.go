@@ -25,13 +25,22 @@ const (
 const msgNodeAffinity = "Predicate NodeAffinity failed: node(s) didn't match Pod's node affinity/selector"
 
 // admitResources are the resources whose requests are checked against allocatable.
-var admitResources = []v1.ResourceName{v1.ResourceCPU, v1.ResourceMemory}
+var admitResources = []v1.ResourceName{v1.ResourceCPU, v1.ResourceMemory, v1.ResourceEphemeralStorage}
+
+// PressureAdmitter refuses pods while the node is under pressure: ok, or
+// the kubelet's reason ("Evicted") and message ("The node had condition:
+// [DiskPressure]. ").
+type PressureAdmitter interface {
+	Admit(pod *v1.Pod) (ok bool, reason, message string)
+}
 
 // checkAdmission refuses a command with a pod the kubelet would not admit:
 // one whose nodeSelector or required node affinity the node's labels do
-// not match (NodeAffinity), or whose cpu or memory requests exceed what the
-// node's allocatable leaves beside the pods it already runs (OutOfcpu,
-// OutOfmemory). The kubelet fails such a pod after the API server stored
+// not match (NodeAffinity), a new pod while the node is under pressure
+// (Evicted: "The node had condition: [DiskPressure]. "), or one whose cpu,
+// memory or ephemeral-storage requests exceed what the node's allocatable
+// leaves beside the pods it already runs (OutOfcpu, OutOfmemory,
+// OutOfephemeral-storage). The kubelet fails such a pod after the API server stored
 // it; here nothing is stored, so the reply fails naming the reason and the
 // pod gets the kubelet's Warning event. Pods are admitted in order, each
 // counting those before it.
@@ -52,6 +61,10 @@ func (in *Intake) checkAdmission(id string, objs []apiruntime.Object, replaceAll
 	if err != nil {
 		return err
 	}
+	var running map[string]bool
+	if in.opts.Pressure != nil {
+		running = in.runningPods()
+	}
 	var problems []string
 	refuse := func(p *v1.Pod, reason, msg string) {
 		in.events.Event(p, v1.EventTypeWarning, reason, msg)
@@ -69,6 +82,12 @@ func (in *Intake) checkAdmission(id string, objs []apiruntime.Object, replaceAll
 		if why := in.opts.RuntimeClasses.Fits(p, in.opts.NodeLabels); why != "" {
 			refuse(p, ReasonNodeAffinity, "Predicate NodeAffinity failed: "+why)
 			continue
+		}
+		if pr := in.opts.Pressure; pr != nil && !running[store.Key(p.Namespace, p.Name)] {
+			if ok, reason, msg := pr.Admit(p); !ok {
+				refuse(p, reason, msg)
+				continue
+			}
 		}
 		req := resourcehelper.PodRequests(p, resourcehelper.PodResourcesOptions{})
 		fits := true
@@ -123,6 +142,25 @@ func (in *Intake) requestedByOthers(named map[string]bool, replaceAll bool) (v1.
 		addRequests(used, resourcehelper.PodRequests(p, resourcehelper.PodResourcesOptions{}))
 	}
 	return used, nil
+}
+
+// runningPods are the keys of the stored pods not finished: applying
+// one again (unchanged, or a changed spec) is not a new pod coming onto
+// the node, and is not refused for pressure.
+func (in *Intake) runningPods() map[string]bool {
+	stored, err := in.store.ListPods()
+	if err != nil {
+		return nil // every pod counts as new
+	}
+	out := make(map[string]bool, len(stored))
+	for _, p := range stored {
+		if st, ok := in.status.Get(p.Namespace, p.Name); ok && st != nil && st.UID == p.UID &&
+			(st.Status.Phase == v1.PodSucceeded || st.Status.Phase == v1.PodFailed) {
+			continue
+		}
+		out[store.Key(p.Namespace, p.Name)] = true
+	}
+	return out
 }
 
 func addRequests(sum, req v1.ResourceList) {

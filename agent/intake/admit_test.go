@@ -209,3 +209,55 @@ func TestAdmissionPodLevelResources(t *testing.T) {
 		t.Fatalf("stored %v", names)
 	}
 }
+
+type fakePressure struct{ under bool }
+
+func (f *fakePressure) Admit(*v1.Pod) (bool, string, string) {
+	if f.under {
+		return false, "Evicted", "The node had condition: [DiskPressure]. "
+	}
+	return true, "", ""
+}
+
+// Ephemeral-storage requests count against allocatable
+// (OutOfephemeral-storage); under pressure a new pod is refused with the
+// kubelet's reason and message, while a pod already running may be
+// applied again.
+func TestAdmissionEphemeralStorageAndPressure(t *testing.T) {
+	r := newRig(t)
+	pressure := &fakePressure{}
+	r.in = New(Options{Topics: apiv1.Scheme{Prefix: "mqlet/v1", Node: "n1"}, MaxPayloadBytes: 1 << 20, Policy: validate.Policy{}, ApplyDeadline: time.Minute,
+		Allocatable: v1.ResourceList{v1.ResourceEphemeralStorage: resource.MustParse("100Mi")}, Pressure: pressure},
+		r.st, r.sender, r.track, r.sched, r.events, noStatus{}, zerolog.Nop())
+	storagePod := func(name, req string) string {
+		return `{"apiVersion":"v1","kind":"Pod","metadata":{"name":"` + name + `"},"spec":{"containers":[{"name":"c","image":"busybox:1",` +
+			`"resources":{"requests":{"ephemeral-storage":"` + req + `"}}}]}}`
+	}
+	apply := func(id, manifest string) apiv1.Reply {
+		t.Helper()
+		r.in.Handle(cmd("apply", id, manifest))
+		return r.sender.last(id)
+	}
+	if got := apply("a", storagePod("a", "60Mi")); got.Phase == apiv1.Failed {
+		t.Fatalf("first pod: %+v", got)
+	}
+	got := apply("b", storagePod("b", "50Mi"))
+	want := "OutOfephemeral-storage: Pod default/b: Node didn't have enough resource: ephemeral-storage, requested: 52428800, used: 62914560, capacity: 104857600"
+	if got.Phase != apiv1.Failed || !strings.HasPrefix(got.Message, want) {
+		t.Fatalf("ephemeral-storage: %q, want prefix %q", got.Message, want)
+	}
+	pressure.under = true
+	got = apply("c", admitPod("c", ""))
+	if want := "Evicted: Pod default/c: The node had condition: [DiskPressure]. "; got.Phase != apiv1.Failed || !strings.HasPrefix(got.Message, want) {
+		t.Fatalf("under pressure: %q, want prefix %q", got.Message, want)
+	}
+	if r.events.reasons[len(r.events.reasons)-1] != "Evicted" {
+		t.Fatalf("events %v", r.events.reasons)
+	}
+	if got := apply("a2", storagePod("a", "40Mi")); got.Phase == apiv1.Failed {
+		t.Fatalf("a running pod applied again under pressure: %+v", got)
+	}
+	if names := storedPods(t, r.st); !slices.Equal(names, []string{"a"}) {
+		t.Fatalf("stored %v", names)
+	}
+}

@@ -119,6 +119,9 @@ type Options struct {
 	// requests exceed what the stored pods leave of it is refused OutOfcpu
 	// or OutOfmemory. A resource missing here is not checked.
 	Allocatable v1.ResourceList
+	// Pressure, when set, refuses new pods while the node is under
+	// pressure (the eviction manager's Admit).
+	Pressure PressureAdmitter
 	// RuntimeClasses are the classes a pod's runtimeClassName may name;
 	// their overhead is counted and their nodeSelector matched at admission.
 	RuntimeClasses runtimeclass.Set

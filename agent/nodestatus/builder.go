@@ -65,6 +65,17 @@ type Thresholds struct {
 	// PIDAvailablePercent: PIDPressure when fewer PIDs are free (0 means the
 	// default, negative disables).
 	PIDAvailablePercent float64
+	// ReservedMemory and ReservedStorage are mqlet's own reserve: left out
+	// of allocatable memory and ephemeral-storage.
+	ReservedMemory, ReservedStorage int64
+}
+
+// PressureState is one pressure condition as the eviction manager sees it.
+type PressureState struct {
+	Type    v1.NodeConditionType
+	Known   bool // a signal of it was measured
+	Under   bool
+	Message string
 }
 
 // Options are the fixed parts of the node.
@@ -123,6 +134,10 @@ type Inputs struct {
 	PIDs                 *PIDUsage
 	// Images present on the node (status.images), largest first.
 	Images []v1.ContainerImage
+	// Pressure, when set, gives the MemoryPressure, DiskPressure and
+	// PIDPressure conditions (the eviction manager's, which acts on them)
+	// instead of the thresholds of Options.
+	Pressure []PressureState
 }
 
 // Builder turns Inputs into a v1.Node.
@@ -230,6 +245,9 @@ func (b *Builder) resources(in Inputs) (capacity, allocatable v1.ResourceList) {
 		capacity[v1.ResourceCPU] = *resource.NewQuantity(int64(in.Machine.NumCores), resource.DecimalSI)
 		capacity[v1.ResourceMemory] = *resource.NewQuantity(int64(in.Machine.MemoryCapacity), resource.BinarySI)
 		for name, q := range Allocatable(in.Machine.NumCores, in.Machine.MemoryCapacity, b.opts.Thresholds.MemoryAvailable) {
+			if name == v1.ResourceMemory && b.opts.Thresholds.ReservedMemory > 0 {
+				q = *resource.NewQuantity(max(q.Value()-b.opts.Thresholds.ReservedMemory, 0), resource.BinarySI)
+			}
 			allocatable[name] = q
 		}
 	}
@@ -240,7 +258,8 @@ func (b *Builder) resources(in Inputs) (capacity, allocatable v1.ResourceList) {
 		if pct := b.opts.Thresholds.DiskAvailablePercent; pct > 0 {
 			reserved = int64(float64(disk) * pct / 100)
 		}
-		allocatable[v1.ResourceEphemeralStorage] = *resource.NewQuantity(disk-reserved, resource.BinarySI)
+		reserved += max(b.opts.Thresholds.ReservedStorage, 0)
+		allocatable[v1.ResourceEphemeralStorage] = *resource.NewQuantity(max(disk-reserved, 0), resource.BinarySI)
 	}
 	return capacity, allocatable
 }
@@ -255,6 +274,9 @@ func (b *Builder) conditions(in Inputs, prev *v1.Node, now metav1.Time) []v1.Nod
 		b.memoryCondition(in.MemoryAvailableBytes),
 		b.diskCondition(in.Disk),
 		b.pidCondition(in.PIDs),
+	}
+	if in.Pressure != nil {
+		conds = append(conds[:1], pressureConditions(in.Pressure)...)
 	}
 	for i := range conds {
 		conds[i].LastHeartbeatTime = now
@@ -295,6 +317,36 @@ func readyCondition(rt RuntimeInfo) v1.NodeCondition {
 
 func unknownCondition(t v1.NodeConditionType, what string) v1.NodeCondition {
 	return v1.NodeCondition{Type: t, Status: v1.ConditionUnknown, Reason: ReasonStatsUnavailable, Message: fmt.Sprintf(statsUnavailableMessage, what)}
+}
+
+// pressureConditions are the eviction manager's MemoryPressure,
+// DiskPressure and PIDPressure, in that order.
+func pressureConditions(states []PressureState) []v1.NodeCondition {
+	type words struct{ what, under, fine, fineMsg string }
+	byType := map[v1.NodeConditionType]words{
+		v1.NodeMemoryPressure: {"available memory", ReasonInsufficientMemory, ReasonSufficientMemory, sufficientMemoryMessage},
+		v1.NodeDiskPressure:   {"the node's filesystems", ReasonDiskPressure, ReasonNoDiskPressure, noDiskPressureMessage},
+		v1.NodePIDPressure:    {"process IDs", ReasonInsufficientPID, ReasonSufficientPID, sufficientPIDMessage},
+	}
+	out := make([]v1.NodeCondition, 0, 3)
+	for _, t := range []v1.NodeConditionType{v1.NodeMemoryPressure, v1.NodeDiskPressure, v1.NodePIDPressure} {
+		w := byType[t]
+		var st PressureState
+		for _, s := range states {
+			if s.Type == t {
+				st = s
+			}
+		}
+		switch {
+		case st.Under:
+			out = append(out, v1.NodeCondition{Type: t, Status: v1.ConditionTrue, Reason: w.under, Message: st.Message})
+		case st.Known:
+			out = append(out, v1.NodeCondition{Type: t, Status: v1.ConditionFalse, Reason: w.fine, Message: w.fineMsg})
+		default:
+			out = append(out, unknownCondition(t, w.what))
+		}
+	}
+	return out
 }
 
 func (b *Builder) memoryCondition(available *uint64) v1.NodeCondition {

@@ -334,3 +334,34 @@ func TestReadMemTotal(t *testing.T) {
 		t.Fatal("no meminfo: no error")
 	}
 }
+
+// With the eviction manager's pressure states, the pressure conditions
+// are its (True with its message, False, or Unknown when unmeasured), not
+// the builder's thresholds; the reserve is left out of allocatable.
+func TestPressureFromEvictionAndReserve(t *testing.T) {
+	b, err := NewBuilder(Options{NodeName: "gw-1", Thresholds: Thresholds{ReservedMemory: 48 << 20, ReservedStorage: 64 << 20}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	in := healthyInputs()
+	in.Pressure = []PressureState{
+		{Type: v1.NodeDiskPressure, Known: true, Under: true, Message: "nodefs.available available 5Mi is below the threshold 10Mi"},
+		{Type: v1.NodeMemoryPressure, Known: true},
+	}
+	n := b.Build(in, nil, time.Now())
+	if c := condition(t, n, v1.NodeDiskPressure); c.Status != v1.ConditionTrue || c.Reason != ReasonDiskPressure || c.Message != in.Pressure[0].Message {
+		t.Errorf("DiskPressure %+v", c)
+	}
+	if c := condition(t, n, v1.NodeMemoryPressure); c.Status != v1.ConditionFalse {
+		t.Errorf("MemoryPressure %+v", c)
+	}
+	if c := condition(t, n, v1.NodePIDPressure); c.Status != v1.ConditionUnknown {
+		t.Errorf("PIDPressure %+v, want Unknown (no signal measured)", c)
+	}
+	if mem := n.Status.Allocatable[v1.ResourceMemory]; mem.Value() != 8*gi-100<<20-48<<20 {
+		t.Errorf("allocatable memory %d", mem.Value())
+	}
+	if disk := n.Status.Allocatable[v1.ResourceEphemeralStorage]; disk.Value() != 100*gi-10*gi-64<<20 {
+		t.Errorf("allocatable ephemeral-storage %d", disk.Value())
+	}
+}

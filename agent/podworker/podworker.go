@@ -112,6 +112,11 @@ type Options struct {
 	// Probes, when set, runs the containers' probes; without it probes
 	// are not run and a probed container is never ready.
 	Probes Probes
+	// Evictions, when set, keeps the pods evicted (Evict) across restarts.
+	Evictions Ledger
+	// ReleaseStorage, when set, removes what an evicted pod holds on the
+	// node's disk (its emptyDirs) once it is stopped.
+	ReleaseStorage func(ctx context.Context, pod *v1.Pod) error
 }
 
 // Probes runs the containers' probes (agent/prober): it follows each
@@ -139,11 +144,12 @@ type Pool struct {
 	queue   workqueue.TypedRateLimitingInterface[string]
 	tasks   sync.WaitGroup // one goroutine per key being worked on, and the kills
 
-	runners  runnerSet // key → the pod's runner (runner.go)
-	slots    *slotSet  // the sync slots and their in-flight marks (slots.go)
-	restarts restarts  // restart requests waiting for their pod's worker (restart.go)
-	suspects suspects  // pods with agent deaths counted against them (suspects.go)
-	counters counters
+	runners   runnerSet // key → the pod's runner (runner.go)
+	slots     *slotSet  // the sync slots and their in-flight marks (slots.go)
+	restarts  restarts  // restart requests waiting for their pod's worker (restart.go)
+	suspects  suspects  // pods with agent deaths counted against them (suspects.go)
+	evictions evictions // pods failed by the eviction manager (evict.go)
+	counters  counters
 }
 
 // counters are the pool's counts since it was made.
@@ -162,10 +168,11 @@ func New(opts Options, rt Runtime, desired Desired, status StatusSink, observe O
 	limiter := workqueue.NewTypedItemExponentialFailureRateLimiter[string](opts.BackoffBase, opts.BackoffMax)
 	return &Pool{
 		opts: opts, rt: rt, desired: desired, status: status, observe: observe, events: events, log: log,
-		queue:    workqueue.NewTypedRateLimitingQueueWithConfig(limiter, workqueue.TypedRateLimitingQueueConfig[string]{Name: "pods"}),
-		slots:    newSlotSet(opts.Workers, opts.Marks, log),
-		runners:  runnerSet{policy: opts.Restart, byKey: map[string]*runner{}},
-		suspects: suspects{ledger: opts.Deaths, log: log},
+		queue:     workqueue.NewTypedRateLimitingQueueWithConfig(limiter, workqueue.TypedRateLimitingQueueConfig[string]{Name: "pods"}),
+		slots:     newSlotSet(opts.Workers, opts.Marks, log),
+		runners:   runnerSet{policy: opts.Restart, byKey: map[string]*runner{}},
+		suspects:  suspects{ledger: opts.Deaths, log: log},
+		evictions: evictions{ledger: opts.Evictions},
 	}
 }
 

@@ -43,6 +43,7 @@ func (p *Pool) work(life, ctx context.Context, r *runner) (time.Duration, error)
 	}
 	if pod == nil {
 		p.dropRestarts(r.key)
+		p.evictions.drop(r.key)
 		if err := p.removePod(life, ctx, r, namespace, name, ""); !errors.Is(err, errTerminating) {
 			return 0, err
 		}
@@ -64,6 +65,10 @@ func (p *Pool) work(life, ctx context.Context, r *runner) (time.Duration, error)
 			synced = phaseSync
 		}
 		phase(synced)
+		// An evicted pod is failed for good: stopped, never synced again.
+		if evicted, err := p.enforceEviction(life, r, pod, rs, rsErr); evicted || err != nil {
+			return err
+		}
 		// A finished pod (its current spec ran to Succeeded or Failed, as
 		// published) is stopped and never run again, even when the runtime
 		// no longer lists the containers that ran.

@@ -114,6 +114,8 @@ type NodeSources struct {
 	MemoryAvailable MemoryAvailableReader
 	// Images lists the images present (status.images); nil: none listed.
 	Images ImageLister
+	// Pressure, when set, gives the pressure conditions.
+	Pressure PressureSource
 }
 
 // ImageLister lists the images on the node, as the node status shows them.
@@ -264,6 +266,9 @@ func (r *NodeReporter) inputs() nodestatus.Inputs {
 		r.log.Warn().Err(err).Msg("no available memory for node status")
 	} else {
 		in.MemoryAvailableBytes = &avail
+	}
+	if r.src.Pressure != nil {
+		in.Pressure = r.src.Pressure()
 	}
 	return in
 }

@@ -36,7 +36,10 @@ type Config struct {
 	MemoryAvailable  string
 	DiskAvailablePct int
 	PIDAvailablePct  int
-	MaxPods          int
+	// ReservedMemory and ReservedStorage are mqlet's own reserve, left
+	// out of allocatable.
+	ReservedMemory, ReservedStorage int64
+	MaxPods                         int
 	// NodeLabels are published beside the well-known labels.
 	NodeLabels map[string]string
 }
@@ -69,7 +72,13 @@ type Deps struct {
 	// Host and MemoryAvailable override the node's host readers (tests).
 	Host            HostReader
 	MemoryAvailable MemoryAvailableReader
+	// Pressure, when set, gives the pressure conditions (the eviction
+	// manager's) instead of the thresholds of Config.
+	Pressure PressureSource
 }
+
+// PressureSource gives the node's pressure conditions.
+type PressureSource func() []nodestatus.PressureState
 
 // Telemetry runs the node reporter and, when metrics are on, the metrics
 // reporter; it owns the collector.
@@ -143,7 +152,7 @@ func New(ctx context.Context, cfg Config, deps Deps, log zerolog.Logger) (*Telem
 }
 
 func nodeSources(machine MachineSource, deps Deps, host HostReader) NodeSources {
-	src := NodeSources{Machine: machine, Runtime: deps.Runtime, Host: host, MemoryAvailable: deps.MemoryAvailable}
+	src := NodeSources{Machine: machine, Runtime: deps.Runtime, Host: host, MemoryAvailable: deps.MemoryAvailable, Pressure: deps.Pressure}
 	if images, ok := deps.Runtime.(ImageLister); ok {
 		src.Images = images
 	}
@@ -190,6 +199,8 @@ func thresholdsFrom(cfg Config) (nodestatus.Thresholds, error) {
 	th := nodestatus.Thresholds{
 		DiskAvailablePercent: float64(cfg.DiskAvailablePct),
 		PIDAvailablePercent:  float64(cfg.PIDAvailablePct),
+		ReservedMemory:       cfg.ReservedMemory,
+		ReservedStorage:      cfg.ReservedStorage,
 	}
 	if cfg.MemoryAvailable != "" {
 		q, err := resource.ParseQuantity(cfg.MemoryAvailable)

@@ -21,14 +21,6 @@ import (
 func checkNode(meta *metav1.ObjectMeta, spec *v1.PodSpec, host HostSecurity) field.ErrorList {
 	errs := checkSecurityModules(meta, spec, host)
 	specPath := field.NewPath("spec")
-	// emptyDir on the node's disk: a size limit would be silently not
-	// honoured (mqlet evicts nothing); medium Memory is a tmpfs of that size.
-	for i := range spec.Volumes {
-		if ed := spec.Volumes[i].EmptyDir; ed != nil && ed.Medium == v1.StorageMediumDefault && ed.SizeLimit != nil {
-			errs = append(errs, field.Forbidden(specPath.Child("volumes").Index(i).Child("emptyDir", "sizeLimit"),
-				"mqlet enforces emptyDir size limits only for medium Memory (a tmpfs), not on the node's disk"))
-		}
-	}
 	// A Windows pod would run here as a Linux one, and the Pod Security
 	// Standards skip the Linux-only restricted controls for it
 	// (allowPrivilegeEscalation, capabilities drop ALL, seccomp): the

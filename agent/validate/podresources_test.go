@@ -44,7 +44,7 @@ func TestPodLevelResourcesValidation(t *testing.T) {
 		}, `spec.resources.requests: Invalid value: "2": must be less than or equal to cpu limit of 1`},
 		{"hugepages", func(p *v1.Pod) {
 			p.Spec.Resources = &v1.ResourceRequirements{Limits: v1.ResourceList{"hugepages-2Mi": q("4Mi"), v1.ResourceMemory: q("64Mi")}}
-		}, "spec.resources.limits: Forbidden: mqlet enforces only cpu and memory limits"},
+		}, "spec.resources.limits: Forbidden: mqlet enforces only cpu, memory and ephemeral-storage limits"},
 		{"ephemeral-storage request", func(p *v1.Pod) {
 			p.Spec.Resources = &v1.ResourceRequirements{Requests: v1.ResourceList{v1.ResourceEphemeralStorage: q("1Gi")}}
 		}, "spec.resources.requests"},

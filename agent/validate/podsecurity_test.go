@@ -625,14 +625,13 @@ func TestRecursiveReadOnlyEnabledRefused(t *testing.T) {
 	}
 }
 
-// A sizeLimit on a disk emptyDir was accepted and ignored (mqlet evicts
-// nothing), as was a huge pages medium: refused, naming the field.
-// Medium Memory, with or without a sizeLimit, is a sized tmpfs.
-func TestEmptyDirMediumAndSizeLimitRefused(t *testing.T) {
+// A huge pages medium was accepted and ignored: refused, naming the
+// field. Medium Memory, with or without a sizeLimit, is a sized tmpfs; a
+// sizeLimit on disk is enforced by eviction (agent/eviction).
+func TestEmptyDirMediumRefusedSizeLimitTaken(t *testing.T) {
 	limit := resource.MustParse("1Mi")
 	for field, ed := range map[string]*v1.EmptyDirVolumeSource{
-		"spec.volumes[0].emptyDir.medium: Forbidden":    {Medium: v1.StorageMediumHugePages},
-		"spec.volumes[0].emptyDir.sizeLimit: Forbidden": {SizeLimit: &limit},
+		"spec.volumes[0].emptyDir.medium: Forbidden": {Medium: v1.StorageMediumHugePages},
 	} {
 		pod := basePod()
 		pod.Spec.Volumes = []v1.Volume{{Name: "d", VolumeSource: v1.VolumeSource{EmptyDir: ed}}}
@@ -640,7 +639,7 @@ func TestEmptyDirMediumAndSizeLimitRefused(t *testing.T) {
 			t.Errorf("want %s: %s", field, msg)
 		}
 	}
-	for _, ed := range []*v1.EmptyDirVolumeSource{{}, {Medium: v1.StorageMediumMemory}, {Medium: v1.StorageMediumMemory, SizeLimit: &limit}} {
+	for _, ed := range []*v1.EmptyDirVolumeSource{{}, {SizeLimit: &limit}, {Medium: v1.StorageMediumMemory}, {Medium: v1.StorageMediumMemory, SizeLimit: &limit}} {
 		pod := basePod()
 		pod.Spec.Volumes = []v1.Volume{{Name: "d", VolumeSource: v1.VolumeSource{EmptyDir: ed}}}
 		if errs := ValidatePod(pod, node, Policy{}); len(errs) != 0 {

@@ -195,8 +195,7 @@ var supportTable = supportRules{
 
 	"EmptyDirVolumeSource.medium": rejected("mqlet supports only the default medium (the node's disk) and Memory").
 		except(`"" (the node's disk) or "Memory" (a tmpfs)`, stringIn("", "Memory")),
-	// On disk a size limit is refused by checkNode: mqlet evicts nothing.
-	"EmptyDirVolumeSource.sizeLimit": honoured("the size of the tmpfs of medium Memory (refused on disk)"),
+	"EmptyDirVolumeSource.sizeLimit": honoured("on disk: the pod is evicted when the volume's usage exceeds it (Evicted); medium Memory: the size of the tmpfs"),
 	"EmptyDirVolumeSource.mode":      rejected("mqlet does not support an emptyDir mode (the directory is always 0777)"),
 
 	"SecretVolumeSource.secretName":  honoured(""),
@@ -277,10 +276,12 @@ var supportTable = supportRules{
 	"SecretKeySelector.key":         honoured(""),
 	"SecretKeySelector.optional":    honoured(""),
 
-	"ResourceRequirements.limits": rejected("mqlet enforces only cpu and memory limits").
-		except("cpu and memory (CFS quota, memory limit)", keysIn(string(v1.ResourceCPU), string(v1.ResourceMemory))),
-	"ResourceRequirements.requests": rejected("mqlet accounts only cpu and memory requests").
-		except("cpu and memory (CPU shares, admission against allocatable: OutOfcpu, OutOfmemory)", keysIn(string(v1.ResourceCPU), string(v1.ResourceMemory))),
+	"ResourceRequirements.limits": rejected("mqlet enforces only cpu, memory and ephemeral-storage limits").
+		except("cpu and memory (CFS quota, memory limit); ephemeral-storage (the pod is evicted past it: writable layer and logs per container, with its emptyDirs for the pod's total)",
+			keysIn(string(v1.ResourceCPU), string(v1.ResourceMemory), string(v1.ResourceEphemeralStorage))),
+	"ResourceRequirements.requests": rejected("mqlet accounts only cpu, memory and ephemeral-storage requests").
+		except("cpu and memory (CPU shares), ephemeral-storage; admission against allocatable: OutOfcpu, OutOfmemory, OutOfephemeral-storage; eviction ranks pods by usage above requests",
+			keysIn(string(v1.ResourceCPU), string(v1.ResourceMemory), string(v1.ResourceEphemeralStorage))),
 	"ResourceRequirements.claims": rejected("mqlet does not support resource claims (dynamic resource allocation)"),
 
 	"VolumeMount.name":              honoured(""),

@@ -189,9 +189,9 @@ func TestCheckSupportRejects(t *testing.T) {
 		{"readinessGates", func(p *v1.Pod) { p.Spec.ReadinessGates = []v1.PodReadinessGate{{ConditionType: "x"}} }, "spec.readinessGates: Forbidden"},
 		{"schedulingGates", func(p *v1.Pod) { p.Spec.SchedulingGates = []v1.PodSchedulingGate{{Name: "x"}} }, "spec.schedulingGates: Forbidden"},
 		{"resourceClaims", func(p *v1.Pod) { p.Spec.ResourceClaims = []v1.PodResourceClaim{{Name: "x"}} }, "spec.resourceClaims: Forbidden"},
-		{"ephemeral-storage limit", func(p *v1.Pod) {
-			p.Spec.Containers[0].Resources.Limits = v1.ResourceList{v1.ResourceEphemeralStorage: resource.MustParse("1Gi")}
-		}, "spec.containers[0].resources.limits: Forbidden: mqlet enforces only cpu and memory limits"},
+		{"hugepages limit", func(p *v1.Pod) {
+			p.Spec.Containers[0].Resources.Limits = v1.ResourceList{"hugepages-2Mi": resource.MustParse("2Mi"), v1.ResourceMemory: resource.MustParse("64Mi")}
+		}, "spec.containers[0].resources.limits: Forbidden: mqlet enforces only cpu, memory and ephemeral-storage limits"},
 		{"bidirectional propagation", func(p *v1.Pod) {
 			prop := v1.MountPropagationBidirectional
 			p.Spec.Volumes = []v1.Volume{{Name: "e", VolumeSource: v1.VolumeSource{EmptyDir: &v1.EmptyDirVolumeSource{}}}}
@@ -371,7 +371,7 @@ func podFieldsMarkdown() string {
 }
 
 // Fields the runtime now honours (downward API, /etc/hosts, volumes,
-// fsGroup) pass the table; a disk emptyDir's sizeLimit is still refused.
+// fsGroup, ephemeral storage) pass the table.
 func TestCheckSupportAcceptsHonouredDownwardAndVolumeFields(t *testing.T) {
 	seven := int64(7)
 	tests := map[string]func(*v1.Pod){
@@ -389,6 +389,15 @@ func TestCheckSupportAcceptsHonouredDownwardAndVolumeFields(t *testing.T) {
 		},
 		"fsGroup":     func(p *v1.Pod) { p.Spec.SecurityContext = &v1.PodSecurityContext{FSGroup: &seven} },
 		"hostAliases": func(p *v1.Pod) { p.Spec.HostAliases = []v1.HostAlias{{IP: "10.0.0.1", Hostnames: []string{"a"}}} },
+		"emptyDir on disk with a size (evicted past it)": func(p *v1.Pod) {
+			size := resource.MustParse("16Mi")
+			p.Spec.Volumes = []v1.Volume{{Name: "e", VolumeSource: v1.VolumeSource{EmptyDir: &v1.EmptyDirVolumeSource{SizeLimit: &size}}}}
+		},
+		"ephemeral-storage requests and limits": func(p *v1.Pod) {
+			p.Spec.Containers[0].Resources = v1.ResourceRequirements{
+				Requests: v1.ResourceList{v1.ResourceEphemeralStorage: resource.MustParse("1Mi")},
+				Limits:   v1.ResourceList{v1.ResourceEphemeralStorage: resource.MustParse("2Mi")}}
+		},
 		"emptyDir Memory with a size": func(p *v1.Pod) {
 			size := resource.MustParse("16Mi")
 			p.Spec.Volumes = []v1.Volume{{Name: "m", VolumeSource: v1.VolumeSource{EmptyDir: &v1.EmptyDirVolumeSource{Medium: v1.StorageMediumMemory, SizeLimit: &size}}}}
@@ -402,11 +411,5 @@ func TestCheckSupportAcceptsHonouredDownwardAndVolumeFields(t *testing.T) {
 				t.Errorf("refused: %s", FormatErrors(errs))
 			}
 		})
-	}
-	pod := basePod()
-	size := resource.MustParse("16Mi")
-	pod.Spec.Volumes = []v1.Volume{{Name: "e", VolumeSource: v1.VolumeSource{EmptyDir: &v1.EmptyDirVolumeSource{SizeLimit: &size}}}}
-	if got := FormatErrors(ValidatePod(pod, node, Policy{Profile: ProfilePrivileged})); !strings.Contains(got, "spec.volumes[0].emptyDir.sizeLimit: Forbidden") {
-		t.Errorf("a disk emptyDir's sizeLimit: %q", got)
 	}
 }

@@ -19,6 +19,7 @@ import (
 
 	"github.com/mqlet/mqlet/agent"
 	"github.com/mqlet/mqlet/agent/eventlog"
+	"github.com/mqlet/mqlet/agent/eviction"
 	"github.com/mqlet/mqlet/agent/inflight"
 	"github.com/mqlet/mqlet/agent/intake"
 	"github.com/mqlet/mqlet/agent/liveconfig"
@@ -428,6 +429,9 @@ func agentOptions(cfg *config.Config, state *nodeState) (agent.Options, error) {
 		opts.Telemetry.LiveMetrics = live.Period("metricsInterval")
 		opts.Telemetry.LiveNodeStatus = live.Period("nodeStatusInterval")
 	}
+	if opts.Eviction, err = evictionOptions(cfg); err != nil {
+		return agent.Options{}, err
+	}
 	if cfg.Images.PreloadDir != "" {
 		opts.Preload = &cri.PreloadConfig{Dir: cfg.Images.PreloadDir, Interval: cfg.Images.PreloadInterval.Duration,
 			Ctr: cfg.Images.Ctr, Endpoint: cfg.Runtime.CRIEndpoint}
@@ -441,8 +445,31 @@ func telemetryConfig(cfg *config.Config, topics apiv1.Scheme) telemetry.Config {
 		Topics: topics, Version: version.Version, StateDir: cfg.StateDir, CgroupRoot: cfg.Runtime.CgroupRoot, RuntimeEndpoint: cfg.Runtime.CRIEndpoint,
 		MetricsInterval: cfg.Telemetry.MetricsInterval.Duration, NodeStatusInterval: cfg.Telemetry.NodeStatusInterval.Duration,
 		MemoryAvailable: cfg.Telemetry.MemoryAvailable, DiskAvailablePct: cfg.Telemetry.DiskAvailablePct, PIDAvailablePct: cfg.Telemetry.PIDAvailablePct,
+		ReservedMemory: config.Reserved(cfg.Eviction.ReservedMemory), ReservedStorage: config.Reserved(cfg.Eviction.ReservedStorage),
 		MaxPods: cfg.Pods.MaxPods, NodeLabels: cfg.NodeLabels,
 	}
+}
+
+// evictionOptions are the eviction manager's settings: the thresholds of
+// the file, mqlet's reserve, and the state directory as the node's
+// filesystem (where the pods' emptyDirs are).
+func evictionOptions(cfg *config.Config) (*agent.EvictionOptions, error) {
+	e := cfg.Eviction
+	opts := &agent.EvictionOptions{NodeFsPath: cfg.StateDir, Config: eviction.Config{
+		PressureTransitionPeriod: e.PressureTransitionPeriod.Duration,
+		MaxPodGracePeriod:        e.MaxPodGracePeriodSeconds,
+		ReservedMemory:           config.Reserved(e.ReservedMemory),
+		ReservedStorage:          config.Reserved(e.ReservedStorage),
+		Interval:                 e.Interval.Duration,
+	}}
+	for _, t := range cfg.EvictionThresholds() {
+		v, err := eviction.ParseValue(eviction.Signal(t.Signal), t.Value)
+		if err != nil {
+			return nil, fmt.Errorf("eviction threshold: %w", err)
+		}
+		opts.Thresholds = append(opts.Thresholds, eviction.Threshold{Signal: eviction.Signal(t.Signal), Value: v, GracePeriod: t.GracePeriod})
+	}
+	return opts, nil
 }
 
 // redacted hides a password written into a broker URL.
@@ -466,9 +493,10 @@ func nodeLabels(cfg *config.Config) map[string]string {
 	return labels
 }
 
-// nodeAllocatable is the cpu and memory pods are admitted against, as the
-// node status computes its allocatable. Memory that cannot be read is not
-// checked (runAgent logs that).
+// nodeAllocatable is the cpu, memory and ephemeral-storage pods are
+// admitted against, as the node status computes its allocatable: less the
+// eviction thresholds and mqlet's own reserve. What cannot be read is not
+// checked (runAgent logs memory).
 func nodeAllocatable(cfg *config.Config) v1.ResourceList {
 	threshold, err := resource.ParseQuantity(cfg.Telemetry.MemoryAvailable)
 	if err != nil {
@@ -478,6 +506,14 @@ func nodeAllocatable(cfg *config.Config) v1.ResourceList {
 	alloc := nodestatus.Allocatable(runtime.NumCPU(), memory, threshold)
 	if err != nil {
 		delete(alloc, v1.ResourceMemory)
+	} else if reserved := config.Reserved(cfg.Eviction.ReservedMemory); reserved > 0 {
+		mem := alloc[v1.ResourceMemory]
+		alloc[v1.ResourceMemory] = *resource.NewQuantity(max(mem.Value()-reserved, 0), resource.BinarySI)
+	}
+	if disk, err := nodestatus.ReadDiskUsage(cfg.StateDir); err == nil && disk.CapacityBytes > 0 {
+		capacity := int64(disk.CapacityBytes)
+		left := capacity - capacity*int64(max(cfg.Telemetry.DiskAvailablePct, 0))/100 - config.Reserved(cfg.Eviction.ReservedStorage)
+		alloc[v1.ResourceEphemeralStorage] = *resource.NewQuantity(max(left, 0), resource.BinarySI)
 	}
 	return alloc
 }
@@ -489,3 +525,6 @@ func storeOptions(cfg *config.Config) store.Options {
 		MaxReplies: cfg.Requests.MaxRecords, ReplyTTL: cfg.Requests.TTL.Duration, MaxReplyBytes: cfg.Requests.MaxRecordBytes,
 	}
 }
+
+// The runtime manager reports what eviction reads.
+var _ agent.EvictionRuntime = (*cri.Manager)(nil)

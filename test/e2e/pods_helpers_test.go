@@ -71,6 +71,13 @@ func newPodEnv(t testing.TB, extraConfig string) *podEnv {
 // fresh pod log dir) and extra mqlet flags.
 func startPodEnv(t testing.TB, config func(logDir string) string, args ...string) *podEnv {
 	t.Helper()
+	return startPodEnvIn(t, "", config, args...)
+}
+
+// startPodEnvIn is startPodEnv with mqlet's state directory at stateDir
+// ("": a fresh temp dir).
+func startPodEnvIn(t testing.TB, stateDir string, config func(logDir string) string, args ...string) *podEnv {
+	t.Helper()
 	cri, endpoint := ConnectCRI(t)
 	ctx, cancel := criCtx()
 	defer cancel()
@@ -90,7 +97,10 @@ func startPodEnv(t testing.TB, config func(logDir string) string, args ...string
 	e.broker = mosquitto.Start(t)
 	e.mq = Connect(t, e.broker.URL())
 	e.mq.Subscribe(prefix + "/" + e.node + "/#")
-	e.stateDir = t.TempDir()
+	e.stateDir = stateDir
+	if e.stateDir == "" {
+		e.stateDir = t.TempDir()
+	}
 	mark := e.mq.Mark()
 	e.agent = StartAgent(t, AgentOpts{Node: e.node, Broker: e.broker.URL(), CRI: endpoint, StateDir: e.stateDir,
 		Config: config(t.TempDir()), Args: args})
