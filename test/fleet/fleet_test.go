@@ -469,6 +469,17 @@ func runFleet(t *testing.T, n int, idle time.Duration, within time.Duration) *re
 			what, obs.online(), n, within, fresh, attempts, maxRetry, errs)
 	}
 	waitOnline("cold connect storm", start)
+	criConns := func() string {
+		var acc, open int64
+		for _, f := range fakes {
+			a, o := f.Conns()
+			acc += a
+			open += o
+		}
+		fds, _ := os.ReadDir("/proc/self/fd")
+		return fmt.Sprintf("CRI connections per agent: %.1f accepted, %.1f open; the process holds %d descriptors", float64(acc)/float64(n), float64(open)/float64(n), len(fds))
+	}
+	res.add("after the cold start: %s", criConns())
 
 	runtime.GC()
 	runtime.ReadMemStats(&m2)
@@ -627,6 +638,7 @@ func runFleet(t *testing.T, n int, idle time.Duration, within time.Duration) *re
 	waitFor(t, "observer reconnected", 30*time.Second, func() bool { return client.IsConnectionOpen() })
 	time.Sleep(500 * time.Millisecond)
 	nodeByNode("get-after-restart", "get", func(*node) []byte { return []byte(`{"kind":"pods"}`) })
+	res.add("at the end: %s", criConns())
 	return res
 }
 

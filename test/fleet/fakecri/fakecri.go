@@ -20,6 +20,7 @@ import (
 	"strconv"
 	"strings"
 	"sync"
+	"sync/atomic"
 	"time"
 
 	"google.golang.org/grpc"
@@ -40,6 +41,8 @@ type Server struct {
 	started    uint64 // containers started, ever
 	grpc       *grpc.Server
 	socket     string
+	accepted   atomic.Int64 // connections accepted, ever
+	open       atomic.Int64 // connections open now
 }
 
 type sandbox struct {
@@ -86,8 +89,38 @@ func (s *Server) Serve(socket string) error {
 	s.mu.Lock()
 	s.grpc, s.socket = srv, socket
 	s.mu.Unlock()
-	go func() { _ = srv.Serve(lis) }()
+	go func() { _ = srv.Serve(&countingListener{Listener: lis, s: s}) }()
 	return nil
+}
+
+// Conns says how many connections the fake accepted, ever, and how many
+// are open now.
+func (s *Server) Conns() (accepted, open int64) { return s.accepted.Load(), s.open.Load() }
+
+type countingListener struct {
+	net.Listener
+	s *Server
+}
+
+func (l *countingListener) Accept() (net.Conn, error) {
+	c, err := l.Listener.Accept()
+	if err != nil {
+		return nil, err
+	}
+	l.s.accepted.Add(1)
+	l.s.open.Add(1)
+	return &countedConn{Conn: c, s: l.s}, nil
+}
+
+type countedConn struct {
+	net.Conn
+	s    *Server
+	once sync.Once
+}
+
+func (c *countedConn) Close() error {
+	c.once.Do(func() { c.s.open.Add(-1) })
+	return c.Conn.Close()
 }
 
 // Endpoint is the CRI endpoint of the socket Serve listens on.
