@@ -31,6 +31,7 @@ type runtimeClient interface {
 	ListContainers(ctx context.Context, filter *runtimeapi.ContainerFilter) ([]*runtimeapi.Container, error)
 	ContainerStatus(ctx context.Context, containerID string, verbose bool) (*runtimeapi.ContainerStatusResponse, error)
 	ExecSync(ctx context.Context, containerID string, cmd []string, timeout time.Duration) (stdout, stderr []byte, err error)
+	Exec(ctx context.Context, req *runtimeapi.ExecRequest) (*runtimeapi.ExecResponse, error)
 	ReopenContainerLog(ctx context.Context, containerID string) error
 	ListContainerStats(ctx context.Context, filter *runtimeapi.ContainerStatsFilter) ([]*runtimeapi.ContainerStats, error)
 	GetContainerEvents(ctx context.Context, ch chan *runtimeapi.ContainerEventResponse, connectionEstablishedCallback func(runtimeapi.RuntimeService_GetContainerEventsClient)) error
@@ -243,6 +244,14 @@ func (r *instrumentedRuntime) ExecSync(ctx context.Context, containerID string, 
 	ctx, done := r.in.begin(ctx, "ExecSync", r.in.requestTimeout+max(timeout, 0))
 	stdout, stderr, err := r.next.ExecSync(ctx, containerID, cmd, timeout)
 	return stdout, stderr, done(err)
+}
+
+// Exec only asks the runtime for a streaming URL; the stream is not a
+// CRI call.
+func (r *instrumentedRuntime) Exec(ctx context.Context, req *runtimeapi.ExecRequest) (*runtimeapi.ExecResponse, error) {
+	ctx, done := r.in.begin(ctx, "Exec", r.in.requestTimeout)
+	resp, err := r.next.Exec(ctx, req)
+	return resp, done(err)
 }
 
 func (r *instrumentedRuntime) ReopenContainerLog(ctx context.Context, containerID string) error {
