@@ -37,6 +37,8 @@ type ShellIO struct {
 	Stdin  <-chan []byte
 	Resize <-chan TermSize
 	Stdout func(p []byte) error
+	// Opened, when set, is called once the terminal is connected.
+	Opened func()
 }
 
 // Channel numbers and the subprotocol of the streaming server.
@@ -116,6 +118,9 @@ func streamShell(ctx context.Context, rawURL string, size TermSize, sio ShellIO)
 		return 0, fmt.Errorf("the runtime's streaming server speaks %q, not %s", ws.Subprotocol(), shellProtocol)
 	}
 	ws.SetReadLimit(maxShellFrame)
+	if sio.Opened != nil {
+		sio.Opened()
+	}
 	ctx, cancel := context.WithCancel(ctx)
 	var wg sync.WaitGroup
 	defer wg.Wait()

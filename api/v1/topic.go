@@ -171,6 +171,10 @@ func (s Scheme) Metrics() string { return s.base() + "/metrics" }
 // node's logs.unreadTimeout is ended ("unread").
 func (s Scheme) Input(requestID string) string { return s.base() + "/in/" + requestID }
 
+// Output is the topic on which the node sends the terminal of an
+// interactive exec (ShellOutput, QoS 1, not retained).
+func (s Scheme) Output(requestID string) string { return s.base() + "/out/" + requestID }
+
 // InputFilter is the subscription filter for the input of this node's
 // running requests.
 func (s Scheme) InputFilter() string { return s.base() + "/in/+" }

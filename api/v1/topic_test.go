@@ -23,6 +23,7 @@ func TestTopics(t *testing.T) {
 		s.Reply("r-1"):                "mqlet/v1/gw1/reply/r-1",
 		s.Input("r-1"):                "mqlet/v1/gw1/in/r-1",
 		s.InputFilter():               "mqlet/v1/gw1/in/+",
+		s.Output("r-1"):               "mqlet/v1/gw1/out/r-1",
 		s.Command("apply", "abc"):     "mqlet/v1/gw1/cmd/apply/abc",
 		s.Command("apply", ""):        "mqlet/v1/gw1/cmd/apply",
 		Scheme{"site/a", "n"}.State(): "site/a/n/state",

@@ -109,6 +109,14 @@ type ExecRequest struct {
 	Command        []string `json:"command"`
 	TimeoutSeconds int64    `json:"timeoutSeconds,omitempty"`
 	Stdin          string   `json:"stdin,omitempty"`
+	// Interactive runs the command with a terminal and stdin attached
+	// (mqletctl exec -it): its terminal is carried on the request's
+	// input and output topics (ShellInput, ShellOutput) until it exits;
+	// TimeoutSeconds, Stdin and the output bounds do not apply, the
+	// node's idle timeout does.
+	Interactive bool `json:"interactive,omitempty"`
+	// Size is the terminal's first size (interactive only).
+	Size *TermSize `json:"size,omitempty"`
 }
 
 // ExecResult is the result of the final reply of exec.
