@@ -34,6 +34,7 @@ import (
 	"github.com/mqlet/mqlet/agent/retained"
 	"github.com/mqlet/mqlet/agent/statusmgr"
 	"github.com/mqlet/mqlet/agent/store"
+	"github.com/mqlet/mqlet/agent/shell"
 	"github.com/mqlet/mqlet/agent/streams"
 	"github.com/mqlet/mqlet/agent/telemetry"
 	"github.com/mqlet/mqlet/agent/validate"
@@ -60,6 +61,7 @@ type Runtime interface {
 	GarbageCollect(ctx context.Context, policy cri.GCPolicy, isDesired func(uid string) bool) error
 	RotateLogs(ctx context.Context, r cri.LogRotation) error
 	intake.VerbRuntime
+	shell.Runtime
 }
 
 // Store is the persisted desired state.
@@ -210,6 +212,7 @@ type Agent struct {
 	owed     []string // pod keys that final replies owed at start wait on
 	probes   *prober.Manager
 	streams  *streams.Manager
+	shells   *shell.Manager
 	drops    *outboxdrops.Reporter // nil: the outbox signals no drops
 	eviction *eviction.Manager     // nil: no eviction
 	// stateChanged asks for the node state to be published again.
@@ -268,6 +271,10 @@ func New(ctx context.Context, opts Options, deps Deps, log zerolog.Logger) (*Age
 	}
 	a.streams = streams.New(opts.Streams)
 	intakeOpts.Verbs = intake.VerbOptions{Runtime: rt, Restarts: a.pool, Streams: a.streams, Logs: opts.Logs, Exec: opts.Exec, RestartTimeout: opts.ApplyDeadline, Scrub: scrubPod}
+	if opts.Exec.Enabled {
+		a.shells = shell.New(rt, shellOutput{a}, opts.Exec.IdleTimeout, log.With().Str("component", "shell").Logger())
+		intakeOpts.Verbs.Shell = a.shells
+	}
 	intakeOpts.Groups = a.groups
 	if d, ok := opts.Opener.(intake.DocumentOpener); ok {
 		intakeOpts.DocumentOpener = d
@@ -385,9 +392,13 @@ func (a *Agent) recoverInFlight() {
 func (a *Agent) HandleCommand(m session.Inbound) {
 	if id, err := a.opts.Topics.ParseInput(m.Topic); err == nil {
 		m.Ack()
-		if len(m.Payload) == 0 && !m.Retained {
-			a.streams.Touch(id)
+		if m.Retained {
+			return // a stale message kept by the broker says nothing now
 		}
+		if len(m.Payload) > 0 && (a.shells == nil || !a.shells.Input(id, m.Payload)) {
+			return // input for no running session
+		}
+		a.streams.Touch(id)
 		return
 	}
 	a.cmds.Submit(intake.Command{Topic: m.Topic, Payload: m.Payload, Retained: m.Retained, Duplicate: m.Duplicate, Ack: m.Ack})
@@ -777,4 +788,13 @@ type podScrubbingEvents struct {
 
 func (e podScrubbingEvents) ObjectEvent(ref v1.ObjectReference, eventType, reason, message string) {
 	e.next.ObjectEvent(ref, eventType, reason, e.scrub(ref.Namespace, ref.Name).String(message))
+}
+
+// shellOutput publishes an interactive session's output straight on the
+// session (QoS 1, waiting for the broker), not through the outbox: a
+// terminal's output is worth nothing once its requester is gone.
+type shellOutput struct{ a *Agent }
+
+func (o shellOutput) Publish(ctx context.Context, topic string, payload []byte) error {
+	return o.a.sess.Publish(ctx, outbox.Message{Topic: topic, Payload: payload, QoS: 1})
 }

@@ -139,6 +139,10 @@ func (r *loopRuntime) ExecSync(context.Context, string, []string, time.Duration)
 
 func (r *loopRuntime) ContainerLogs(context.Context, cri.LogRequest, io.Writer) error { return nil }
 
+func (r *loopRuntime) ExecInteractive(context.Context, cri.PodKey, string, []string, cri.TermSize, cri.ShellIO) (int, error) {
+	return 0, cri.ErrNoContainer
+}
+
 func (r *loopRuntime) ExecInPod(context.Context, cri.PodKey, string, []string, time.Duration) (*cri.ExecResult, error) {
 	return &cri.ExecResult{}, nil
 }

@@ -33,6 +33,12 @@ type Exec struct {
 	// MaxOutputBytes bounds stdout and stderr each in the reply; more is cut
 	// and the reply says so.
 	MaxOutputBytes int `json:"maxOutputBytes"`
+	// IdleTimeout ends an interactive session (exec -it) without input
+	// or output for this long; MaxSessionsPerRequester bounds the
+	// sessions of one signing key (every unsigned command counts as one
+	// requester).
+	IdleTimeout             Duration `json:"idleTimeout"`
+	MaxSessionsPerRequester int      `json:"maxSessionsPerRequester"`
 }
 
 // Events is the persisted event history (get {"kind":"Event"}).
@@ -45,7 +51,7 @@ func defaultLogs() Logs {
 }
 
 func defaultExec() Exec {
-	return Exec{DefaultTimeout: Duration{30 * time.Second}, MaxTimeout: Duration{10 * time.Minute}, MaxOutputBytes: 32 << 10}
+	return Exec{DefaultTimeout: Duration{30 * time.Second}, MaxTimeout: Duration{10 * time.Minute}, MaxOutputBytes: 32 << 10, IdleTimeout: Duration{15 * time.Minute}, MaxSessionsPerRequester: 2}
 }
 
 func (c *Config) validateVerbs(bad func(field, format string, args ...any)) {
@@ -75,6 +81,12 @@ func (c *Config) validateVerbs(bad func(field, format string, args ...any)) {
 	// Output is escaped into a JSON reply: the cap leaves room for that.
 	if e.MaxOutputBytes < 0 || e.MaxOutputBytes > c.Requests.MaxReplyBytes/4 {
 		bad("exec.maxOutputBytes", "must be between 0 and requests.maxReplyBytes/4 (%d), got %d", c.Requests.MaxReplyBytes/4, e.MaxOutputBytes)
+	}
+	if e.IdleTimeout.Duration < 10*time.Second || e.IdleTimeout.Duration > 24*time.Hour {
+		bad("exec.idleTimeout", "must be between 10s and 24h, got %s", e.IdleTimeout.Duration)
+	}
+	if e.MaxSessionsPerRequester < 1 || e.MaxSessionsPerRequester > 64 {
+		bad("exec.maxSessionsPerRequester", "must be between 1 and 64, got %d", e.MaxSessionsPerRequester)
 	}
 	if c.Events.History < 0 || c.Events.History > 100000 {
 		bad("events.history", "must be between 0 (none kept) and 100000, got %d", c.Events.History)

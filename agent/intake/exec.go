@@ -13,6 +13,8 @@ import (
 	v1 "k8s.io/api/core/v1"
 
 	"github.com/mqlet/mqlet/agent/manifest"
+	"github.com/mqlet/mqlet/agent/shell"
+	"github.com/mqlet/mqlet/agent/streams"
 	apiv1 "github.com/mqlet/mqlet/api/v1"
 	"github.com/mqlet/mqlet/cri"
 )
@@ -44,6 +46,14 @@ func (in *Intake) handleExec(r request) {
 		in.fail(id, verb, fmt.Errorf("decoding exec request: %w", err))
 		return
 	}
+	if args.Interactive {
+		in.handleShell(id, args)
+		return
+	}
+	if args.Size != nil {
+		in.fail(id, verb, errors.New("size: only for an interactive exec"))
+		return
+	}
 	pod, container, timeout, err := in.checkExec(args)
 	if err != nil {
 		in.fail(id, verb, err)
@@ -59,29 +69,83 @@ func (in *Intake) handleExec(r request) {
 	})
 }
 
+// handleShell starts an interactive exec: a terminal carried on the
+// request's input and output topics by agent/shell.
+func (in *Intake) handleShell(id string, args apiv1.ExecRequest) {
+	const verb = "exec"
+	if in.opts.Verbs.Shell == nil {
+		in.fail(id, verb, errors.New("interactive exec is not supported by this mqlet"))
+		return
+	}
+	switch {
+	case args.Stdin != "":
+		in.fail(id, verb, errors.New("stdin: an interactive exec takes its input on its input topic"))
+		return
+	case args.TimeoutSeconds != 0:
+		in.fail(id, verb, errors.New("timeoutSeconds: an interactive exec ends with its command, its requester, or exec.idleTimeout"))
+		return
+	}
+	size := apiv1.TermSize{Cols: 80, Rows: 24}
+	if args.Size != nil {
+		if err := args.Size.Validate(); err != nil {
+			in.fail(id, verb, fmt.Errorf("size: %w", err))
+			return
+		}
+		size = *args.Size
+	}
+	if err := checkCommand(args.Command); err != nil {
+		in.fail(id, verb, err)
+		return
+	}
+	pod, err := in.findPod(args.Namespace, args.Name)
+	if err != nil {
+		in.fail(id, verb, err)
+		return
+	}
+	container, err := pickContainer(pod, args.Container, false)
+	if err != nil {
+		in.fail(id, verb, err)
+		return
+	}
+	in.events.Event(pod, v1.EventTypeNormal, ReasonExec, fmt.Sprintf("interactive exec requested (request %s) in container %s: %s", id, container, quoteCommand(args.Command)))
+	kind := streams.Kind{Follow: true, Interactive: true}
+	in.startStreamKind(id, verb, kind, &pod.ObjectMeta, func(in *Intake, ctx context.Context) {
+		in.runShell(ctx, id, podKey(pod), container, args.Command, size)
+	})
+}
+
+func (in *Intake) runShell(ctx context.Context, id string, pod cri.PodKey, container string, cmd []string, size apiv1.TermSize) {
+	const verb = "exec"
+	spec := shell.Spec{
+		RequestID: id, OutputTopic: in.opts.Topics.Output(id), Pod: pod, Container: container, Command: cmd, Size: size,
+		Scrub: in.scrubberOf(pod.Namespace, pod.Name),
+		Opened: func() {
+			_ = in.sendChunk(apiv1.Reply{RequestID: id, Verb: verb, Phase: apiv1.InProgress,
+				Message: fmt.Sprintf("terminal open: input on %s, output on %s", in.opts.Topics.Input(id), in.opts.Topics.Output(id))})
+		},
+	}
+	code, err := in.opts.Verbs.Shell.Run(ctx, spec)
+	switch {
+	case errors.Is(err, streams.ErrUnread):
+		in.fail(id, verb, fmt.Errorf("ended: its requester sent nothing on %s for logs.unreadTimeout", in.opts.Topics.Input(id)))
+		return
+	case ctx.Err() != nil:
+		in.fail(id, verb, errors.New("cancelled"))
+		return
+	case err != nil:
+		in.fail(id, verb, in.scrubberOf(pod.Namespace, pod.Name).Error(err))
+		return
+	}
+	_ = in.replies.Send(apiv1.Reply{RequestID: id, Verb: verb, Phase: apiv1.Succeeded, Message: fmt.Sprintf("command exited with code %d", code), Result: apiv1.ExecResult{ExitCode: int32(code)}})
+}
+
 func (in *Intake) checkExec(args apiv1.ExecRequest) (*v1.Pod, string, time.Duration, error) {
 	lim := in.opts.Verbs.Exec
 	if args.Stdin != "" {
 		return nil, "", 0, errors.New("stdin: not supported (CRI ExecSync takes no input); pass data in the command")
 	}
-	if len(args.Command) == 0 {
-		return nil, "", 0, errors.New("command: required")
-	}
-	if len(args.Command) > maxExecArgs {
-		return nil, "", 0, fmt.Errorf("command: %d arguments, at most %d", len(args.Command), maxExecArgs)
-	}
-	total := 0
-	for i, a := range args.Command {
-		total += len(a)
-		switch {
-		case len(a) > maxExecArgBytes:
-			return nil, "", 0, fmt.Errorf("command[%d]: %d bytes, at most %d", i, len(a), maxExecArgBytes)
-		case strings.ContainsRune(a, 0) || !utf8.ValidString(a):
-			return nil, "", 0, fmt.Errorf("command[%d]: NUL or invalid UTF-8", i)
-		}
-	}
-	if total > maxExecCmdBytes {
-		return nil, "", 0, fmt.Errorf("command: %d bytes, at most %d", total, maxExecCmdBytes)
+	if err := checkCommand(args.Command); err != nil {
+		return nil, "", 0, err
 	}
 	timeout := lim.DefaultTimeout
 	if t := args.TimeoutSeconds; t != 0 {
@@ -99,6 +163,30 @@ func (in *Intake) checkExec(args apiv1.ExecRequest) (*v1.Pod, string, time.Durat
 		return nil, "", 0, err
 	}
 	return pod, container, timeout, nil
+}
+
+// checkCommand bounds an exec's command.
+func checkCommand(command []string) error {
+	if len(command) == 0 {
+		return errors.New("command: required")
+	}
+	if len(command) > maxExecArgs {
+		return fmt.Errorf("command: %d arguments, at most %d", len(command), maxExecArgs)
+	}
+	total := 0
+	for i, a := range command {
+		total += len(a)
+		switch {
+		case len(a) > maxExecArgBytes:
+			return fmt.Errorf("command[%d]: %d bytes, at most %d", i, len(a), maxExecArgBytes)
+		case strings.ContainsRune(a, 0) || !utf8.ValidString(a):
+			return fmt.Errorf("command[%d]: NUL or invalid UTF-8", i)
+		}
+	}
+	if total > maxExecCmdBytes {
+		return fmt.Errorf("command: %d bytes, at most %d", total, maxExecCmdBytes)
+	}
+	return nil
 }
 
 func (in *Intake) runExec(ctx context.Context, id string, pod cri.PodKey, container string, cmd []string, timeout time.Duration) {

@@ -13,6 +13,7 @@ import (
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/util/validation"
 
+	"github.com/mqlet/mqlet/agent/shell"
 	"github.com/mqlet/mqlet/agent/store"
 	"github.com/mqlet/mqlet/agent/streams"
 	apiv1 "github.com/mqlet/mqlet/api/v1"
@@ -30,6 +31,11 @@ type VerbRuntime interface {
 	ContainerLogs(ctx context.Context, r cri.LogRequest, out io.Writer) error
 	ExecInPod(ctx context.Context, pod cri.PodKey, container string, cmd []string, timeout time.Duration) (*cri.ExecResult, error)
 	GetPodStatus(ctx context.Context, uid, name, namespace string) (*cri.PodStatus, error)
+}
+
+// ShellRunner runs one interactive session (agent/shell).
+type ShellRunner interface {
+	Run(ctx context.Context, s shell.Spec) (int, error)
 }
 
 // Restarts carries restart requests to the pod workers.
@@ -64,6 +70,8 @@ type ExecLimits struct {
 	DefaultTimeout time.Duration
 	MaxTimeout     time.Duration
 	MaxOutputBytes int
+	// IdleTimeout ends an interactive session without input or output.
+	IdleTimeout time.Duration
 }
 
 // VerbOptions wire the operator verbs; a verb whose parts are missing is
@@ -82,6 +90,8 @@ type VerbOptions struct {
 	Events EventHistory
 	// Node is the node's published status, for get {"kind":"Node"}.
 	Node NodeSource
+	// Shell runs interactive sessions (exec -it); nil: refused.
+	Shell ShellRunner
 	// Scrub gives the scrubber of a pod's text (logs, exec output, the
 	// runtime's errors about it): the secrets that pod refers to. nil:
 	// nothing is scrubbed.
@@ -127,7 +137,13 @@ func (in *Intake) sendChunk(r apiv1.Reply) error {
 // only once the batch is committed, on the pipeline's own intake, whose
 // sender and store outlive the batch's transaction.
 func (in *Intake) startStream(id, verb string, follow bool, pod *metav1.ObjectMeta, fn func(in *Intake, ctx context.Context)) {
-	kind := streams.Kind{Follow: follow, Requester: in.cmdRequester, Owner: streamOwner(pod)}
+	in.startStreamKind(id, verb, streams.Kind{Follow: follow}, pod, fn)
+}
+
+// startStreamKind is startStream for a stream of kind k (its requester
+// and owner are filled in).
+func (in *Intake) startStreamKind(id, verb string, kind streams.Kind, pod *metav1.ObjectMeta, fn func(in *Intake, ctx context.Context)) {
+	kind.Requester, kind.Owner = in.cmdRequester, streamOwner(pod)
 	in.afterCommit(func(base *Intake) { base.startStreamNow(id, verb, kind, fn) })
 }
 

@@ -35,6 +35,9 @@ type Limits struct {
 	// one requester. 0: Max-1.
 	MaxFollows             int
 	MaxFollowsPerRequester int
+	// MaxInteractivePerRequester bounds the interactive sessions (which
+	// are followers too) of one requester; 0: no bound of their own.
+	MaxInteractivePerRequester int
 	// Unread ends a follower whose reader sent nothing (Touch) for this
 	// long; 0: never.
 	Unread time.Duration
@@ -44,6 +47,9 @@ type Limits struct {
 type Kind struct {
 	// Follow marks a request that lasts as long as someone reads it.
 	Follow bool
+	// Interactive marks an interactive session (exec -it); it must be a
+	// Follow too.
+	Interactive bool
 	// Requester names who asked (a signing key), or is empty when
 	// unknown; unknown requesters count as one.
 	Requester string
@@ -127,14 +133,20 @@ func (m *Manager) admitLocked(id string, k Kind) error {
 	if !k.Follow {
 		return nil
 	}
-	follows, mine := 0, 0
+	follows, mine, sessions := 0, 0, 0
 	for _, r := range m.running {
 		if r.kind.Follow {
 			follows++
 			if r.kind.Requester == k.Requester {
 				mine++
+				if r.kind.Interactive {
+					sessions++
+				}
 			}
 		}
+	}
+	if k.Interactive && m.lim.MaxInteractivePerRequester > 0 && sessions >= m.lim.MaxInteractivePerRequester {
+		return fmt.Errorf("%w: %d interactive sessions of this requester run (at most %d, exec.maxSessionsPerRequester)", ErrBusy, sessions, m.lim.MaxInteractivePerRequester)
 	}
 	if follows >= m.lim.MaxFollows {
 		return fmt.Errorf("%w: %d followed logs run (at most %d; the other slots are kept for one-shot requests)", ErrBusy, follows, m.lim.MaxFollows)

@@ -116,3 +116,25 @@ func TestFollowersAreBoundedAndDroppedWhenUnread(t *testing.T) {
 		t.Fatalf("a cancelled follower ended with %v, want context.Canceled", err)
 	}
 }
+
+func TestInteractiveSessionsAreBoundedPerRequester(t *testing.T) {
+	m := New(Limits{Max: 8, MaxFollows: 6, MaxFollowsPerRequester: 6, MaxInteractivePerRequester: 2})
+	ctx, stop := context.WithCancel(context.Background())
+	defer func() { stop(); m.Run(ctx) }()
+	block := func(ctx context.Context) { <-ctx.Done() }
+	shell := func(who string) Kind { return Kind{Follow: true, Interactive: true, Requester: who} }
+	for i, id := range []string{"a1", "a2"} {
+		if err := m.Start(id, shell("alice"), block); err != nil {
+			t.Fatalf("session %d: %v", i, err)
+		}
+	}
+	if err := m.Start("a3", shell("alice"), block); !errors.Is(err, ErrBusy) {
+		t.Fatalf("a third session of one requester: %v, want ErrBusy", err)
+	}
+	if err := m.Start("b1", shell("bob"), block); err != nil {
+		t.Fatalf("another requester's session: %v", err)
+	}
+	if err := m.Start("a-logs", Kind{Follow: true, Requester: "alice"}, block); err != nil {
+		t.Fatalf("a followed log beside the sessions: %v", err)
+	}
+}

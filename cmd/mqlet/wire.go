@@ -387,13 +387,15 @@ func agentOptions(cfg *config.Config, state *nodeState) (agent.Options, error) {
 		MaxBacklog:           cfg.Requests.MaxBacklog,
 		MaxBacklogBytes:      cfg.Requests.MaxBacklogBytes,
 		Streams: streams.Limits{Max: cfg.Requests.MaxStreams, MaxFollows: cfg.Requests.MaxFollows,
-			MaxFollowsPerRequester: cfg.Requests.MaxFollowsPerRequester, Unread: cfg.Logs.UnreadTimeout.Duration},
+			MaxFollowsPerRequester: cfg.Requests.MaxFollowsPerRequester, Unread: cfg.Logs.UnreadTimeout.Duration,
+			MaxInteractivePerRequester: cfg.Exec.MaxSessionsPerRequester},
 		Logs: intake.LogLimits{MaxChunkBytes: cfg.Logs.MaxChunkBytes, MaxBytes: cfg.Logs.MaxBytes,
 			MaxFollow: cfg.Logs.MaxFollow.Duration, BytesPerSecond: cfg.Logs.MaxBytesPerSecond,
 			// A log waits for the broker rather than filling the outbox.
 			MaxBacklog: cfg.MQTT.OutboxMaxBytes / 4},
 		Exec: intake.ExecLimits{Enabled: cfg.Exec.Enabled, DefaultTimeout: cfg.Exec.DefaultTimeout.Duration,
-			MaxTimeout: cfg.Exec.MaxTimeout.Duration, MaxOutputBytes: cfg.Exec.MaxOutputBytes},
+			MaxTimeout: cfg.Exec.MaxTimeout.Duration, MaxOutputBytes: cfg.Exec.MaxOutputBytes,
+			IdleTimeout: cfg.Exec.IdleTimeout.Duration},
 		Version: version.Version,
 		Session: session.Options{
 			Brokers:      brokerURLs(cfg),

@@ -92,8 +92,9 @@ type Options struct {
 	// CommandFilters are subscribed at QoS 1 on every connect;
 	// SetCommandFilters changes them.
 	CommandFilters []string
-	// InputFilter, when set, is subscribed at QoS 0 on every connect: the
-	// input of running requests, which nothing persists.
+	// InputFilter, when set, is subscribed at QoS 1 on every connect: the
+	// input of running requests (readers' heartbeats, an interactive
+	// session's keystrokes), which nothing persists.
 	InputFilter string
 	// Handler receives every inbound message, one at a time, in order.
 	// paho sends the QoS 1 acknowledgement only after it returns (or, with
@@ -595,7 +596,9 @@ func (s *Session) connect(ctx context.Context, broker int) (*conn, error) {
 	// A broker whose ACL predates the input topics refuses this one: the
 	// node still runs, and its followers end when their unread bound passes.
 	if s.opts.InputFilter != "" {
-		if err := s.subscribe(ctx, c, s.opts.InputFilter, 0); err != nil {
+		// QoS 1: an interactive session's keystrokes must not be lost
+		// (a reader's heartbeats are published at QoS 0 and stay so).
+		if err := s.subscribe(ctx, c, s.opts.InputFilter, 1); err != nil {
 			s.log.Warn().Err(err).Str("filter", s.opts.InputFilter).Msg("not subscribed to the input of running requests; a followed log ends after logs.unreadTimeout (grant the node read on it in the broker's ACL)")
 		}
 	}
