@@ -67,7 +67,7 @@ gc: {interval: 13s, maxDeadPerContainer: 4, minDeadAge: 14s, imageGCHighPercent:
 telemetry: {metricsInterval: 19s, nodeStatusInterval: 21s, podStatusResync: 23s, memoryAvailable: 50Mi, diskAvailablePercent: 7, pidAvailablePercent: 8}
 requests: {maxReplyBytes: 70000, maxBacklog: 33, maxBacklogBytes: 900000, maxStreams: 7, maxFollows: 5, maxFollowsPerRequester: 2}
 logs: {maxChunkBytes: 16384, unreadTimeout: 41s}
-exec: {maxOutputBytes: 8192}
+exec: {maxOutputBytes: 8192, idleTimeout: 17m, maxSessionsPerRequester: 3}
 images: {pullParallelism: 3, pullTimeout: 4m, pullBackoffBase: 6s, pullBackoffMax: 60s, preloadDir: /tmp/preload, preloadInterval: 31s}
 security: {requireSealedSecrets: true}
 `)
@@ -128,7 +128,8 @@ security: {requireSealedSecrets: true}
 		{"max reply bytes", opts.MaxReplyBytes, 70000},
 		{"max backlog", opts.MaxBacklog, 33},
 		{"max backlog bytes", opts.MaxBacklogBytes, 900000},
-		{"streams", opts.Streams, streams.Limits{Max: 7, MaxFollows: 5, MaxFollowsPerRequester: 2, Unread: 41 * s}},
+		{"streams", opts.Streams, streams.Limits{Max: 7, MaxFollows: 5, MaxFollowsPerRequester: 2, MaxInteractivePerRequester: 3, Unread: 41 * s}},
+		{"exec idle timeout", opts.Exec.IdleTimeout, 17 * 60 * s},
 		{"mqtt keepalive", opts.Session.KeepAlive, 7 * s},
 		{"mqtt ping timeout", opts.Session.PingTimeout, 3 * s},
 		{"mqtt reconnect min", opts.Session.ReconnectMin, 2 * s},

@@ -115,8 +115,9 @@ func helpTexts() map[string]helpText {
 		"logs": {"logs POD [-c CONTAINER] [-n NS] [-f [--follow-for D]] [-p] [--tail N] [--since D] [--limit-bytes N] [--timestamps] [--group G | -L SELECTOR]",
 			"  mqletctl logs web --tail 20\n  mqletctl logs web -c sidecar -f    # Ctrl-C stops following (the agent is told to cancel)\n" +
 				"  mqletctl logs web --tail 5 --group line-1    # each member's lines, prefixed [node]"},
-		"exec": {"exec POD [-c CONTAINER] [-n NS] [--command-timeout D] -- COMMAND [ARG...]",
-			"  mqletctl exec web -- cat /etc/hostname    # exits with the command's exit code"},
+		"exec": {"exec [-it] POD [-c CONTAINER] [-n NS] [--command-timeout D] -- COMMAND [ARG...]",
+			"  mqletctl exec web -- cat /etc/hostname    # exits with the command's exit code\n" +
+				"  mqletctl exec -it web -- sh               # an interactive terminal over MQTT (raw mode: Ctrl-C goes to the shell)"},
 		"restart": {"restart pod NAME [-c CONTAINER] [-n NS] [--group G | -L SELECTOR]",
 			"  mqletctl restart pod web\n  mqletctl restart pod web -c main    # only this container\n  mqletctl restart pod web --group line-1"},
 		"rollout": {"rollout start -f FILE (--group G | -L SELECTOR) --batch N|N% [--growth F] [--max-failures N|N%] [--min-executed M] [--node-timeout D] [--rollback] [--id ID] [--detach]\n  " +
@@ -206,7 +207,11 @@ func run(ctx context.Context, args []string, e env) int {
 	var fleetQ fleetQueued
 	var waiting rolloutWaiting
 	var groupP groupPending
+	var exited exitCodeError
 	switch {
+	case errors.As(err, &exited):
+		fmt.Fprintln(e.stderr, exited.Error())
+		return exited.code
 	case errors.As(err, &queued):
 		fmt.Fprintln(e.stderr, queued.Error())
 		return exitQueued

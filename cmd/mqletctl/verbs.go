@@ -151,6 +151,12 @@ func runExec(ctx context.Context, cfg *globalConfig, args []string, e env) error
 	container := fs.String("c", "", "container (default: the pod's only one)")
 	fs.StringVar(container, "container", "", "same as -c")
 	timeout := fs.Duration("command-timeout", 0, "stop the command after this long (default: the agent's exec.defaultTimeout)")
+	stdin := fs.Bool("i", false, "pass stdin to the command (with -t: an interactive terminal)")
+	fs.BoolVar(stdin, "stdin", false, "same as -i")
+	tty := fs.Bool("t", false, "give the command a terminal (with -i)")
+	fs.BoolVar(tty, "tty", false, "same as -t")
+	both := fs.Bool("it", false, "same as -i -t")
+	fs.BoolVar(both, "ti", false, "same as -i -t")
 	pos, err := parseInterleaved(fs, args)
 	if err != nil {
 		return err
@@ -158,10 +164,20 @@ func runExec(ctx context.Context, cfg *globalConfig, args []string, e env) error
 	if len(pos) < 2 {
 		return usageError{errors.New("exec: want POD -- COMMAND [ARG...] (e.g. mqletctl exec web -- cat /etc/hostname)")}
 	}
+	interactive := *both || (*stdin && *tty)
+	switch {
+	case !interactive && (*stdin || *tty):
+		return usageError{errors.New("exec: -i and -t go together (an interactive terminal: mqletctl exec -it POD -- sh)")}
+	case interactive && *timeout > 0:
+		return usageError{errors.New("exec: --command-timeout does not apply to an interactive exec (it ends with its command, or the agent's exec.idleTimeout)")}
+	}
 	if err := cfg.resolve(); err != nil {
 		return err
 	}
 	req := apiv1.ExecRequest{Namespace: *ns, Name: pos[0], Container: *container, Command: pos[1:]}
+	if interactive {
+		return runShell(ctx, cfg, req, e)
+	}
 	wait := cfg.Timeout
 	if *timeout > 0 {
 		req.TimeoutSeconds = int64((*timeout + time.Second - 1) / time.Second)
@@ -181,8 +197,7 @@ func runExec(ctx context.Context, cfg *globalConfig, args []string, e env) error
 		fmt.Fprintln(e.stderr, "mqletctl: "+final.Message)
 	}
 	if res.ExitCode != 0 {
-		fmt.Fprintf(e.stderr, "command terminated with exit code %d\n", res.ExitCode)
-		return errReported
+		return exitCodeError{code: int(res.ExitCode)}
 	}
 	return nil
 }
