@@ -396,7 +396,7 @@ func (m *Manager) Synchronize(ctx context.Context) ([]*v1.Pod, error) {
 	cands := make([]*candidate, 0, len(active))
 	for _, p := range active {
 		u, ok := usage[p.UID]
-		cands = append(cands, &candidate{pod: p, use: u, found: ok})
+		cands = append(cands, newCandidate(p, u, ok))
 	}
 	rank(cands, target.Signal)
 	for _, c := range cands {

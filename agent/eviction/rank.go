@@ -14,6 +14,21 @@ type candidate struct {
 	pod   *v1.Pod
 	use   PodUsage
 	found bool
+	// req is the pod's memory and ephemeral-storage requests, read once.
+	req map[v1.ResourceName]int64
+}
+
+// newCandidate reads the pod's requests once, for the ranking's many
+// comparisons.
+func newCandidate(pod *v1.Pod, use PodUsage, found bool) *candidate {
+	reqs := resourcehelper.PodRequests(pod, resourcehelper.PodResourcesOptions{})
+	c := &candidate{pod: pod, use: use, found: found, req: map[v1.ResourceName]int64{}}
+	for _, r := range []v1.ResourceName{v1.ResourceMemory, v1.ResourceEphemeralStorage} {
+		if q, ok := reqs[r]; ok {
+			c.req[r] = q.Value()
+		}
+	}
+	return c
 }
 
 // cmpFunc orders two candidates: negative when a goes first.
@@ -55,15 +70,8 @@ func usageOf(c *candidate, r v1.ResourceName) int64 {
 	return int64(c.use.Processes)
 }
 
-// requestOf is the pod's request of r (0 for inodes, which have none).
-func requestOf(pod *v1.Pod, r v1.ResourceName) int64 {
-	if r != v1.ResourceMemory && r != v1.ResourceEphemeralStorage {
-		return 0
-	}
-	req := resourcehelper.PodRequests(pod, resourcehelper.PodResourcesOptions{})
-	q := req[r]
-	return q.Value()
-}
+// requestOf is the candidate's request of r (0 for inodes, which have none).
+func requestOf(c *candidate, r v1.ResourceName) int64 { return c.req[r] }
 
 // missingFirst puts a candidate without figures first; 0 when both or
 // neither have them.
@@ -76,7 +84,7 @@ func exceedsRequests(r v1.ResourceName) cmpFunc {
 		if c := missingFirst(a, b); c != 0 || !a.found {
 			return c
 		}
-		return cmpBool(usageOf(a, r) > requestOf(a.pod, r), usageOf(b, r) > requestOf(b.pod, r))
+		return cmpBool(usageOf(a, r) > requestOf(a, r), usageOf(b, r) > requestOf(b, r))
 	}
 }
 
@@ -85,7 +93,7 @@ func aboveRequests(r v1.ResourceName) cmpFunc {
 		if c := missingFirst(a, b); c != 0 || !a.found {
 			return c
 		}
-		return cmpInt(usageOf(b, r)-requestOf(b.pod, r), usageOf(a, r)-requestOf(a.pod, r))
+		return cmpInt(usageOf(b, r)-requestOf(b, r), usageOf(a, r)-requestOf(a, r))
 	}
 }
 
