@@ -276,6 +276,7 @@ func New(ctx context.Context, opts Options, deps Deps, log zerolog.Logger) (*Age
 		intakeOpts.Verbs.Shell = a.shells
 	}
 	intakeOpts.Groups = a.groups
+	intakeOpts.GroupLabels = a.groupLabels
 	if d, ok := opts.Opener.(intake.DocumentOpener); ok {
 		intakeOpts.DocumentOpener = d
 	}
@@ -303,6 +304,11 @@ func New(ctx context.Context, opts Options, deps Deps, log zerolog.Logger) (*Age
 	}
 	telCfg := opts.Telemetry
 	telCfg.Topics, telCfg.Version = opts.Topics, opts.Version
+	// The node object carries the groups' labels, following live changes.
+	telCfg.LiveLabels = a.groupLabels
+	if opts.Live != nil {
+		telCfg.LabelsChanged = opts.Live.Changes
+	}
 	counters := telemetry.Counters(telemetry.Merge(a.Counters, telemetry.CRICounters(rt)), deps.Outbox, a.sess)
 	telDeps := telemetry.Deps{Runtime: rt, Out: out, Retained: a.retained, Events: a.events, Counters: counters}
 	if a.eviction != nil {

@@ -26,6 +26,18 @@ func (a *Agent) groups() []string {
 	return slices.Clone(a.opts.Groups)
 }
 
+// groupLabels are the labels of the node's groups now
+// (group.mqlet.io/<g>: "true"), published on its v1.Node and admitted
+// against.
+func (a *Agent) groupLabels() map[string]string {
+	groups := a.groups()
+	out := make(map[string]string, len(groups))
+	for _, g := range groups {
+		out[apiv1.GroupLabel(g)] = "true"
+	}
+	return out
+}
+
 // commandFilters are the command subscriptions for the node in groups.
 func (a *Agent) commandFilters(groups []string) []string {
 	filters := a.opts.Topics.CommandFilters()

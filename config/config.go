@@ -508,6 +508,9 @@ func validateNodeLabels(labels map[string]string, bad func(field, format string,
 				bad(f, "is set by mqlet itself (from the node name and the host)")
 			}
 		}
+		if strings.HasPrefix(k, apiv1.GroupLabel("")) {
+			bad(f, "is set by mqlet itself from the node's groups (use groups)")
+		}
 	}
 }
 

@@ -310,3 +310,16 @@ func TestLoadMakesARelativeStateDirAbsolute(t *testing.T) {
 		t.Fatalf("stateDir = %q, want %q", cfg.StateDir, want)
 	}
 }
+
+// Group labels come from the node's groups: a configured one would fake
+// a membership to -L selectors and nodeSelectors.
+func TestNodeLabelsRefuseGroupLabels(t *testing.T) {
+	file := filepath.Join(t.TempDir(), "c.yaml")
+	if err := os.WriteFile(file, []byte("nodeLabels: {group.mqlet.io/line-1: \"true\"}\n"), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	_, err := Load(&Flags{ConfigFile: file, set: map[string]string{"node": "gw1"}}, noEnv)
+	if err == nil || !strings.Contains(err.Error(), "set by mqlet itself from the node's groups") {
+		t.Fatalf("a configured group label: %v", err)
+	}
+}

@@ -45,7 +45,7 @@ type PressureAdmitter interface {
 // pod gets the kubelet's Warning event. Pods are admitted in order, each
 // counting those before it.
 func (in *Intake) checkAdmission(id string, objs []apiruntime.Object, replaceAll bool) error {
-	node := &v1.Node{ObjectMeta: metav1.ObjectMeta{Name: in.opts.Topics.Node, Labels: in.opts.NodeLabels}}
+	node := &v1.Node{ObjectMeta: metav1.ObjectMeta{Name: in.opts.Topics.Node, Labels: in.nodeLabels()}}
 	named := map[string]bool{}
 	var pods []*v1.Pod
 	for _, o := range objs {
@@ -79,7 +79,7 @@ func (in *Intake) checkAdmission(id string, objs []apiruntime.Object, replaceAll
 			refuse(p, ReasonNodeAffinity, msg)
 			continue
 		}
-		if why := in.opts.RuntimeClasses.Fits(p, in.opts.NodeLabels); why != "" {
+		if why := in.opts.RuntimeClasses.Fits(p, node.Labels); why != "" {
 			refuse(p, ReasonNodeAffinity, "Predicate NodeAffinity failed: "+why)
 			continue
 		}
@@ -179,4 +179,21 @@ func amount(name v1.ResourceName, q resource.Quantity) int64 {
 		return q.MilliValue()
 	}
 	return q.Value()
+}
+
+// nodeLabels are the node's labels now: the configured and well-known
+// ones, and its groups' (which change live).
+func (in *Intake) nodeLabels() map[string]string {
+	if in.opts.GroupLabels == nil {
+		return in.opts.NodeLabels
+	}
+	groups := in.opts.GroupLabels()
+	out := make(map[string]string, len(in.opts.NodeLabels)+len(groups))
+	for k, v := range in.opts.NodeLabels {
+		out[k] = v
+	}
+	for k, v := range groups {
+		out[k] = v
+	}
+	return out
 }

@@ -84,7 +84,11 @@ type Options struct {
 	// Version is mqlet's version, published as nodeInfo.kubeletVersion.
 	Version string
 	// Labels are added to the well-known ones (which win on conflict).
-	Labels     map[string]string
+	Labels map[string]string
+	// LiveLabels, when set, gives more labels at every build: those that
+	// change while mqlet runs (its groups', which a live config changes).
+	// They win over Labels; the well-known ones win over both.
+	LiveLabels func() map[string]string
 	Thresholds Thresholds
 }
 
@@ -191,7 +195,18 @@ func (b *Builder) Build(in Inputs, prev *v1.Node, now time.Time) *v1.Node {
 }
 
 func (b *Builder) labels(host HostInfo) map[string]string {
-	return Labels(b.opts.NodeName, b.opts.Labels, host)
+	if b.opts.LiveLabels == nil {
+		return Labels(b.opts.NodeName, b.opts.Labels, host)
+	}
+	live := b.opts.LiveLabels()
+	merged := make(map[string]string, len(b.opts.Labels)+len(live))
+	for k, v := range b.opts.Labels {
+		merged[k] = v
+	}
+	for k, v := range live {
+		merged[k] = v
+	}
+	return Labels(b.opts.NodeName, merged, host)
 }
 
 // Labels are the node's labels: the configured ones plus the kubelet's

@@ -365,3 +365,24 @@ func TestPressureFromEvictionAndReserve(t *testing.T) {
 		t.Errorf("allocatable ephemeral-storage %d", disk.Value())
 	}
 }
+
+// Live labels (the node's groups') are read at every build and win over
+// the configured ones; the well-known ones win over both.
+func TestLiveLabelsFollowEachBuild(t *testing.T) {
+	live := map[string]string{"group.mqlet.io/line-1": "true"}
+	b, err := NewBuilder(Options{NodeName: "gw1", Labels: map[string]string{"site": "a"}, LiveLabels: func() map[string]string {
+		return map[string]string{"group.mqlet.io/line-1": live["group.mqlet.io/line-1"], v1.LabelHostname: "spoofed"}
+	}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	n := b.Build(Inputs{}, nil, time.Now())
+	if n.Labels["group.mqlet.io/line-1"] != "true" || n.Labels["site"] != "a" || n.Labels[v1.LabelHostname] != "gw1" {
+		t.Fatalf("labels %v", n.Labels)
+	}
+	live["group.mqlet.io/line-1"] = ""
+	next := b.Build(Inputs{}, n, time.Now())
+	if next.Labels["group.mqlet.io/line-1"] != "" || !Changed(n, next) {
+		t.Fatalf("a live label change is not in the next build (or not a change): %v", next.Labels)
+	}
+}

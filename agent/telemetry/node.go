@@ -85,6 +85,9 @@ type NodeOptions struct {
 	// Live, when set, gives Interval from then on (the config verb changes
 	// it without a restart); CheckInterval stays, never more than it.
 	Live liveperiod.Source
+	// LabelsChanged, when set, returns a channel closed when the builder's
+	// live labels may have changed: the node is rebuilt at once.
+	LabelsChanged func() <-chan struct{}
 }
 
 func (o NodeOptions) withDefaults() NodeOptions {
@@ -164,6 +167,10 @@ func (r *NodeReporter) Run(ctx context.Context) error {
 	// The change channel is taken before each read of readiness, so a change
 	// that lands during a report closes the channel being waited on.
 	runtimeChanged := r.src.Runtime.Changes()
+	var labelsChanged <-chan struct{} // nil: never
+	if r.opts.LabelsChanged != nil {
+		labelsChanged = r.opts.LabelsChanged()
+	}
 	if !r.src.Runtime.Ready() {
 		// The runtime manager starts with the agent: give its first
 		// handshake a moment so a start does not flap NotReady → Ready.
@@ -195,6 +202,9 @@ func (r *NodeReporter) Run(ctx context.Context) error {
 			check.Update()
 		case <-runtimeChanged:
 			runtimeChanged = r.src.Runtime.Changes()
+			r.report(false)
+		case <-labelsChanged:
+			labelsChanged = r.opts.LabelsChanged()
 			r.report(false)
 		}
 	}

@@ -42,6 +42,12 @@ type Config struct {
 	MaxPods                         int
 	// NodeLabels are published beside the well-known labels.
 	NodeLabels map[string]string
+	// LiveLabels, when set, gives labels read at every build of the node
+	// (its groups'); LabelsChanged, when set, returns a channel closed
+	// when they may have changed, and the node is rebuilt then (published
+	// if it changed) instead of at the next check.
+	LiveLabels    func() map[string]string
+	LabelsChanged func() <-chan struct{}
 }
 
 // Runtime is what telemetry needs of the runtime manager.
@@ -104,7 +110,7 @@ func New(ctx context.Context, cfg Config, deps Deps, log zerolog.Logger) (*Telem
 	if err != nil {
 		return nil, err
 	}
-	builder, err := nodestatus.NewBuilder(nodestatus.Options{NodeName: cfg.Topics.Node, Version: cfg.Version, Labels: cfg.NodeLabels, Thresholds: thresholds})
+	builder, err := nodestatus.NewBuilder(nodestatus.Options{NodeName: cfg.Topics.Node, Version: cfg.Version, Labels: cfg.NodeLabels, LiveLabels: cfg.LiveLabels, Thresholds: thresholds})
 	if err != nil {
 		return nil, fmt.Errorf("setting up node telemetry: %w", err)
 	}
@@ -145,7 +151,7 @@ func New(ctx context.Context, cfg Config, deps Deps, log zerolog.Logger) (*Telem
 			return nodestatus.ReadHostInputs(nodestatus.HostConfig{StateDir: cfg.StateDir})
 		}
 	}
-	t.node = NewNodeReporter(NodeOptions{Topics: cfg.Topics, Interval: cfg.NodeStatusInterval, Live: cfg.LiveNodeStatus, MaxPods: cfg.MaxPods, RuntimeEndpoint: cfg.RuntimeEndpoint},
+	t.node = NewNodeReporter(NodeOptions{Topics: cfg.Topics, Interval: cfg.NodeStatusInterval, Live: cfg.LiveNodeStatus, MaxPods: cfg.MaxPods, RuntimeEndpoint: cfg.RuntimeEndpoint, LabelsChanged: cfg.LabelsChanged},
 		builder, nodeSources(machine, deps, host),
 		deps.Retained, deps.Events, log.With().Str("component", "nodestatus").Logger())
 	return t, nil

@@ -486,13 +486,8 @@ func redacted(raw string) string {
 // nodeLabels are the labels the node is published with, which pods are
 // admitted against.
 func nodeLabels(cfg *config.Config) map[string]string {
-	labels := nodestatus.Labels(cfg.Node, cfg.NodeLabels, nodestatus.HostInfo{OperatingSystem: runtime.GOOS, Architecture: runtime.GOARCH})
-	// The groups at start; a group joined or left live shows in the
-	// retained state at once and here at the next start.
-	for _, g := range cfg.Groups {
-		labels[apiv1.GroupLabel(g)] = "true"
-	}
-	return labels
+	// The groups' labels are added by the agent, from its live groups.
+	return nodestatus.Labels(cfg.Node, cfg.NodeLabels, nodestatus.HostInfo{OperatingSystem: runtime.GOOS, Architecture: runtime.GOARCH})
 }
 
 // nodeAllocatable is the cpu, memory and ephemeral-storage pods are

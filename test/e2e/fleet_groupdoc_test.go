@@ -353,3 +353,91 @@ func (e *groupDocEnv) barrier(n *fleetNode, id string) {
 	e.mq.Command(n.name, "get", id, fmt.Appendf(nil, `{"kind":"Pod","namespace":%q}`, e.ns))
 	e.mq.WaitReply(n.name, id, apiv1.Succeeded, 30*time.Second)
 }
+
+// nodeLabelsOf waits for a node object of n on the node topic whose labels
+// satisfy ok, and returns them.
+func nodeLabelsOf(t *testing.T, mq *Client, from int, node, what string, timeout time.Duration, ok func(map[string]string) bool) map[string]string {
+	t.Helper()
+	var got map[string]string
+	mq.WaitFor(from, timeout, node+"'s node object "+what, func(m Msg) bool {
+		var n v1.Node
+		if m.Topic != prefix+"/"+node+"/node" || json.Unmarshal(m.Payload, &n) != nil || !ok(n.Labels) {
+			return false
+		}
+		got = n.Labels
+		return true
+	})
+	return got
+}
+
+// A node's groups are labels of its published v1.Node
+// (group.mqlet.io/<g>: "true") beside its configured nodeLabels, from the
+// start and, when it joins or leaves a group live (config), within a few
+// seconds (not at the next restart): `get nodes --group` and `-L` see
+// them, and pods are admitted against them (a nodeSelector on a group's
+// label runs only once the node is in it).
+func TestGroupLabelsFollowLiveGroups(t *testing.T) {
+	eps := fleetEndpoints(t)[1:]
+	broker := mosquitto.Start(t)
+	mq := Connect(t, broker.URL())
+	mq.Subscribe(prefix + "/#")
+	suffix := strconv.FormatInt(time.Now().UnixNano()%1e9, 36)
+	name, ns, g1, g2 := "e2e-glabels-"+suffix, "e2e-glabels-"+suffix, "gl1-"+suffix, "gl2-"+suffix
+	cri, rt := connectCRIAt(t, eps[0])
+	t.Cleanup(func() { sweepNamespace(t, rt, ns) })
+	mark := mq.Mark()
+	StartAgent(t, AgentOpts{Node: name, Broker: broker.URL(), CRI: eps[0], Config: podTestConfig(t.TempDir(), "nodeLabels:\n  site: plant-3\n"), Args: []string{"--groups", g1}})
+	mq.WaitState(mark, name, "online", 30*time.Second)
+	nodeLabelsOf(t, mq, mark, name, "labelled with "+g1+" and site", 30*time.Second, func(l map[string]string) bool {
+		return l[apiv1.GroupLabel(g1)] == "true" && l["site"] == "plant-3" && l["kubernetes.io/hostname"] == name
+	})
+	listed := func(args ...string) {
+		t.Helper()
+		code, out, errOut := ctl(t, append([]string{"--broker", broker.URL(), "--retained-wait", "1s", "get", "nodes"}, args...)...)
+		if code != 0 || !regexp.MustCompile(`(?m)^`+name+`\s+online`).MatchString(out) {
+			t.Fatalf("get nodes %v: exit %d\n%s%s", args, code, out, errOut)
+		}
+	}
+	listed("--group", g1)
+	listed("-L", apiv1.GroupLabel(g1)+"=true,site=plant-3")
+
+	// A pod for the members of g2 is not admitted before the node joins it.
+	selected := fmt.Appendf(nil, `{"apiVersion":"v1","kind":"Pod","metadata":{"name":"for-g2","namespace":%q},"spec":{"nodeSelector":{%q:"true"},"terminationGracePeriodSeconds":2,"containers":[{"name":"main","image":"docker.io/mqlet/busybox:test","imagePullPolicy":"Never","command":["sh","-c","sleep 3600"]}]}}`, ns, apiv1.GroupLabel(g2))
+	mq.Command(name, "apply", "sel1", selected)
+	if r := mq.WaitReply(name, "sel1", apiv1.Failed, 30*time.Second); !strings.Contains(r.Message, "NodeAffinity") {
+		t.Fatalf("a pod selecting %s's label on a node outside it: %s %q", g2, r.Phase, r.Message)
+	}
+
+	// Joining g2 live: the published node carries its label within 5 s
+	// (the node status check runs every 10 s: this is the live change, not
+	// the next check), and pods selecting it are admitted.
+	mark = mq.Mark()
+	mq.Command(name, "config", "join", fmt.Appendf(nil, `{"groups":[%q,%q]}`, g1, g2))
+	mq.WaitReply(name, "join", apiv1.Succeeded, 30*time.Second)
+	joined := time.Now()
+	nodeLabelsOf(t, mq, mark, name, "labelled with "+g2, 5*time.Second, func(l map[string]string) bool {
+		return l[apiv1.GroupLabel(g1)] == "true" && l[apiv1.GroupLabel(g2)] == "true" && l["site"] == "plant-3"
+	})
+	t.Logf("the node object named %s %v after the config reply", g2, time.Since(joined).Round(time.Millisecond))
+	listed("--group", g2)
+	listed("-L", apiv1.GroupLabel(g2)+"=true")
+	mq.Command(name, "apply", "sel2", selected)
+	mq.WaitReply(name, "sel2", apiv1.Succeeded, podReadyTimeout)
+	if len(cri.Running(ns, "for-g2")) != 1 {
+		t.Fatalf("for-g2 does not run after the node joined %s", g2)
+	}
+
+	// Leaving g1 live: its label goes.
+	mark = mq.Mark()
+	mq.Command(name, "config", "leave", fmt.Appendf(nil, `{"groups":[%q]}`, g2))
+	mq.WaitReply(name, "leave", apiv1.Succeeded, 30*time.Second)
+	nodeLabelsOf(t, mq, mark, name, "without "+g1, 5*time.Second, func(l map[string]string) bool {
+		_, in1 := l[apiv1.GroupLabel(g1)]
+		return !in1 && l[apiv1.GroupLabel(g2)] == "true"
+	})
+	if code, out, _ := ctl(t, "--broker", broker.URL(), "--retained-wait", "1s", "get", "nodes", "-L", apiv1.GroupLabel(g1)+"=true"); code == 0 || strings.Contains(out, name) {
+		t.Fatalf("get nodes -L %s=true still lists the node after it left: exit %d\n%s", apiv1.GroupLabel(g1), code, out)
+	}
+	mq.Command(name, "delete", "del", fmt.Appendf(nil, `{"kind":"Pod","namespace":%q,"name":"for-g2"}`, ns))
+	mq.WaitReply(name, "del", apiv1.Succeeded, podGoneTimeout)
+}
