@@ -153,10 +153,14 @@ func (r reclaimer) Reclaim(ctx context.Context) error {
 	return nil
 }
 
-// pressure gives the node status the eviction manager's conditions.
+// pressure gives the node status the eviction manager's conditions (nil
+// before its first pass: the node status's own thresholds then).
 func pressure(m *eviction.Manager) telemetry.PressureSource {
 	return func() []nodestatus.PressureState {
 		conds := m.Conditions()
+		if conds == nil {
+			return nil
+		}
 		out := make([]nodestatus.PressureState, len(conds))
 		for i, c := range conds {
 			out[i] = nodestatus.PressureState{Type: c.Type, Known: c.Known, Under: c.Under, Message: c.Message}

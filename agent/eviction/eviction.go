@@ -202,6 +202,7 @@ type Manager struct {
 
 	mu         sync.Mutex
 	conditions map[v1.NodeConditionType]Condition
+	passed     bool // a pass has set conditions
 
 	// Owned by the pass (Synchronize is called by one goroutine).
 	firstMet    map[Signal]time.Time               // soft thresholds: when first met in a row
@@ -260,10 +261,13 @@ func (m *Manager) Run(ctx context.Context) {
 }
 
 // Conditions are the pressure conditions of the last pass, in the order
-// MemoryPressure, DiskPressure, PIDPressure.
+// MemoryPressure, DiskPressure, PIDPressure; nil before the first pass.
 func (m *Manager) Conditions() []Condition {
 	m.mu.Lock()
 	defer m.mu.Unlock()
+	if !m.passed {
+		return nil
+	}
 	out := make([]Condition, 0, 3)
 	for _, t := range []v1.NodeConditionType{v1.NodeMemoryPressure, v1.NodeDiskPressure, v1.NodePIDPressure} {
 		c, ok := m.conditions[t]
@@ -502,7 +506,7 @@ func (m *Manager) updateConditions(node NodeStats, metNow []met, now time.Time) 
 			}
 		}
 	}
-	m.conditions = next
+	m.conditions, m.passed = next, true
 	return changed
 }
 

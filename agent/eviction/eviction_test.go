@@ -240,6 +240,9 @@ func TestNodeFsPressureRanksAndEvicts(t *testing.T) {
 	set(lowBig, 40*mi)
 	set(lowSmall, 10*mi)
 	h.stats.node[NodeFsAvailable] = Observation{Available: 500 * mi, Capacity: 1000 * mi}
+	if c := h.m.Conditions(); c != nil {
+		t.Fatalf("conditions %+v before the first pass, want none", c)
+	}
 	if got := h.pass(t); len(got) != 0 {
 		t.Fatalf("evicted %v with the disk half free", got)
 	}
