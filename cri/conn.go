@@ -11,10 +11,6 @@ import (
 
 	"github.com/go-logr/logr"
 	"github.com/rs/zerolog"
-	"google.golang.org/grpc"
-	"google.golang.org/grpc/credentials/insecure"
-	runtimeapi "k8s.io/cri-api/pkg/apis/runtime/v1"
-	criclient "k8s.io/cri-client/pkg"
 	"k8s.io/klog/v2"
 )
 
@@ -66,78 +62,26 @@ func (c *connection) askRecheck() {
 	}
 }
 
-// quietContext keeps cri-client's klog output (it logs every failed call)
-// out of our logs; we log failures ourselves.
+// quietContext keeps the klog output of the Kubernetes helpers used on a
+// call's path out of our logs; we log failures ourselves.
 func quietContext(ctx context.Context) context.Context {
 	return klog.NewContext(ctx, logr.Discard())
 }
 
 func dialCRI(ctx context.Context, cfg Config) (*services, error) {
-	ctx = quietContext(ctx)
-	// cri-client's Build leaves its gRPC connection (and the goroutines
-	// that keep redialling) open when its first handshake fails, and gives
-	// us nothing to close: a runtime too slow to answer within
-	// ConnectTimeout (a loaded gateway, a containerd starting) cost one
-	// connection per attempt, until the process ran out of descriptors
-	// (seen with 1,000 agents in one process: 8 connections each). So the
-	// handshake is made first on a connection of our own, closed whatever
-	// the answer; only a runtime that just answered is given to Build,
-	// with the request timeout, so its own handshake does not fail on the
-	// connect deadline.
-	pctx, cancel := context.WithTimeout(ctx, cfg.ConnectTimeout)
-	err := probeCRI(pctx, cfg.Endpoint)
-	cancel()
-	if err != nil {
-		return nil, fmt.Errorf("connect runtime service %s: %w", cfg.Endpoint, err)
-	}
-	ctx, cancel = context.WithTimeout(ctx, cfg.RequestTimeout)
+	ctx, cancel := context.WithTimeout(quietContext(ctx), cfg.ConnectTimeout)
 	defer cancel()
-	rt, err := criclient.NewRemoteRuntimeServiceBuilder().
-		WithEndpoint(cfg.Endpoint).
-		WithConnectionTimeout(cfg.RequestTimeout).
-		WithTracerProvider(nil).
-		Build(ctx)
-	if err != nil {
+	// The socket is tried first: a runtime that is not there fails at
+	// once with the socket's own error (no such file, refused) rather
+	// than with gRPC's deadline after its redial attempts.
+	if err := reachable(ctx, cfg.Endpoint); err != nil {
 		return nil, fmt.Errorf("connect runtime service %s: %w", cfg.Endpoint, err)
 	}
-	img, err := criclient.NewRemoteImageServiceBuilder().
-		WithEndpoint(cfg.Endpoint).
-		WithConnectionTimeout(cfg.RequestTimeout).
-		WithTracerProvider(nil).
-		Build(ctx)
+	rt, img, err := dialRemote(ctx, cfg.Endpoint, cfg.RequestTimeout)
 	if err != nil {
-		_ = rt.Close(ctx)
-		return nil, fmt.Errorf("connect image service %s: %w", cfg.Endpoint, err)
+		return nil, fmt.Errorf("connect runtime service %s: %w", cfg.Endpoint, err)
 	}
 	return &services{runtime: rt, image: img}, nil
-}
-
-// probeCRI makes the handshakes cri-client's Build makes (Version,
-// ImageFsInfo) on a connection of its own, and closes it whatever the
-// answer.
-func probeCRI(ctx context.Context, endpoint string) error {
-	if path, ok := strings.CutPrefix(endpoint, "unix://"); ok {
-		// A socket nobody listens on fails here at once, not after gRPC's
-		// connect backoff.
-		var d net.Dialer
-		conn, err := d.DialContext(ctx, "unix", path)
-		if err != nil {
-			return err
-		}
-		_ = conn.Close()
-	}
-	cc, err := grpc.NewClient(endpoint, grpc.WithTransportCredentials(insecure.NewCredentials()), grpc.WithAuthority("localhost"))
-	if err != nil {
-		return err
-	}
-	defer cc.Close()
-	if _, err := runtimeapi.NewRuntimeServiceClient(cc).Version(ctx, &runtimeapi.VersionRequest{}); err != nil {
-		return fmt.Errorf("version handshake: %w", err)
-	}
-	if _, err := runtimeapi.NewImageServiceClient(cc).ImageFsInfo(ctx, &runtimeapi.ImageFsInfoRequest{}); err != nil {
-		return fmt.Errorf("image service handshake: %w", err)
-	}
-	return nil
 }
 
 // run connects, handshakes and re-checks until ctx ends, backing off
@@ -279,4 +223,19 @@ func (c *connection) await(ctx context.Context, limit time.Duration) (*services,
 			return nil, err
 		}
 	}
+}
+
+// reachable opens and closes one connection to a unix socket endpoint;
+// other endpoints are left to the gRPC client.
+func reachable(ctx context.Context, endpoint string) error {
+	path, ok := strings.CutPrefix(endpoint, "unix://")
+	if !ok {
+		return nil
+	}
+	var d net.Dialer
+	conn, err := d.DialContext(ctx, "unix", path)
+	if err != nil {
+		return err
+	}
+	return conn.Close()
 }

@@ -63,7 +63,7 @@ func (c *countedConn) Close() error {
 // TestDialLeaksNoConnectionWhenTheHandshakeTimesOut: every dial of a
 // runtime that does not answer within ConnectTimeout fails, and leaves no
 // connection open behind it (cri-client's Build would leave one per
-// attempt); once the runtime answers, a dial succeeds and holds its two.
+// attempt); once the runtime answers, a dial succeeds and holds its one.
 func TestDialLeaksNoConnectionWhenTheHandshakeTimesOut(t *testing.T) {
 	socket := filepath.Join(t.TempDir(), "cri.sock")
 	lis, err := net.Listen("unix", socket)

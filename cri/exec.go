@@ -6,7 +6,6 @@ import (
 	"fmt"
 	"time"
 
-	criclient "k8s.io/cri-client/pkg"
 	utilexec "k8s.io/utils/exec"
 )
 
@@ -34,7 +33,7 @@ func (m *Manager) ExecSync(ctx context.Context, containerID string, cmd []string
 	case err == nil:
 	case errors.As(err, &exit):
 		exitCode, err = exit.Code, nil
-	case errors.Is(err, criclient.ErrCommandTimedOut):
+	case errors.Is(err, errCommandTimedOut):
 		return nil, nil, 0, fmt.Errorf("exec in container %s: %w after %s", containerID, ErrExecTimedOut, timeout)
 	default:
 		return nil, nil, 0, fmt.Errorf("exec in container %s: %w", containerID, err)
@@ -85,7 +84,7 @@ func (m *Manager) ExecInPod(ctx context.Context, pod PodKey, container string, c
 	case errors.As(err, &exit):
 		// Its message quotes stderr: only the code is kept.
 		return &ExecResult{Stdout: stdout, Stderr: stderr, ExitCode: exit.Code}, nil
-	case errors.Is(err, criclient.ErrCommandTimedOut) || errors.Is(ctx.Err(), context.DeadlineExceeded):
+	case errors.Is(err, errCommandTimedOut) || errors.Is(ctx.Err(), context.DeadlineExceeded):
 		return nil, fmt.Errorf("exec in container %s of pod %s/%s: %w after %s", container, pod.Namespace, pod.Name, ErrExecTimedOut, timeout)
 	default:
 		return nil, fmt.Errorf("exec in container %s of pod %s/%s: %w", container, pod.Namespace, pod.Name, err)

@@ -1,6 +1,7 @@
 package cri
 
 import (
+	"bytes"
 	"context"
 	"errors"
 	"fmt"
@@ -196,6 +197,23 @@ func (e *env) syncUntil(pod *v1.Pod, timeout time.Duration, what string, cond fu
 			e.t.Fatalf("%s: not reached within %s; status %+v; events %v", what, timeout, st, e.events.events)
 		}
 		<-tick.C
+	}
+}
+
+// waitLogged polls the log of the running container until it holds text.
+func (e *env) waitLogged(pod *v1.Pod, container, text string, timeout time.Duration) {
+	e.t.Helper()
+	deadline := time.Now().Add(timeout)
+	for {
+		var out bytes.Buffer
+		err := e.m.ContainerLogs(e.ctx, LogRequest{Pod: PodKey{UID: string(pod.UID), Name: pod.Name, Namespace: pod.Namespace}, Container: container}, &out)
+		if err == nil && strings.Contains(out.String(), text) {
+			return
+		}
+		if time.Now().After(deadline) {
+			e.t.Fatalf("log of %s: no %q within %s (%q, %v)", container, text, timeout, out.String(), err)
+		}
+		time.Sleep(100 * time.Millisecond)
 	}
 }
 
@@ -794,15 +812,21 @@ func TestSidecarsStartInOrderAndStopAfterApps(t *testing.T) {
 		t.Run(fmt.Sprintf("byRef=%v", byRef), func(t *testing.T) {
 			e.t = t
 			// The app takes 2 s to stop; each sidecar stops at once.
-			pod := e.newPod(v1.RestartPolicyAlways, v1.Container{Name: "app", Command: []string{"sh", "-c", "trap 'sleep 2; exit 0' TERM; while true; do sleep 0.2; done"}})
+			// Each says "trapped" once its TERM handler is set: a TERM before
+			// it would be dropped (the shell is its container's PID 1) and
+			// the runtime would kill at the end of the grace period.
+			pod := e.newPod(v1.RestartPolicyAlways, v1.Container{Name: "app", Command: []string{"sh", "-c", "trap 'sleep 2; exit 0' TERM; echo trapped; while true; do sleep 0.2; done"}})
 			grace := int64(10)
 			pod.Spec.TerminationGracePeriodSeconds = &grace
 			always := v1.ContainerRestartPolicyAlways
 			for _, n := range []string{"s1", "s2"} {
 				pod.Spec.InitContainers = append(pod.Spec.InitContainers, v1.Container{Name: n, Image: containerd.BusyboxImage,
-					ImagePullPolicy: v1.PullNever, RestartPolicy: &always, Command: []string{"sh", "-c", "trap 'exit 0' TERM; while true; do sleep 0.2; done"}})
+					ImagePullPolicy: v1.PullNever, RestartPolicy: &always, Command: []string{"sh", "-c", "trap 'exit 0' TERM; echo trapped; while true; do sleep 0.2; done"}})
 			}
 			st := e.syncUntil(pod, 30*time.Second, "app running", isRunning("app"))
+			for _, c := range []string{"s1", "s2", "app"} {
+				e.waitLogged(pod, c, "trapped", 30*time.Second)
+			}
 			s1, s2, app := latest(st, "s1"), latest(st, "s2"), latest(st, "app")
 			if s1 == nil || s2 == nil || s1.State != ContainerRunning || s2.State != ContainerRunning || s1.Sidecar != 1 || s2.Sidecar != 2 {
 				t.Fatalf("sidecars %+v %+v, want both running, recorded as sidecars 1 and 2", s1, s2)

@@ -9,11 +9,10 @@ import (
 	"strconv"
 	"time"
 
+	"github.com/mqlet/mqlet/cri/crilog"
 	"google.golang.org/grpc/codes"
 	"google.golang.org/grpc/status"
-	internalapi "k8s.io/cri-api/pkg/apis"
 	runtimeapi "k8s.io/cri-api/pkg/apis/runtime/v1"
-	crilogs "k8s.io/cri-client/pkg/logs"
 )
 
 // ErrNoContainer is returned (wrapped) when a pod has no such container, or
@@ -61,9 +60,9 @@ func (m *Manager) ContainerLogs(ctx context.Context, r LogRequest, out io.Writer
 		return fmt.Errorf("logs of pod %s/%s: %w", r.Pod.Namespace, r.Pod.Name, err)
 	}
 	path := filepath.Join(dir, r.Container, strconv.Itoa(c.RestartCount)+".log")
-	opts := &crilogs.LogOptions{TailLines: r.TailLines, LimitBytes: r.LimitBytes, Since: r.Since, Timestamp: r.Timestamps,
+	opts := crilog.Options{TailLines: r.TailLines, LimitBytes: r.LimitBytes, Since: r.Since, Timestamps: r.Timestamps,
 		Follow: r.Follow && c.State == ContainerRunning}
-	if err := crilogs.ReadLogs(quietContext(ctx), path, c.ID, opts, statusOnly{c: svc.runtime}, out, out); err != nil {
+	if err := crilog.Read(quietContext(ctx), path, opts, stillRunning(svc.runtime, c.ID), out, out); err != nil {
 		// The runtime may answer DeadlineExceeded for a status call a few
 		// milliseconds before ctx's own timer marks ctx done (the deadline
 		// travels with the call): that is the end of the follow, not a
@@ -111,15 +110,21 @@ func (m *Manager) attempt(ctx context.Context, pod PodKey, container string, pre
 	return nil, fmt.Errorf("%w: previous terminated container %q in pod %s/%s not found", ErrNoContainer, container, pod.Namespace, pod.Name)
 }
 
-// statusOnly gives cri-client's log reader the one CRI call it makes
-// (ContainerStatus, to see whether a followed container still runs),
-// through the instrumented client; it makes no other.
-// The embedded interface is nil: any other call would be a bug here.
-type statusOnly struct {
-	internalapi.RuntimeService
-	c runtimeClient
-}
-
-func (s statusOnly) ContainerStatus(ctx context.Context, id string, verbose bool) (*runtimeapi.ContainerStatusResponse, error) {
-	return s.c.ContainerStatus(ctx, id, verbose)
+// stillRunning asks the runtime, through the instrumented client, whether
+// the followed container still runs. A runtime that is unavailable for a
+// moment is taken to still run it (containers outlive their runtime's
+// restarts); any other error ends the follow.
+func stillRunning(rt runtimeClient, id string) crilog.Running {
+	return func(ctx context.Context) (bool, error) {
+		resp, err := rt.ContainerStatus(ctx, id, false)
+		switch {
+		case status.Code(err) == codes.Unavailable:
+			return true, nil
+		case err != nil:
+			return false, err
+		case resp.GetStatus() == nil:
+			return false, fmt.Errorf("container %s: the runtime returned no status", id)
+		}
+		return resp.GetStatus().State == runtimeapi.ContainerState_CONTAINER_RUNNING, nil
+	}
 }

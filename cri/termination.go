@@ -11,10 +11,10 @@ import (
 	"strconv"
 	"strings"
 
+	"github.com/mqlet/mqlet/cri/crilog"
 	"golang.org/x/sys/unix"
 	v1 "k8s.io/api/core/v1"
 	runtimeapi "k8s.io/cri-api/pkg/apis/runtime/v1"
-	crilogs "k8s.io/cri-client/pkg/logs"
 )
 
 // Termination messages, the kubelet's way: every attempt of a container
@@ -144,11 +144,8 @@ func (m *Manager) terminationMessage(ctx context.Context, svc *services, uid, na
 	logPath := filepath.Join(dir, cs.Name, strconv.Itoa(cs.RestartCount)+".log")
 	tail := newTailBuffer(MaxTerminationMessageLogBytes)
 	lines := int64(MaxTerminationMessageLogLines)
-	var rt statusOnly // not followed, so the reader asks the runtime nothing
-	if svc != nil {
-		rt.c = svc.runtime
-	}
-	if err := crilogs.ReadLogs(ctx, logPath, cs.ID, &crilogs.LogOptions{TailLines: &lines}, rt, tail, tail); err != nil {
+	// Not followed: the reader asks the runtime nothing.
+	if err := crilog.Read(ctx, logPath, crilog.Options{TailLines: &lines}, nil, tail, tail); err != nil {
 		return fmt.Sprintf("Error on reading termination message from logs: %v", err)
 	}
 	return tail.String()
