@@ -288,6 +288,17 @@ func (in *Intake) Handle(cmd Command) {
 	if err := in.store.BindRequest(id, digest); err != nil {
 		log.Error().Err(err).Msg("binding the request id to its command; a different command under it would not be told apart")
 	}
+	// A command that should not run after a time (mqletctl --expires)
+	// carries it in an envelope, inside the signature when signed.
+	payload, expires, err := apiv1.OpenEnvelope(payload)
+	if err != nil {
+		in.fail(id, verb, err)
+		return
+	}
+	if now := in.now(); !expires.IsZero() && now.After(expires) {
+		in.fail(id, verb, fmt.Errorf("expired: the command expired at %s and reached the node at %s; not run", expires.UTC().Format(time.RFC3339), now.UTC().Format(time.RFC3339)))
+		return
+	}
 	if in.opts.MaxPayloadBytes > 0 && len(payload) > in.opts.MaxPayloadBytes {
 		in.fail(id, verb, fmt.Errorf("payload of %d bytes exceeds the limit of %d bytes", len(payload), in.opts.MaxPayloadBytes))
 		return

@@ -43,12 +43,15 @@ type globalConfig struct {
 	Timeout      time.Duration
 	RetainedWait time.Duration
 	WaitOffline  bool
-	Output       string
-	SignKey      string
-	KeyID        string
-	SignTTL      time.Duration
-	ConfigFile   string // mqletctl's own config file (contexts)
-	Context      string // the context to use from it
+	// Expires, when set, is how long a command may wait before it runs: a
+	// node that takes it later answers failed "expired" instead.
+	Expires    time.Duration
+	Output     string
+	SignKey    string
+	KeyID      string
+	SignTTL    time.Duration
+	ConfigFile string // mqletctl's own config file (contexts)
+	Context    string // the context to use from it
 
 	// explicit names the global flags given on the command line, and the
 	// settings taken from the environment: a context fills only the rest.
@@ -122,6 +125,7 @@ func (c *globalConfig) registerOn(fs *flag.FlagSet) {
 	fs.StringVar(&c.KeyFile, "key-file", c.KeyFile, "PEM client key for mTLS")
 	fs.DurationVar(&c.Timeout, "timeout", c.Timeout, "how long to wait for the broker and the agent's reply")
 	fs.DurationVar(&c.RetainedWait, "retained-wait", c.RetainedWait, "how long status waits for retained topics that may not exist")
+	fs.DurationVar(&c.Expires, "expires", c.Expires, "a node that gets the command later than this (e.g. offline meanwhile) answers failed: expired instead of running it (default: no expiry; a signed command's --sign-ttl still applies)")
 	fs.BoolVar(&c.WaitOffline, "wait-offline", c.WaitOffline, "wait for the reply of a node whose retained state says offline (default: say the command is queued and exit 3)")
 	fs.StringVar(&c.SignKey, "sign-key", c.SignKey, "Ed25519 private key file (from 'keys generate'): sign every command for the node (env "+envSignKey+")")
 	fs.StringVar(&c.KeyID, "key-id", c.KeyID, "key id put in signed commands (default: derived from the key, as the node derives it)")
@@ -202,6 +206,9 @@ func (c *globalConfig) resolveFor(needNode bool) error {
 
 // loadSigner reads the signing key when one is given.
 func (c *globalConfig) loadSigner() error {
+	if c.Expires < 0 {
+		return usageError{fmt.Errorf("--expires must be positive, got %s", c.Expires)}
+	}
 	if c.SignKey == "" {
 		if c.KeyID != "" {
 			return usageError{errors.New("--key-id needs --sign-key")}
@@ -232,11 +239,19 @@ func (c *globalConfig) seal(verb, requestID string, payload []byte) ([]byte, err
 // sealAs is seal for a command to target: a node, or a group (the node
 // claim of a group command names the group).
 func (c *globalConfig) sealAs(target, verb, requestID string, payload []byte) ([]byte, error) {
+	now := c.now()
+	exp := now.Add(c.SignTTL)
+	if c.Expires > 0 {
+		exp = now.Add(c.Expires)
+		var err error
+		if payload, err = apiv1.WrapEnvelope(payload, exp); err != nil {
+			return nil, err
+		}
+	}
 	if c.signer == nil {
 		return payload, nil
 	}
-	now := c.now()
-	return c.signer.Sign(signing.Claims{Node: target, Verb: verb, RequestID: requestID, IssuedAt: now, Expires: now.Add(c.SignTTL)}, payload)
+	return c.signer.Sign(signing.Claims{Node: target, Verb: verb, RequestID: requestID, IssuedAt: now, Expires: exp}, payload)
 }
 
 // scheme is the topic scheme of the commanded node.
