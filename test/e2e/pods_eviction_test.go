@@ -1,8 +1,12 @@
 package e2e
 
 import (
+	"encoding/json"
 	"fmt"
+	"os"
 	"os/exec"
+	"path/filepath"
+	"strconv"
 	"strings"
 	"testing"
 	"time"
@@ -177,4 +181,74 @@ func TestEvictionDiskPressure(t *testing.T) {
 func pressureIs(n *v1.Node, t v1.NodeConditionType, s v1.ConditionStatus) bool {
 	c := nodeCondition(n, t)
 	return c != nil && c.Status == s
+}
+
+// The latency of an eviction (MQLET_EVICTION_LATENCY=1): from the moment
+// a container has written past its emptyDir's sizeLimit (the CRI log
+// line it writes right after, timestamped by the runtime) to its status
+// Failed/Evicted at the operator, and to its containers stopped, with
+// eviction.interval 1s; rounds of MQLET_EVICTION_ROUNDS (10) pods.
+func TestEvictionLatency(t *testing.T) {
+	if os.Getenv("MQLET_EVICTION_LATENCY") == "" {
+		t.Skip("set MQLET_EVICTION_LATENCY=1 to measure")
+	}
+	rounds := 10
+	if n, err := strconv.Atoi(os.Getenv("MQLET_EVICTION_ROUNDS")); err == nil && n > 0 {
+		rounds = n
+	}
+	var logDir string
+	e := startPodEnv(t, func(dir string) string { logDir = dir; return podTestConfig(dir, evictionConfig) })
+	var toStatus, toStopped []time.Duration
+	for i := range rounds {
+		name := fmt.Sprintf("lat%d", i)
+		from := e.mq.Mark()
+		pod := e.storagePod(name, `  volumes:
+  - name: scratch
+    emptyDir:
+      sizeLimit: 1Mi
+`, storageContainer("main", "sleep 1; dd if=/dev/zero of=/scratch/f bs=1024 count=2048 2>/dev/null; echo crossed; sleep 3600", "", `    - name: scratch
+      mountPath: /scratch
+`))
+		e.apply(pod, apiv1.Succeeded, podReadyTimeout)
+		m := e.mq.WaitFor(from, 60*time.Second, name+" evicted", func(m Msg) bool {
+			var p v1.Pod
+			return m.Topic == e.podTopic(name) && json.Unmarshal(m.Payload, &p) == nil && p.Status.Reason == "Evicted"
+		})
+		var stopped time.Time
+		Eventually(t, 30*time.Second, name+" stopped", func() bool {
+			if len(e.cri.Running(e.ns, name)) == 0 {
+				stopped = time.Now()
+				return true
+			}
+			return false
+		})
+		crossed := crossedAt(t, logDir, e.ns, name)
+		toStatus = append(toStatus, m.At.Sub(crossed))
+		toStopped = append(toStopped, stopped.Sub(crossed))
+		e.deletePod(name)
+	}
+	t.Logf("eviction latency over %d pods (interval 1s): to Failed/Evicted at the operator p50 %v p99 %v; to containers stopped p50 %v p99 %v",
+		rounds, percentile(toStatus, 50), percentile(toStatus, 99), percentile(toStopped, 50), percentile(toStopped, 99))
+}
+
+// crossedAt is the runtime's timestamp of the pod's "crossed" log line.
+func crossedAt(t *testing.T, logDir, ns, name string) time.Time {
+	t.Helper()
+	files, _ := filepath.Glob(filepath.Join(logDir, ns+"_"+name+"_*", "main", "*.log"))
+	for _, f := range files {
+		raw, err := os.ReadFile(f)
+		if err != nil {
+			continue
+		}
+		for _, line := range strings.Split(string(raw), "\n") {
+			if strings.HasSuffix(line, " crossed") {
+				ts, _, _ := strings.Cut(line, " ")
+				if at, err := time.Parse(time.RFC3339Nano, ts); err == nil {
+					return at
+				}
+			}
+		}
+	}
+	t.Fatalf("no crossed line in the logs of %s (%v)", name, files)
+	return time.Time{}
 }
