@@ -132,7 +132,9 @@ type Options struct {
 	// RequireSealedSecrets refuses Secrets that come unsealed.
 	RequireSealedSecrets bool
 	MaxPods              int // pods.maxPods; 0: no limit
-	// NodeLabels and Allocatable are what pods are admitted against
+	// NodeLabels (the well-known ones; the configured ones are
+	// Telemetry.NodeLabels, or Live's) and Allocatable are what pods are
+	// admitted against
 	// (see intake.Options).
 	NodeLabels  map[string]string
 	Allocatable v1.ResourceList
@@ -276,7 +278,7 @@ func New(ctx context.Context, opts Options, deps Deps, log zerolog.Logger) (*Age
 		intakeOpts.Verbs.Shell = a.shells
 	}
 	intakeOpts.Groups = a.groups
-	intakeOpts.GroupLabels = a.groupLabels
+	intakeOpts.LiveLabels = a.liveLabels
 	if d, ok := opts.Opener.(intake.DocumentOpener); ok {
 		intakeOpts.DocumentOpener = d
 	}
@@ -304,8 +306,9 @@ func New(ctx context.Context, opts Options, deps Deps, log zerolog.Logger) (*Age
 	}
 	telCfg := opts.Telemetry
 	telCfg.Topics, telCfg.Version = opts.Topics, opts.Version
-	// The node object carries the groups' labels, following live changes.
-	telCfg.LiveLabels = a.groupLabels
+	// The node object carries the configured and the groups' labels,
+	// following live changes.
+	telCfg.NodeLabels, telCfg.LiveLabels = nil, a.liveLabels
 	if opts.Live != nil {
 		telCfg.LabelsChanged = opts.Live.Changes
 	}

@@ -26,12 +26,20 @@ func (a *Agent) groups() []string {
 	return slices.Clone(a.opts.Groups)
 }
 
-// groupLabels are the labels of the node's groups now
+// liveLabels are the node's labels that change while it runs: its
+// configured nodeLabels (live through the config verb) and its groups'
 // (group.mqlet.io/<g>: "true"), published on its v1.Node and admitted
 // against.
-func (a *Agent) groupLabels() map[string]string {
+func (a *Agent) liveLabels() map[string]string {
+	configured := a.opts.Telemetry.NodeLabels
+	if a.opts.Live != nil {
+		configured = a.opts.Live.NodeLabels()
+	}
 	groups := a.groups()
-	out := make(map[string]string, len(groups))
+	out := make(map[string]string, len(configured)+len(groups))
+	for k, v := range configured {
+		out[k] = v
+	}
 	for _, g := range groups {
 		out[apiv1.GroupLabel(g)] = "true"
 	}

@@ -8,6 +8,7 @@ import (
 	"fmt"
 	"net/url"
 	"os"
+	"sort"
 	"strconv"
 	"strings"
 	"time"
@@ -493,6 +494,20 @@ func (c *Config) Validate() error {
 // wellKnownNodeLabels are set by mqlet itself, from the node's name and the
 // host, as the kubelet sets them.
 var wellKnownNodeLabels = []string{"kubernetes.io/hostname", "kubernetes.io/os", "kubernetes.io/arch"}
+
+// ValidateNodeLabels checks labels as the config file's nodeLabels are
+// checked (the config verb changes them live).
+func ValidateNodeLabels(labels map[string]string) error {
+	var problems []string
+	validateNodeLabels(labels, func(field, format string, args ...any) {
+		problems = append(problems, field+": "+fmt.Sprintf(format, args...))
+	})
+	sort.Strings(problems)
+	if len(problems) > 0 {
+		return errors.New(strings.Join(problems, "; "))
+	}
+	return nil
+}
 
 func validateNodeLabels(labels map[string]string, bad func(field, format string, args ...any)) {
 	for k, v := range labels {

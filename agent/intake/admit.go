@@ -181,13 +181,13 @@ func amount(name v1.ResourceName, q resource.Quantity) int64 {
 	return q.Value()
 }
 
-// nodeLabels are the node's labels now: the configured and well-known
-// ones, and its groups' (which change live).
+// nodeLabels are the node's labels now: the well-known ones, and the
+// configured ones and its groups' (which change live).
 func (in *Intake) nodeLabels() map[string]string {
-	if in.opts.GroupLabels == nil {
+	if in.opts.LiveLabels == nil {
 		return in.opts.NodeLabels
 	}
-	groups := in.opts.GroupLabels()
+	groups := in.opts.LiveLabels()
 	out := make(map[string]string, len(in.opts.NodeLabels)+len(groups))
 	for k, v := range in.opts.NodeLabels {
 		out[k] = v

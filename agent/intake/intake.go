@@ -115,9 +115,9 @@ type Options struct {
 	// and the well-known ones); a pod whose nodeSelector or required node
 	// affinity they do not match is refused NodeAffinity.
 	NodeLabels map[string]string
-	// GroupLabels, when set, gives the labels of the node's groups now
-	// (they change live), added to NodeLabels.
-	GroupLabels func() map[string]string
+	// LiveLabels, when set, gives the labels that change while the node
+	// runs (its configured nodeLabels and its groups'), added to NodeLabels.
+	LiveLabels func() map[string]string
 	// Allocatable is the node's allocatable cpu and memory; a pod whose
 	// requests exceed what the stored pods leave of it is refused OutOfcpu
 	// or OutOfmemory. A resource missing here is not checked.

@@ -34,6 +34,10 @@ type tunable struct {
 	// names is a list setting (groups), carried as its names joined by
 	// commas; a JSON array of strings is taken too.
 	names func(c *config.Config) *[]string
+	// labels is a label set (nodeLabels), carried as key=value pairs in
+	// key order joined by commas; a JSON object of strings is taken too.
+	// The value given is the whole set, not merged into the one before.
+	labels func(c *config.Config) *map[string]string
 }
 
 func durationTunable(path, alias string, lo, hi time.Duration, f func(c *config.Config) *time.Duration) tunable {
@@ -56,10 +60,21 @@ var tunables = []tunable{
 	durationTunable("gc.interval", "gcInterval", 10*time.Second, 24*time.Hour,
 		func(c *config.Config) *time.Duration { return &c.GC.Interval.Duration }),
 	{path: "groups", alias: "groups", names: func(c *config.Config) *[]string { return &c.Groups }},
+	{path: "nodeLabels", alias: "nodeLabels", labels: func(c *config.Config) *map[string]string { return &c.NodeLabels }},
 }
 
 // check parses v as t's value, returning its canonical form.
 func (t tunable) check(v string) (string, error) {
+	if t.labels != nil {
+		labels, err := parseLabels(v)
+		if err != nil {
+			return "", err
+		}
+		if err := config.ValidateNodeLabels(labels); err != nil {
+			return "", err
+		}
+		return joinLabels(labels), nil
+	}
 	if t.names != nil {
 		names := splitNames(v)
 		if err := config.ValidateGroups(names); err != nil {
@@ -83,6 +98,11 @@ func (t tunable) check(v string) (string, error) {
 
 // apply sets t in c to v (a value check accepted).
 func (t tunable) apply(c *config.Config, v string) {
+	if t.labels != nil {
+		labels, _ := parseLabels(v)
+		*t.labels(c) = labels
+		return
+	}
 	if t.names != nil {
 		*t.names(c) = splitNames(v)
 		return
@@ -97,6 +117,9 @@ func (t tunable) apply(c *config.Config, v string) {
 
 // value is t's value in c, in canonical form.
 func (t tunable) value(c *config.Config) string {
+	if t.labels != nil {
+		return joinLabels(*t.labels(c))
+	}
 	if t.names != nil {
 		names := slices.Clone(*t.names(c))
 		slices.Sort(names)
@@ -117,6 +140,47 @@ func splitNames(v string) []string {
 		}
 	}
 	return names
+}
+
+// parseLabels reads a label set's value ("k=v,k2=v2"; "" is none).
+func parseLabels(v string) (map[string]string, error) {
+	labels := map[string]string{}
+	for _, kv := range strings.Split(v, ",") {
+		if kv = strings.TrimSpace(kv); kv == "" {
+			continue
+		}
+		k, val, ok := strings.Cut(kv, "=")
+		if !ok || k == "" {
+			return nil, fmt.Errorf("%q is not key=value", kv)
+		}
+		if _, dup := labels[k]; dup {
+			return nil, fmt.Errorf("label %q given twice", k)
+		}
+		labels[k] = val
+	}
+	return labels, nil
+}
+
+// joinLabels is a label set's canonical value: key=value in key order.
+func joinLabels(labels map[string]string) string {
+	keys := make([]string, 0, len(labels))
+	for k := range labels {
+		keys = append(keys, k)
+	}
+	sort.Strings(keys)
+	for i, k := range keys {
+		keys[i] = k + "=" + labels[k]
+	}
+	return strings.Join(keys, ",")
+}
+
+// NodeLabels are the node's live configured labels (nodeLabels).
+func (s *Settings) NodeLabels() map[string]string {
+	t, _ := lookup("nodeLabels")
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	labels, _ := parseLabels(s.valueLocked(t))
+	return labels
 }
 
 // Groups is the live list of the node's groups.
@@ -287,6 +351,29 @@ func (s *Settings) Patch(raw []byte) ([]string, error) {
 				continue
 			}
 			next[t.path] = &canon
+		case map[string]any:
+			if t.labels == nil {
+				problems = append(problems, fmt.Sprintf("%s: want a string, or null", k))
+				continue
+			}
+			labels := map[string]string{}
+			for lk, lv := range v {
+				s, ok := lv.(string)
+				if !ok || strings.ContainsAny(lk, ",=") || strings.Contains(s, ",") {
+					problems = append(problems, fmt.Sprintf("%s: want an object of label values (strings)", k))
+					break
+				}
+				labels[lk] = s
+			}
+			if len(labels) != len(v) {
+				continue
+			}
+			canon, err := t.check(joinLabels(labels))
+			if err != nil {
+				problems = append(problems, k+": "+err.Error())
+				continue
+			}
+			next[t.path] = &canon
 		case []any:
 			if t.names == nil {
 				problems = append(problems, fmt.Sprintf("%s: want a string, or null", k))
@@ -311,7 +398,9 @@ func (s *Settings) Patch(raw []byte) ([]string, error) {
 			}
 			next[t.path] = &canon
 		default:
-			if t.names != nil {
+			if t.labels != nil {
+				problems = append(problems, fmt.Sprintf("%s: want an object of labels or a \"k=v,k2=v2\" string, or null", k))
+			} else if t.names != nil {
 				problems = append(problems, fmt.Sprintf("%s: want an array of names or a comma-separated string, or null", k))
 			} else if t.levels != nil {
 				problems = append(problems, fmt.Sprintf("%s: want one of %s as a string, or null", k, strings.Join(t.levels, ", ")))
@@ -368,8 +457,11 @@ func flatten(doc map[string]any, prefix string, out map[string]any) {
 			p = prefix + "." + k
 		}
 		if m, ok := v.(map[string]any); ok {
-			flatten(m, p, out)
-			continue
+			if t, ok := lookup(p); !ok || t.labels == nil {
+				flatten(m, p, out)
+				continue
+			}
+			// A label set is one setting: its keys hold dots.
 		}
 		out[p] = v
 	}

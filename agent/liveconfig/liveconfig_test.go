@@ -200,3 +200,45 @@ func TestGroupsAreLive(t *testing.T) {
 		t.Fatalf("reset: %v %v", err, s.Groups())
 	}
 }
+
+// nodeLabels are live: an object or a "k=v,..." string is the whole new
+// set (keys with dots and slashes stay whole), kept across a restart,
+// checked as the file's are (a group's label or a well-known one
+// refused), null back to the file's.
+func TestNodeLabelsAreLive(t *testing.T) {
+	dir := t.TempDir()
+	s := open(t, dir)
+	if l := s.NodeLabels(); len(l) != 0 {
+		t.Fatalf("default labels %v", l)
+	}
+	if _, err := s.Patch([]byte(`{"nodeLabels":{"site":"plant-4","example.com/tier":"edge"}}`)); err != nil {
+		t.Fatal(err)
+	}
+	if l := s.NodeLabels(); len(l) != 2 || l["site"] != "plant-4" || l["example.com/tier"] != "edge" {
+		t.Fatalf("labels %v", l)
+	}
+	if l := open(t, dir).NodeLabels(); l["example.com/tier"] != "edge" {
+		t.Fatalf("labels after a restart %v", l)
+	}
+	if _, err := s.Patch([]byte(`{"nodeLabels":"site=plant-5"}`)); err != nil {
+		t.Fatal(err)
+	}
+	if l := s.NodeLabels(); len(l) != 1 || l["site"] != "plant-5" {
+		t.Fatalf("labels from a string: %v (the set given replaces the one before)", l)
+	}
+	if c := s.Effective(); c.NodeLabels["site"] != "plant-5" {
+		t.Fatalf("effective labels %v", c.NodeLabels)
+	}
+	for _, bad := range []string{`{"nodeLabels":{"group.mqlet.io/x":"true"}}`, `{"nodeLabels":{"kubernetes.io/hostname":"h"}}`, `{"nodeLabels":{"a":1}}`,
+		`{"nodeLabels":{"a b":"c"}}`, `{"nodeLabels":{"a":"b,c=d"}}`, `{"nodeLabels":"a"}`, `{"nodeLabels":"a=1,a=2"}`, `{"nodeLabels":["a=b"]}`, `{"nodeLabels":{"a":"` + strings.Repeat("x", 64) + `"}}`} {
+		if _, err := s.Patch([]byte(bad)); err == nil {
+			t.Errorf("%s accepted", bad)
+		}
+	}
+	if l := s.NodeLabels(); len(l) != 1 || l["site"] != "plant-5" {
+		t.Fatalf("a refused patch changed the labels: %v", l)
+	}
+	if _, err := s.Patch([]byte(`{"nodeLabels":null}`)); err != nil || len(s.NodeLabels()) != 0 {
+		t.Fatalf("reset: %v %v", err, s.NodeLabels())
+	}
+}

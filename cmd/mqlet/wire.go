@@ -486,8 +486,9 @@ func redacted(raw string) string {
 // nodeLabels are the labels the node is published with, which pods are
 // admitted against.
 func nodeLabels(cfg *config.Config) map[string]string {
-	// The groups' labels are added by the agent, from its live groups.
-	return nodestatus.Labels(cfg.Node, cfg.NodeLabels, nodestatus.HostInfo{OperatingSystem: runtime.GOOS, Architecture: runtime.GOARCH})
+	// The configured and the groups' labels are added by the agent, from
+	// its live settings.
+	return nodestatus.Labels(cfg.Node, nil, nodestatus.HostInfo{OperatingSystem: runtime.GOOS, Architecture: runtime.GOARCH})
 }
 
 // nodeAllocatable is the cpu, memory and ephemeral-storage pods are

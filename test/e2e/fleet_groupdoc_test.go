@@ -375,7 +375,8 @@ func nodeLabelsOf(t *testing.T, mq *Client, from int, node, what string, timeout
 // start and, when it joins or leaves a group live (config), within a few
 // seconds (not at the next restart): `get nodes --group` and `-L` see
 // them, and pods are admitted against them (a nodeSelector on a group's
-// label runs only once the node is in it).
+// label runs only once the node is in it). The configured nodeLabels
+// change live the same way.
 func TestGroupLabelsFollowLiveGroups(t *testing.T) {
 	eps := fleetEndpoints(t)[1:]
 	broker := mosquitto.Start(t)
@@ -437,6 +438,19 @@ func TestGroupLabelsFollowLiveGroups(t *testing.T) {
 	})
 	if code, out, _ := ctl(t, "--broker", broker.URL(), "--retained-wait", "1s", "get", "nodes", "-L", apiv1.GroupLabel(g1)+"=true"); code == 0 || strings.Contains(out, name) {
 		t.Fatalf("get nodes -L %s=true still lists the node after it left: exit %d\n%s", apiv1.GroupLabel(g1), code, out)
+	}
+	// The configured labels are live too (mqletctl config set): the node
+	// object and -L follow, a group's label cannot be set as one.
+	mark = mq.Mark()
+	if code, out, errOut := ctl(t, "--broker", broker.URL(), "--node", name, "config", "set", "nodeLabels=site=plant-4,tier=edge"); code != 0 {
+		t.Fatalf("config set nodeLabels: exit %d\n%s%s", code, out, errOut)
+	}
+	nodeLabelsOf(t, mq, mark, name, "with site=plant-4", 5*time.Second, func(l map[string]string) bool {
+		return l["site"] == "plant-4" && l["tier"] == "edge" && l[apiv1.GroupLabel(g2)] == "true" && l["kubernetes.io/hostname"] == name
+	})
+	listed("-L", "site=plant-4,tier=edge")
+	if code, out, errOut := ctl(t, "--broker", broker.URL(), "--node", name, "config", "set", "nodeLabels="+apiv1.GroupLabel(g1)+"=true"); code == 0 || !strings.Contains(out+errOut, "from the node's groups") {
+		t.Fatalf("config set of a group's label as a node label: exit %d\n%s%s", code, out, errOut)
 	}
 	mq.Command(name, "delete", "del", fmt.Appendf(nil, `{"kind":"Pod","namespace":%q,"name":"for-g2"}`, ns))
 	mq.WaitReply(name, "del", apiv1.Succeeded, podGoneTimeout)
