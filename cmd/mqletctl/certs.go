@@ -36,6 +36,8 @@ func runCerts(_ context.Context, cfg *globalConfig, args []string, e env) error 
 	kind := args[0]
 	if isHelpFlag(kind) {
 		kind = "" // `certs --help`: list every kind's flags
+	} else if strings.HasPrefix(kind, "-") {
+		return usageError{fmt.Errorf("certs: want ca, broker, node NAME or operator before the flags, got %s", kind)}
 	}
 	fs := newFlagSet("certs "+kind, cfg)
 	dir := fs.String("dir", defaultCertDir, "directory holding ca.crt/ca.key and the issued files")

@@ -21,7 +21,10 @@ func runKeys(_ context.Context, cfg *globalConfig, args []string, e env) error {
 	if len(args) > 0 && isHelpFlag(args[0]) {
 		args = append([]string{"generate"}, args...)
 	}
-	if len(args) == 0 || args[0] != "generate" {
+	if len(args) > 0 && args[0] != "generate" {
+		return usageError{fmt.Errorf("keys: want `keys generate [--out FILE]` or `keys show --sign-key FILE`, got %s", args[0])}
+	}
+	if len(args) == 0 {
 		return usageError{errors.New("keys: want `keys generate [--out FILE]` or `keys show --sign-key FILE`")}
 	}
 	fs := newFlagSet("keys generate", cfg)
