@@ -455,3 +455,75 @@ func TestGroupLabelsFollowLiveGroups(t *testing.T) {
 	mq.Command(name, "delete", "del", fmt.Appendf(nil, `{"kind":"Pod","namespace":%q,"name":"for-g2"}`, ns))
 	mq.WaitReply(name, "del", apiv1.Succeeded, podGoneTimeout)
 }
+
+// A member in signed-only mode applies only a group document signed by a
+// trusted key: mqletctl group publish without a key, or with a key the
+// node does not trust, gets the member's refusal (its FailedGroupDocument
+// event) as a failed row and exit 1, and nothing is applied; with the
+// trusted key the member applies it and group status names the key.
+func TestSignedGroupDocumentOnARealAgent(t *testing.T) {
+	b := mosquitto.Start(t)
+	dir := t.TempDir()
+	suffix := strconv.FormatInt(time.Now().UnixNano()%1e9, 36)
+	node, group := "e2e-gsign-"+suffix, "gsign-"+suffix
+	key := func(name string) (file, id, pub string) {
+		file = filepath.Join(dir, name+".key")
+		code, out, errOut := ctl(t, "keys", "generate", "--out", file)
+		m := regexp.MustCompile(`(?m)^keyId: (\S+) publicKey: (\S+)$`).FindStringSubmatch(out)
+		if code != 0 || m == nil {
+			t.Fatalf("keys generate: exit %d: %s%s", code, out, errOut)
+		}
+		return file, m[1], m[2]
+	}
+	opsKey, opsID, opsPub := key("ops")
+	strangerKey, _, _ := key("stranger")
+	mq := Connect(t, b.URL())
+	mq.Subscribe(prefix + "/#")
+	cfg := fmt.Sprintf("security:\n  commands: signed-only\n  trustedKeys:\n  - publicKey: %s\n    verbs: [\"*\"]\n", opsPub)
+	StartAgent(t, AgentOpts{Node: node, Broker: b.URL(), Config: cfg, Args: []string{"--groups", group}})
+	mq.WaitState(0, node, "online", 30*time.Second)
+	file := filepath.Join(dir, "cm.yaml")
+	if err := os.WriteFile(file, []byte("apiVersion: v1\nkind: ConfigMap\nmetadata:\n  name: line-settings\n  namespace: default\ndata:\n  speed: \"3\"\n"), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	publish := func(extra ...string) (int, string) {
+		t.Helper()
+		code, out, errOut := ctl(t, append([]string{"--broker", b.URL(), "--retained-wait", "1s", "--timeout", "30s", "group", "publish", group, "-f", file}, extra...)...)
+		return code, out + errOut
+	}
+	for _, tc := range []struct {
+		extra []string
+		want  string
+	}{
+		{nil, "signature required"},
+		{[]string{"--sign-key", strangerKey}, "unknown key id"},
+	} {
+		code, out := publish(tc.extra...)
+		if code != 1 || !regexp.MustCompile(`(?m)^`+node+`\s+failed\s+FailedGroupDocument: .*`+tc.want).MatchString(out) {
+			t.Fatalf("publish %v: want exit 1 and the member's refusal (%s): exit %d\n%s", tc.extra, tc.want, code, out)
+		}
+	}
+	if st := lastStateOf(mq, node); len(st.GroupGenerations) != 0 {
+		t.Fatalf("a refused document was applied: %v", st.GroupGenerations)
+	}
+	code, out := publish("--sign-key", opsKey)
+	if code != 0 || !regexp.MustCompile(`(?m)^`+node+`\s+succeeded`).MatchString(out) {
+		t.Fatalf("publish signed by the trusted key: exit %d\n%s", code, out)
+	}
+	code, out, errOut := ctl(t, "--broker", b.URL(), "--retained-wait", "1s", "group", "status", group)
+	if code != 0 || !strings.Contains(out, "signed by key "+opsID) || !regexp.MustCompile(`(?m)^`+node+`\s+online\s+3\s+Applied`).MatchString(out) {
+		t.Fatalf("group status: exit %d\n%s%s", code, out, errOut)
+	}
+}
+
+// lastStateOf is node's last state message seen by mq.
+func lastStateOf(mq *Client, node string) apiv1.NodeState {
+	var st apiv1.NodeState
+	for _, m := range mq.Messages() {
+		if m.Topic == prefix+"/"+node+"/state" {
+			st = apiv1.NodeState{}
+			_ = json.Unmarshal(m.Payload, &st)
+		}
+	}
+	return st
+}
