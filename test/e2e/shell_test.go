@@ -230,3 +230,68 @@ func TestShellLatencyAndThroughput(t *testing.T) {
 		t.Fatalf("mqletctl: %v", err)
 	}
 }
+
+// TestShellSignedAndRequesterGone: on a node that takes only signed
+// commands, an unsigned exec -it is refused and a signed one opens a
+// terminal; a requester killed with SIGKILL (no cancel sent) is noticed by
+// the node, which ends the session once it has heard nothing for
+// logs.unreadTimeout.
+func TestShellSignedAndRequesterGone(t *testing.T) {
+	dir := t.TempDir()
+	keyFile := filepath.Join(dir, "ops.key")
+	code, out, errOut := ctl(t, "keys", "generate", "--out", keyFile)
+	m := regexp.MustCompile(`(?m)^keyId: (\S+) publicKey: (\S+)$`).FindStringSubmatch(out)
+	if code != 0 || m == nil {
+		t.Fatalf("keys generate: exit %d: %s%s", code, out, errOut)
+	}
+	e := startPodEnv(t, func(logDir string) string {
+		return fmt.Sprintf("exec:\n  enabled: true\nlogs:\n  unreadTimeout: 15s\nsecurity:\n  commands: signed-only\n  trustedKeys:\n  - publicKey: %s\n    verbs: [\"*\"]\nruntime:\n  podLogDir: %s\n", m[2], logDir)
+	})
+	name := "signedshell"
+	file := filepath.Join(dir, "pod.yaml")
+	if err := os.WriteFile(file, e.pod(name, "Always", "sleep 3600"), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	base := []string{"--broker", e.broker.URL(), "--node", e.node}
+	if code, out, errOut := ctl(t, append(base, "--sign-key", keyFile, "--timeout", "90s", "apply", "-f", file)...); code != 0 {
+		t.Fatalf("signed apply: exit %d\n%s%s", code, out, errOut)
+	}
+	// Unsigned: refused, nothing opened.
+	code, out, errOut = ctl(t, append(base, "exec", "-it", "-n", e.ns, name, "--", "sh")...)
+	if code != 1 || !strings.Contains(errOut, "signature required") {
+		t.Fatalf("unsigned exec -it: exit %d, want 1 with signature required\n%s%s", code, out, errOut)
+	}
+	// Signed: a terminal.
+	cmd := exec.Command(mqletctlBin(t), append(base, "--sign-key", keyFile, "exec", "-it", "-n", e.ns, name, "--", "sh")...)
+	cmd.Env = append(os.Environ(), "MQLETCTL_SIGN_KEY=")
+	stdin, err := cmd.StdinPipe()
+	if err != nil {
+		t.Fatal(err)
+	}
+	outBuf := &lockedBuffer{got: make(chan struct{}, 1)}
+	cmd.Stdout, cmd.Stderr = outBuf, outBuf
+	mark := e.mq.Mark()
+	if err := cmd.Start(); err != nil {
+		t.Fatal(err)
+	}
+	_, _ = io.WriteString(stdin, "echo sig''ned-shell\n")
+	Eventually(t, 60*time.Second, "the signed shell's output", func() bool {
+		s, _ := outBuf.snapshot()
+		return strings.Contains(s, "signed-shell")
+	})
+	opened := e.mq.WaitFor(mark, 10*time.Second, "the terminal-open reply", func(msg Msg) bool {
+		return strings.Contains(msg.Topic, "/reply/") && strings.Contains(string(msg.Payload), "terminal open")
+	})
+	id := opened.Topic[strings.LastIndex(opened.Topic, "/")+1:]
+	// Gone without a word: no cancel, no more heartbeats.
+	_ = cmd.Process.Kill()
+	_ = cmd.Wait()
+	gone := time.Now()
+	r := e.mq.WaitReply(e.node, id, "failed", 60*time.Second)
+	if !strings.Contains(r.Message, "sent nothing") {
+		t.Fatalf("the abandoned session ended %q, want its requester named as gone", r.Message)
+	}
+	if took := time.Since(gone); took > 40*time.Second {
+		t.Fatalf("the node noticed the requester gone after %s (logs.unreadTimeout 15s)", took)
+	}
+}
