@@ -3,6 +3,10 @@ package agent
 import (
 	"context"
 	"fmt"
+	"os"
+	"path/filepath"
+	"strconv"
+	"strings"
 	"syscall"
 
 	v1 "k8s.io/api/core/v1"
@@ -31,22 +35,31 @@ type EvictionOptions struct {
 	NodeFsPath string
 	// ProcRoot defaults to /proc.
 	ProcRoot string
+	// MemoryCgroup, when set (a directory of the memory controller), gives
+	// memory.available as its limit less its working set.
+	MemoryCgroup string
 }
 
 // evictionStats reads the node's signals and the pods' usage for the
 // eviction manager.
 type evictionStats struct {
-	rt       EvictionRuntime
-	ready    func() bool
-	nodeFs   string
-	procRoot string
+	rt        EvictionRuntime
+	ready     func() bool
+	nodeFs    string
+	procRoot  string
+	memCgroup string
 }
 
 func (s evictionStats) Node(ctx context.Context) (eviction.NodeStats, error) {
 	out := eviction.NodeStats{}
 	var errs []error
 	total, err := nodestatus.ReadMemTotal(s.procRoot)
-	if err == nil {
+	if err == nil && s.memCgroup != "" {
+		var obs eviction.Observation
+		if obs, err = cgroupMemory(s.memCgroup, int64(total)); err == nil {
+			out[eviction.MemoryAvailable] = obs
+		}
+	} else if err == nil {
 		var avail uint64
 		if avail, err = telemetry.ReadMemAvailable(s.procRoot + "/meminfo"); err == nil {
 			out[eviction.MemoryAvailable] = eviction.Observation{Available: int64(avail), Capacity: int64(total)}
@@ -76,6 +89,46 @@ func (s evictionStats) Node(ctx context.Context) (eviction.NodeStats, error) {
 		return out, fmt.Errorf("%d signals unread: %w", len(errs), errs[0])
 	}
 	return out, nil
+}
+
+// cgroupMemory is memory.available of a cgroup: its limit (the node's
+// memory when unlimited) less its working set (usage less inactive file
+// pages), cgroup v1 or v2.
+func cgroupMemory(dir string, nodeTotal int64) (eviction.Observation, error) {
+	read := func(name string) (string, error) {
+		raw, err := os.ReadFile(filepath.Join(dir, name))
+		return strings.TrimSpace(string(raw)), err
+	}
+	limitFile, usageFile, inactiveKey := "memory.limit_in_bytes", "memory.usage_in_bytes", "total_inactive_file"
+	if _, err := os.Stat(filepath.Join(dir, "memory.max")); err == nil {
+		limitFile, usageFile, inactiveKey = "memory.max", "memory.current", "inactive_file"
+	}
+	limitS, err := read(limitFile)
+	if err != nil {
+		return eviction.Observation{}, fmt.Errorf("reading the memory cgroup's limit: %w", err)
+	}
+	usageS, err := read(usageFile)
+	if err != nil {
+		return eviction.Observation{}, fmt.Errorf("reading the memory cgroup's usage: %w", err)
+	}
+	usage, err := strconv.ParseInt(usageS, 10, 64)
+	if err != nil {
+		return eviction.Observation{}, fmt.Errorf("memory cgroup usage %q: %w", usageS, err)
+	}
+	limit := nodeTotal
+	if l, err := strconv.ParseInt(limitS, 10, 64); err == nil && l < nodeTotal {
+		limit = l // "max" or a huge v1 value: unlimited
+	}
+	if stat, err := read("memory.stat"); err == nil {
+		for _, line := range strings.Split(stat, "\n") {
+			if k, v, ok := strings.Cut(line, " "); ok && k == inactiveKey {
+				if n, err := strconv.ParseInt(v, 10, 64); err == nil && n < usage {
+					usage -= n
+				}
+			}
+		}
+	}
+	return eviction.Observation{Available: limit - usage, Capacity: limit}, nil
 }
 
 // statfsSignals observes the space and inodes of the filesystem at path.
@@ -183,7 +236,7 @@ func (a *Agent) buildEviction(opts *EvictionOptions) error {
 	if procRoot == "" {
 		procRoot = "/proc"
 	}
-	stats := evictionStats{rt: rt, ready: a.rt.Ready, nodeFs: opts.NodeFsPath, procRoot: procRoot}
+	stats := evictionStats{rt: rt, ready: a.rt.Ready, nodeFs: opts.NodeFsPath, procRoot: procRoot, memCgroup: opts.MemoryCgroup}
 	m, err := eviction.New(opts.Config, eviction.Deps{Stats: stats, ActivePods: a.activePods, Killer: a.pool, Reclaimer: reclaimer{a}, Events: a.events},
 		a.log.With().Str("component", "eviction").Logger())
 	if err != nil {

@@ -38,6 +38,11 @@ type Eviction struct {
 	// allocatable leaves them out.
 	ReservedMemory  string `json:"reservedMemory"`
 	ReservedStorage string `json:"reservedStorage"`
+	// MemoryCgroup, when set, is the cgroup (a path under the cgroup
+	// filesystem, e.g. /mqlet) whose limit and working set give
+	// memory.available, as the kubelet reads its allocatable cgroup;
+	// empty: MemAvailable of /proc/meminfo.
+	MemoryCgroup string `json:"memoryCgroup"`
 }
 
 // EvictionSignals are the signals thresholds may name.
@@ -191,6 +196,9 @@ func validateEviction(c *Config, bad func(field, format string, args ...any)) {
 		if _, ok := e.Soft[s]; !ok {
 			bad("eviction.softGracePeriod."+s, "no soft threshold for %s", s)
 		}
+	}
+	if mc := e.MemoryCgroup; mc != "" && (!strings.HasPrefix(mc, "/") || strings.Contains(mc, "..")) {
+		bad("eviction.memoryCgroup", "%q must be an absolute cgroup path without ..", mc)
 	}
 	for field, q := range map[string]string{"eviction.reservedMemory": e.ReservedMemory, "eviction.reservedStorage": e.ReservedStorage} {
 		if v, err := resource.ParseQuantity(q); err != nil || v.Sign() < 0 {

@@ -181,10 +181,11 @@ func (m *Manager) podProcesses(uid string) uint64 {
 	return 0
 }
 
-// ReleasePodStorage removes the contents of the pod's emptyDirs on the
-// node's disk (a stopped pod's, evicted: what it wrote is given back, as
-// the kubelet tears down the volumes of a terminated pod). Mounts below
-// (medium Memory) are left to the pod's removal.
+// ReleasePodStorage removes the contents of the pod's emptyDirs, on the
+// node's disk and medium Memory (a stopped pod's, evicted: what it wrote
+// is given back, disk or memory, as the kubelet tears down a terminated
+// pod's volumes). The directories, and the tmpfs mounts, stay for the
+// pod's removal.
 func (m *Manager) ReleasePodStorage(uid string) error {
 	if m.terminating.active(uid) {
 		return fmt.Errorf("release storage of pod %s: still terminating", uid)
@@ -201,17 +202,12 @@ func (m *Manager) ReleasePodStorage(uid string) error {
 	if err != nil {
 		return fmt.Errorf("release storage of pod %s: %w", uid, err)
 	}
-	var rootStat syscall.Stat_t
-	if err := syscall.Lstat(root, &rootStat); err != nil {
-		return fmt.Errorf("release storage of pod %s: %w", uid, err)
-	}
 	var firstErr error
 	for _, e := range entries {
-		path := filepath.Join(root, e.Name())
-		var st syscall.Stat_t
-		if !e.IsDir() || syscall.Lstat(path, &st) != nil || st.Dev != rootStat.Dev {
+		if !e.IsDir() { // a symlink or file where a volume should be: left alone
 			continue
 		}
+		path := filepath.Join(root, e.Name())
 		inner, err := os.ReadDir(path)
 		if err != nil {
 			continue

@@ -5,6 +5,7 @@ import (
 	"encoding/json"
 	"fmt"
 	"sync"
+	"time"
 
 	v1 "k8s.io/api/core/v1"
 
@@ -15,6 +16,10 @@ import (
 // ReasonEvicted is the kubelet's reason for a pod the eviction manager
 // failed.
 const ReasonEvicted = "Evicted"
+
+// evictReleaseRetry is when an evicted pod whose emptyDirs could not be
+// released yet is looked at again.
+const evictReleaseRetry = 500 * time.Millisecond
 
 // evictionsKey holds the evicted pods in the ledger: pod key → evicted.
 const evictionsKey = "podworker/evictions"
@@ -184,10 +189,15 @@ func (p *Pool) enforceEviction(life context.Context, r *runner, pod *v1.Pod, rs 
 	released := ev.Released
 	if !released && p.opts.ReleaseStorage != nil {
 		if err := p.opts.ReleaseStorage(life, pod); err != nil {
-			p.log.Warn().Err(err).Str("pod", r.key).Msg("removing the emptyDirs of an evicted pod")
-		} else {
-			released = true
+			// Still stopping (the sandbox), or a file that would not go:
+			// looked at again shortly; Evict keeps waiting meanwhile, so
+			// the eviction manager does not see the pod's usage as still
+			// there and evict another.
+			p.log.Debug().Err(err).Str("pod", r.key).Msg("emptyDirs of an evicted pod not released yet")
+			p.queue.AddAfter(r.key, evictReleaseRetry)
+			return true, nil
 		}
+		released = true
 	}
 	p.evictions.stopped(r.key, released)
 	return true, nil

@@ -2,6 +2,7 @@ package podworker
 
 import (
 	"context"
+	"errors"
 	"sync"
 	"testing"
 	"time"
@@ -53,10 +54,16 @@ func startEvictPool(t *testing.T, rt Runtime, pod *v1.Pod, ledger Ledger, releas
 	d := &mapDesired{pods: map[string]*v1.Pod{pod.Namespace + "/" + pod.Name: pod}}
 	st := &keptStatus{pods: map[string]*v1.Pod{}}
 	var mu sync.Mutex
+	tries := 0
 	pool := New(Options{Workers: 2, BackoffBase: 5 * time.Millisecond, BackoffMax: 40 * time.Millisecond, Evictions: ledger,
 		ReleaseStorage: func(_ context.Context, p *v1.Pod) error {
 			mu.Lock()
 			defer mu.Unlock()
+			// The first try fails (the sandbox still stopping): Evict
+			// must wait for the retry, not return with the storage held.
+			if tries++; tries == 1 {
+				return errors.New("still terminating")
+			}
 			*released = append(*released, string(p.UID))
 			return nil
 		}},

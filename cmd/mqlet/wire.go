@@ -457,7 +457,7 @@ func telemetryConfig(cfg *config.Config, topics apiv1.Scheme) telemetry.Config {
 // filesystem (where the pods' emptyDirs are).
 func evictionOptions(cfg *config.Config) (*agent.EvictionOptions, error) {
 	e := cfg.Eviction
-	opts := &agent.EvictionOptions{NodeFsPath: cfg.StateDir, Config: eviction.Config{
+	opts := &agent.EvictionOptions{NodeFsPath: cfg.StateDir, MemoryCgroup: memoryCgroupDir(e.MemoryCgroup), Config: eviction.Config{
 		PressureTransitionPeriod: e.PressureTransitionPeriod.Duration,
 		MaxPodGracePeriod:        e.MaxPodGracePeriodSeconds,
 		ReservedMemory:           config.Reserved(e.ReservedMemory),
@@ -522,6 +522,18 @@ func storeOptions(cfg *config.Config) store.Options {
 	return store.Options{
 		MaxReplies: cfg.Requests.MaxRecords, ReplyTTL: cfg.Requests.TTL.Duration, MaxReplyBytes: cfg.Requests.MaxRecordBytes,
 	}
+}
+
+// memoryCgroupDir is the directory of the memory controller for cgroup
+// (v1: its own hierarchy; v2: the unified tree), "" for none.
+func memoryCgroupDir(cgroup string) string {
+	if cgroup == "" {
+		return ""
+	}
+	if st, err := os.Stat("/sys/fs/cgroup/memory"); err == nil && st.IsDir() {
+		return filepath.Join("/sys/fs/cgroup/memory", cgroup)
+	}
+	return filepath.Join("/sys/fs/cgroup", cgroup)
 }
 
 // The runtime manager reports what eviction reads.

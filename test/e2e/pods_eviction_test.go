@@ -252,3 +252,51 @@ func crossedAt(t *testing.T, logDir, ns, name string) time.Time {
 	t.Fatalf("no crossed line in the logs of %s (%v)", name, files)
 	return time.Time{}
 }
+
+// A memory hog under a memory-capped cgroup (runtime.cgroupRoot and
+// eviction.memoryCgroup, limited to 300 MiB, memory.available hard at
+// 150 MiB): MemoryPressure on the node, the BestEffort hog evicted (its
+// Memory emptyDir given back), the Guaranteed pod kept running; under the
+// pressure a BestEffort pod is refused, a Guaranteed one admitted.
+func TestEvictionMemoryPressure(t *testing.T) {
+	root := fmt.Sprintf("/mqlet-e2e-mem-%d", time.Now().UnixNano()%1e9)
+	dir := "/sys/fs/cgroup/memory" + root
+	if err := os.Mkdir(dir, 0o755); err != nil {
+		t.Skipf("no cgroup v1 memory hierarchy to cap: %v", err)
+	}
+	t.Cleanup(func() { _ = os.Remove(dir) })
+	if err := os.WriteFile(filepath.Join(dir, "memory.limit_in_bytes"), []byte("314572800"), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	cfg := evictionConfig + fmt.Sprintf("  memoryCgroup: %s\n  reservedMemory: \"0\"\n  pressureTransitionPeriod: 20s\n", root)
+	e := startPodEnv(t, func(logDir string) string {
+		c := strings.Replace(podTestConfig(logDir, cfg), "telemetry:\n", "telemetry:\n  memoryAvailable: 150Mi\n", 1)
+		return strings.Replace(c, "runtime:\n", "runtime:\n  cgroupRoot: "+root+"\n", 1)
+	})
+	e.cleanupPods("hog", "guaranteed", "guaranteed2")
+	guaranteed := func(name string) []byte {
+		return e.storagePod(name, "", storageContainer("main", "sleep 3600", "      requests: {cpu: 100m, memory: 64Mi}\n      limits: {cpu: 100m, memory: 64Mi}\n", ""))
+	}
+	e.apply(guaranteed("guaranteed"), apiv1.Succeeded, podReadyTimeout)
+	e.waitNode(0, 40*time.Second, "without MemoryPressure", func(n *v1.Node) bool { return pressureIs(n, v1.NodeMemoryPressure, v1.ConditionFalse) })
+	before := e.runningIDs("guaranteed")
+	from := e.mq.Mark()
+	e.apply(e.storagePod("hog", `  volumes:
+  - name: mem
+    emptyDir: {medium: Memory, sizeLimit: 250Mi}
+`, storageContainer("main", "dd if=/dev/zero of=/mem/f bs=1M count=200; sleep 3600", "", `    - name: mem
+      mountPath: /mem
+`)), apiv1.Succeeded, podReadyTimeout)
+	e.waitEvicted(from, "hog", "The node was low on resource: memory. Threshold quantity: 150Mi, available: ", 60*time.Second)
+	e.waitNode(from, 30*time.Second, "with MemoryPressure", func(n *v1.Node) bool { return pressureIs(n, v1.NodeMemoryPressure, v1.ConditionTrue) })
+	got := e.apply(e.pod("besteffort", "Always", "sleep 3600"), apiv1.Failed, 30*time.Second)
+	if want := "Evicted: Pod " + e.ns + "/besteffort: The node had condition: [MemoryPressure]. "; !strings.HasPrefix(got.Message, want) {
+		t.Errorf("BestEffort under memory pressure answered %q, want prefix %q", got.Message, want)
+	}
+	e.apply(guaranteed("guaranteed2"), apiv1.Succeeded, podReadyTimeout)
+	if after := e.runningIDs("guaranteed"); fmt.Sprint(after) != fmt.Sprint(before) {
+		p, _ := e.status("guaranteed")
+		t.Errorf("the Guaranteed pod's containers changed: %v → %v; status %s; events %s", before, after, dump(p.Status), dump(e.events(from)))
+	}
+	e.waitNode(from, 90*time.Second, "MemoryPressure cleared", func(n *v1.Node) bool { return pressureIs(n, v1.NodeMemoryPressure, v1.ConditionFalse) })
+}
