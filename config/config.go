@@ -64,6 +64,9 @@ type Config struct {
 	// GoMemLimit is the Go runtime's soft memory limit in bytes (0: none);
 	// the GOMEMLIMIT environment variable, when set, wins.
 	GoMemLimit int64 `json:"goMemLimit"`
+	// GoGC is the garbage collector's target percentage (GOGC; 0: Go's
+	// default of 100); the GOGC environment variable, when set, wins.
+	GoGC int `json:"goGC"`
 
 	MQTT           MQTT           `json:"mqtt"`
 	EmbeddedBroker EmbeddedBroker `json:"embeddedBroker"`
@@ -237,6 +240,7 @@ func Default() Config {
 		LogLevel:   "info",
 		LogFormat:  "auto",
 		GoMaxProcs: 1,
+		GoGC:       50,
 		GoMemLimit: 48 << 20,
 		MQTT: MQTT{
 			Broker:          "tcp://127.0.0.1:1883",
@@ -341,6 +345,9 @@ func (c *Config) Validate() error {
 	}
 	if c.GoMaxProcs < 0 {
 		bad("goMaxProcs", "must not be negative (0: Go's default), got %d", c.GoMaxProcs)
+	}
+	if c.GoGC != 0 && (c.GoGC < 10 || c.GoGC > 1000) {
+		bad("goGC", "must be 0 (Go's default) or between 10 and 1000, got %d", c.GoGC)
 	}
 	if c.GoMemLimit != 0 && c.GoMemLimit < minGoMemLimit {
 		bad("goMemLimit", "must be 0 (no limit) or at least %d bytes (16 MiB), got %d", minGoMemLimit, c.GoMemLimit)

@@ -62,6 +62,7 @@ func TestInvalidConfigNamesTheField(t *testing.T) {
 		"bad duration":    {"mqtt:\n  keepAlive: soon\n", "soon"},
 		"zero workers":    {"pods:\n  workers: 0\n", "pods.workers"},
 		"bad log level":   {"logLevel: loud\n", "logLevel"},
+		"bad go gc":       {"goGC: 5\n", "goGC"},
 		"wildcard prefix": {"mqtt:\n  topicPrefix: a/+/b\n", "mqtt.topicPrefix"},
 		"cert w/o key":    {"mqtt:\n  certFile: /x\n", "mqtt.certFile"},
 		"duplicate key":   {"node: a\nnode: b\n", "node"},

@@ -69,6 +69,9 @@ func run(args []string, stdout, stderr io.Writer) int {
 	if limit, ok := goMemLimit(cfg.GoMemLimit, os.Getenv); ok {
 		debug.SetMemoryLimit(limit)
 	}
+	if pct, ok := goGC(cfg.GoGC, os.Getenv); ok {
+		debug.SetGCPercent(pct)
+	}
 	if faultpoint.Armed() {
 		log.Warn().Str("points", os.Getenv(faultpoint.Env)).Msg("fault points armed: mqlet kills itself when it reaches one (tests only)")
 	}
@@ -95,6 +98,16 @@ var heapProfiler func(ctx context.Context) (stop func())
 // GOMEMLIMIT).
 func goMemLimit(configured int64, getenv func(string) string) (int64, bool) {
 	if configured <= 0 || getenv("GOMEMLIMIT") != "" {
+		return 0, false
+	}
+	return configured, true
+}
+
+// goGC is the collector's percentage to set from the configuration: none
+// when it asks for Go's default or when the environment already says (Go
+// read GOGC).
+func goGC(configured int, getenv func(string) string) (int, bool) {
+	if configured <= 0 || getenv("GOGC") != "" {
 		return 0, false
 	}
 	return configured, true

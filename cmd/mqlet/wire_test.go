@@ -205,6 +205,33 @@ func TestGoMaxProcsFromConfig(t *testing.T) {
 	}
 }
 
+// goGC follows the configuration unless it asks for Go's default or the
+// environment already set GOGC.
+func TestGoGCFromConfig(t *testing.T) {
+	noEnv := func(string) string { return "" }
+	env := func(k string) string {
+		if k == "GOGC" {
+			return "200"
+		}
+		return ""
+	}
+	for _, c := range []struct {
+		configured int
+		getenv     func(string) string
+		want       int
+		set        bool
+	}{
+		{50, noEnv, 50, true},
+		{0, noEnv, 0, false},
+		{50, env, 0, false},
+	} {
+		got, set := goGC(c.configured, c.getenv)
+		if got != c.want || set != c.set {
+			t.Errorf("goGC(%d) = %d, %v; want %d, %v", c.configured, got, set, c.want, c.set)
+		}
+	}
+}
+
 // goMemLimit follows the configuration unless it asks for no limit or the
 // environment already set GOMEMLIMIT.
 func TestGoMemLimitFromConfig(t *testing.T) {

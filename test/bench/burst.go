@@ -19,6 +19,9 @@ type burstVariant struct {
 	Within5s   int       `json:"acceptedWithin5s"`
 	Latency    latencies `json:"publishToAccepted"`
 	AnswerAll  latencies `json:"publishToFirstAnswer"` // accepted or overloaded
+	// AgentCPUMs is the CPU time (user + system) mqlet spent from the first
+	// publish to the last answer: what the collector's setting (GOGC) costs.
+	AgentCPUMs float64 `json:"agentCpuMs"`
 }
 
 type burstResult struct {
@@ -77,6 +80,11 @@ func (e *env) burstOf(ctx context.Context, n int, payload func(i int) []byte) (b
 		ids[i] = e.nextID("burst")
 		want[ids[i]] = i
 	}
+	pid := e.agent.pid()
+	ticksStart, err := procCPUTicks(pid)
+	if err != nil {
+		return burstVariant{}, fmt.Errorf("mqlet's CPU time: %w", err)
+	}
 	start := time.Now()
 	for i := range n {
 		sent[i] = time.Now()
@@ -90,7 +98,7 @@ func (e *env) burstOf(ctx context.Context, n int, payload func(i int) []byte) (b
 	v := burstVariant{Commands: n, PublishMs: ms(time.Since(start))}
 	answered := make(map[string]bool, n)
 	var accepted, first []time.Duration
-	err := e.mq.scan(ctx, from, fmt.Sprintf("%d accepted or overloaded replies", n), func(m msg) (bool, error) {
+	err = e.mq.scan(ctx, from, fmt.Sprintf("%d accepted or overloaded replies", n), func(m msg) (bool, error) {
 		rep, ok := e.t.parseReply(m)
 		if !ok {
 			return false, nil
@@ -117,6 +125,9 @@ func (e *env) burstOf(ctx context.Context, n int, payload func(i int) []byte) (b
 		return len(answered) == n, nil
 	})
 	v.Latency, v.AnswerAll = summarise(accepted), summarise(first)
+	if ticksEnd, terr := procCPUTicks(pid); terr == nil {
+		v.AgentCPUMs = float64(ticksEnd-ticksStart) * 1000 / float64(clockTicks())
+	}
 	if err != nil {
 		return v, fmt.Errorf("%w (%d of %d answered)", err, len(answered), n)
 	}

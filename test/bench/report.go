@@ -145,6 +145,7 @@ func (r *report) print(w io.Writer) {
 			p("   %-10s %4d cmds published in %6.0f ms: %d accepted (%d within 5 s), %d overloaded", v.name, v.v.Commands, v.v.PublishMs, v.v.Accepted, v.v.Within5s, v.v.Overloaded)
 			p("              accepted     %s", lat(v.v.Latency))
 			p("              first answer %s", lat(v.v.AnswerAll))
+			p("              mqlet CPU    %.0f ms", v.v.AgentCPUMs)
 		}
 	}
 	if ps := r.PodStart; ps != nil {
