@@ -50,8 +50,8 @@ func (in *Intake) handleExec(r request) {
 		in.handleShell(id, args)
 		return
 	}
-	if args.Size != nil {
-		in.fail(id, verb, errors.New("size: only for an interactive exec"))
+	if args.Size != nil || args.InputKey != nil {
+		in.fail(id, verb, errors.New("size, inputKey: only for an interactive exec"))
 		return
 	}
 	pod, container, timeout, err := in.checkExec(args)
@@ -107,18 +107,52 @@ func (in *Intake) handleShell(id string, args apiv1.ExecRequest) {
 		in.fail(id, verb, err)
 		return
 	}
+	inputKey, err := in.shellInputKey(id, args.InputKey)
+	if err != nil {
+		in.fail(id, verb, err)
+		return
+	}
 	in.events.Event(pod, v1.EventTypeNormal, ReasonExec, fmt.Sprintf("interactive exec requested (request %s) in container %s: %s", id, container, quoteCommand(args.Command)))
 	kind := streams.Kind{Follow: true, Interactive: true}
 	in.startStreamKind(id, verb, kind, &pod.ObjectMeta, func(in *Intake, ctx context.Context) {
-		in.runShell(ctx, id, podKey(pod), container, args.Command, size)
+		in.runShell(ctx, id, podKey(pod), container, args.Command, size, inputKey)
 	})
 }
 
-func (in *Intake) runShell(ctx context.Context, id string, pod cri.PodKey, container string, cmd []string, size apiv1.TermSize) {
+// valueUnsealer opens one value sealed to the node (sealing.Identity).
+type valueUnsealer interface {
+	UnsealValue(namespace, name, key string, sealed []byte) ([]byte, error)
+}
+
+// shellInputKey opens the input key of an interactive exec. A signed
+// command must carry one: its keystrokes travel unsigned, and only a key
+// the signer sealed to this node tells its input from anyone else's.
+func (in *Intake) shellInputKey(id string, sealed []byte) ([]byte, error) {
+	if len(sealed) == 0 {
+		if in.cmdRequester != "" {
+			return nil, errors.New("inputKey: required for a signed interactive exec (a key sealed to this node that authenticates its input; mqletctl sends one)")
+		}
+		return nil, nil
+	}
+	u, ok := in.opts.Unsealer.(valueUnsealer)
+	if !ok {
+		return nil, errors.New("inputKey: this node has no sealing key to open it")
+	}
+	key, err := u.UnsealValue(apiv1.ShellKeyNamespace, id, apiv1.ShellKeyName, sealed)
+	if err != nil {
+		return nil, fmt.Errorf("inputKey: %w", err)
+	}
+	if len(key) != apiv1.ShellKeyBytes {
+		return nil, fmt.Errorf("inputKey: %d bytes, want %d", len(key), apiv1.ShellKeyBytes)
+	}
+	return key, nil
+}
+
+func (in *Intake) runShell(ctx context.Context, id string, pod cri.PodKey, container string, cmd []string, size apiv1.TermSize, inputKey []byte) {
 	const verb = "exec"
 	spec := shell.Spec{
 		RequestID: id, OutputTopic: in.opts.Topics.Output(id), Pod: pod, Container: container, Command: cmd, Size: size,
-		Scrub: in.scrubberOf(pod.Namespace, pod.Name),
+		Scrub: in.scrubberOf(pod.Namespace, pod.Name), InputKey: inputKey,
 		Opened: func() {
 			_ = in.sendChunk(apiv1.Reply{RequestID: id, Verb: verb, Phase: apiv1.InProgress,
 				Message: fmt.Sprintf("terminal open: input on %s, output on %s", in.opts.Topics.Input(id), in.opts.Topics.Output(id))})

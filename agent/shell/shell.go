@@ -15,6 +15,7 @@ package shell
 
 import (
 	"context"
+	"crypto/hmac"
 	"encoding/json"
 	"errors"
 	"fmt"
@@ -124,6 +125,10 @@ type Spec struct {
 	// Opened is called once the terminal is connected: the requester may
 	// send input from then on.
 	Opened func()
+	// InputKey, when set, authenticates every input message (its MAC,
+	// apiv1.ShellInputMAC); a message without the right one ends the
+	// session.
+	InputKey []byte
 }
 
 // Run runs one session until the command exits (its exit code, nil) or
@@ -354,6 +359,12 @@ func (s *session) input(payload []byte) error {
 	in, err := apiv1.DecodeShellInput(payload)
 	if err != nil {
 		return fmt.Errorf("%w: %w", ErrBadInput, err)
+	}
+	switch key := s.spec.InputKey; {
+	case key == nil && in.MAC != nil:
+		return fmt.Errorf("%w: a MAC, but the session has no input key", ErrBadInput)
+	case key != nil && !hmac.Equal(in.MAC, apiv1.ShellInputMAC(key, s.spec.RequestID, in)):
+		return fmt.Errorf("%w: the message's MAC is not the session key's (not from its requester)", ErrBadInput)
 	}
 	if in.Ack > 0 {
 		if err := s.window.Ack(in.Ack); err != nil {

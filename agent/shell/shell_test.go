@@ -255,3 +255,38 @@ func TestSessionEndsOnHostileInput(t *testing.T) {
 		}
 	})
 }
+
+// TestSessionWithAnInputKeyTakesOnlyItsRequestersInput: with an input key
+// (a signed session), a message with the key's MAC reaches the terminal,
+// one without it or with another key's ends the session.
+func TestSessionWithAnInputKeyTakesOnlyItsRequestersInput(t *testing.T) {
+	key := []byte(strings.Repeat("k", apiv1.ShellKeyBytes))
+	other := []byte(strings.Repeat("o", apiv1.ShellKeyBytes))
+	for name, c := range map[string]struct {
+		mac  func(apiv1.ShellInput) []byte
+		want error
+	}{
+		"its key":         {func(in apiv1.ShellInput) []byte { return apiv1.ShellInputMAC(key, "r6", in) }, nil},
+		"no MAC":          {func(apiv1.ShellInput) []byte { return nil }, ErrBadInput},
+		"another key":     {func(in apiv1.ShellInput) []byte { return apiv1.ShellInputMAC(other, "r6", in) }, ErrBadInput},
+		"another session": {func(in apiv1.ShellInput) []byte { return apiv1.ShellInputMAC(key, "r7", in) }, ErrBadInput},
+	} {
+		t.Run(name, func(t *testing.T) {
+			pub := newRecorder()
+			m := New(&echoRuntime{}, pub, 0, zerolog.Nop())
+			opened, done := make(chan struct{}), make(chan run, 1)
+			go func() {
+				code, err := m.Run(context.Background(), Spec{RequestID: "r6", OutputTopic: "out/r6", Size: apiv1.TermSize{Cols: 80, Rows: 24}, InputKey: key, Opened: func() { close(opened) }})
+				done <- run{code, err}
+			}()
+			<-opened
+			in := apiv1.ShellInput{Seq: 1, Data: []byte("exit 4")}
+			in.MAC = c.mac(in)
+			m.Input("r6", input(t, in))
+			r := <-done
+			if c.want == nil && (r.err != nil || r.code != 4) || c.want != nil && !errors.Is(r.err, c.want) {
+				t.Fatalf("Run = %d, %v; want %v", r.code, r.err, c.want)
+			}
+		})
+	}
+}

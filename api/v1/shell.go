@@ -14,6 +14,9 @@ package apiv1
 
 import (
 	"bytes"
+	"crypto/hmac"
+	"crypto/sha256"
+	"encoding/binary"
 	"encoding/json"
 	"errors"
 	"fmt"
@@ -61,6 +64,42 @@ type ShellInput struct {
 	Resize *TermSize `json:"resize,omitempty"`
 	// Ack: every output message up to this one was written.
 	Ack uint64 `json:"ack,omitempty"`
+	// MAC authenticates the message when the session has an input key
+	// (ExecRequest.InputKey): ShellInputMAC.
+	MAC []byte `json:"mac,omitempty"`
+}
+
+// The input key of an interactive exec: its size and the names it is
+// sealed under (with the request id as the name).
+const (
+	ShellKeyBytes     = 32
+	ShellKeyNamespace = "exec"
+	ShellKeyName      = "inputKey"
+)
+
+// ShellInputMAC is the HMAC-SHA256 under key of input message in of
+// request requestID (its MAC field aside): the request id, seq, ack, the
+// data and the resize, each length-prefixed or fixed-size.
+func ShellInputMAC(key []byte, requestID string, in ShellInput) []byte {
+	h := hmac.New(sha256.New, key)
+	var n [8]byte
+	put := func(v uint64) {
+		binary.BigEndian.PutUint64(n[:], v)
+		h.Write(n[:])
+	}
+	put(uint64(len(requestID)))
+	h.Write([]byte(requestID))
+	put(in.Seq)
+	put(in.Ack)
+	put(uint64(len(in.Data)))
+	h.Write(in.Data)
+	if in.Resize != nil {
+		put(1)
+		put(uint64(in.Resize.Cols)<<16 | uint64(in.Resize.Rows))
+	} else {
+		put(0)
+	}
+	return h.Sum(nil)
 }
 
 // ShellOutput is one message of the node to the requester.

@@ -117,6 +117,12 @@ type ExecRequest struct {
 	Interactive bool `json:"interactive,omitempty"`
 	// Size is the terminal's first size (interactive only).
 	Size *TermSize `json:"size,omitempty"`
+	// InputKey (interactive only; required when the command is signed) is
+	// a random ShellKeyBytes key sealed to the node (package sealing,
+	// bound to namespace ShellKeyNamespace, name = the request id, key
+	// ShellKeyName): every ShellInput then carries its MAC
+	// (ShellInputMAC), so only the signer's session can type into it.
+	InputKey []byte `json:"inputKey,omitempty"`
 }
 
 // ExecResult is the result of the final reply of exec.

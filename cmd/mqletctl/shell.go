@@ -2,6 +2,7 @@ package main
 
 import (
 	"context"
+	"crypto/rand"
 	"encoding/json"
 	"errors"
 	"fmt"
@@ -16,6 +17,7 @@ import (
 
 	apiv1 "github.com/mqlet/mqlet/api/v1"
 	"github.com/mqlet/mqlet/internal/shellwire"
+	"github.com/mqlet/mqlet/sealing"
 )
 
 // exitCodeError makes mqletctl exit with a remote command's exit code.
@@ -95,6 +97,27 @@ func runShell(ctx context.Context, cfg *globalConfig, req apiv1.ExecRequest, e e
 	t := newTerminal(e)
 	size := t.size()
 	req.Interactive, req.Size = true, &size
+	id := newRequestID()
+	// Signed: the keystrokes are authenticated with a key only the node
+	// can open, bound to this request by the signature.
+	var inputKey []byte
+	if cfg.signer != nil {
+		recipient, err := nodeSealingKey(ctx, cfg)
+		if err != nil {
+			return fmt.Errorf("exec -it: the node's sealing key, to seal the session's input key to: %w", err)
+		}
+		r, err := sealing.ParseRecipient(recipient)
+		if err != nil {
+			return err
+		}
+		inputKey = make([]byte, apiv1.ShellKeyBytes)
+		if _, err := rand.Read(inputKey); err != nil {
+			return err
+		}
+		if req.InputKey, err = sealing.SealValue([]sealing.Recipient{r}, apiv1.ShellKeyNamespace, id, apiv1.ShellKeyName, inputKey); err != nil {
+			return err
+		}
+	}
 	payload, err := json.Marshal(req)
 	if err != nil {
 		return err
@@ -106,7 +129,6 @@ func runShell(ctx context.Context, cfg *globalConfig, req apiv1.ExecRequest, e e
 		return err
 	}
 	defer c.close()
-	id := newRequestID()
 	sealed, err := c.seal("exec", id, payload)
 	if err != nil {
 		return err
@@ -122,7 +144,7 @@ func runShell(ctx context.Context, cfg *globalConfig, req apiv1.ExecRequest, e e
 		return err
 	}
 	s := &shellClient{c: c, id: id, t: t, window: shellwire.NewWindow(apiv1.ShellInputWindow),
-		reorder: shellwire.NewReorder(apiv1.ShellMaxAhead, 2*apiv1.ShellOutputWindow), stderr: e.stderr}
+		reorder: shellwire.NewReorder(apiv1.ShellMaxAhead, 2*apiv1.ShellOutputWindow), stderr: e.stderr, key: inputKey}
 	ended := false
 	defer func() {
 		if !ended {
@@ -196,6 +218,7 @@ type shellClient struct {
 	reorder *shellwire.Reorder // of output; the receiving loop only
 
 	stderr io.Writer
+	key    []byte // authenticates the input (signed sessions)
 
 	mu        sync.Mutex // orders numbered input with its number
 	delivered uint64     // output messages written
@@ -337,6 +360,9 @@ func (s *shellClient) send(ctx context.Context, in apiv1.ShellInput, cost int) e
 		return nil
 	}
 	s.ackSent, s.unacked = in.Ack, 0
+	if s.key != nil {
+		in.MAC = apiv1.ShellInputMAC(s.key, s.id, in)
+	}
 	b, err := json.Marshal(in)
 	if err == nil {
 		s.c.mqtt.Publish(s.c.topics.Input(s.id), 1, false, b)

@@ -294,4 +294,34 @@ func TestShellSignedAndRequesterGone(t *testing.T) {
 	if took := time.Since(gone); took > 40*time.Second {
 		t.Fatalf("the node noticed the requester gone after %s (logs.unreadTimeout 15s)", took)
 	}
+
+	// Another broker user who knows the request id types into a signed
+	// session: its message lacks the session key's MAC, so the node ends
+	// the session instead of running it.
+	cmd = exec.Command(mqletctlBin(t), append(base, "--sign-key", keyFile, "exec", "-it", "-n", e.ns, name, "--", "sh")...)
+	cmd.Env = append(os.Environ(), "MQLETCTL_SIGN_KEY=")
+	if stdin, err = cmd.StdinPipe(); err != nil {
+		t.Fatal(err)
+	}
+	outBuf = &lockedBuffer{got: make(chan struct{}, 1)}
+	cmd.Stdout, cmd.Stderr = outBuf, outBuf
+	mark = e.mq.Mark()
+	if err := cmd.Start(); err != nil {
+		t.Fatal(err)
+	}
+	defer func() { _ = cmd.Process.Kill() }()
+	opened = e.mq.WaitFor(mark, 60*time.Second, "the second terminal-open reply", func(msg Msg) bool {
+		return strings.Contains(msg.Topic, "/reply/") && strings.Contains(string(msg.Payload), "terminal open")
+	})
+	id = opened.Topic[strings.LastIndex(opened.Topic, "/")+1:]
+	e.mq.Publish(prefix+"/"+e.node+"/in/"+id, []byte(`{"seq":1,"data":"ZXhpdCA1Cg=="}`), false) // "exit 5\n"
+	r = e.mq.WaitReply(e.node, id, "failed", 30*time.Second)
+	if !strings.Contains(r.Message, "MAC") {
+		t.Fatalf("the forged input ended the session %q, want a MAC refusal", r.Message)
+	}
+	err = cmd.Wait()
+	if ee, ok := err.(*exec.ExitError); !ok || ee.ExitCode() != 1 {
+		s, _ := outBuf.snapshot()
+		t.Fatalf("mqletctl after a forged input: %v, want exit 1 (not the forged exit 5)\n%s", err, s)
+	}
 }
