@@ -264,7 +264,9 @@ func TestEvictionMemoryPressure(t *testing.T) {
 	if err := os.Mkdir(dir, 0o755); err != nil {
 		t.Skipf("no cgroup v1 memory hierarchy to cap: %v", err)
 	}
-	t.Cleanup(func() { _ = os.Remove(dir) })
+	// After mqlet and the sweep (registered first, runs last): the
+	// root's cgroups in every hierarchy, children first.
+	t.Cleanup(func() { removeCgroupTrees(root) })
 	if err := os.WriteFile(filepath.Join(dir, "memory.limit_in_bytes"), []byte("314572800"), 0o644); err != nil {
 		t.Fatal(err)
 	}
@@ -299,4 +301,22 @@ func TestEvictionMemoryPressure(t *testing.T) {
 		t.Errorf("the Guaranteed pod's containers changed: %v → %v; status %s; events %s", before, after, dump(p.Status), dump(e.events(from)))
 	}
 	e.waitNode(from, 90*time.Second, "MemoryPressure cleared", func(n *v1.Node) bool { return pressureIs(n, v1.NodeMemoryPressure, v1.ConditionFalse) })
+}
+
+// removeCgroupTrees removes the cgroup root (and the empty cgroups below
+// it) from every hierarchy.
+func removeCgroupTrees(root string) {
+	dirs, _ := filepath.Glob(filepath.Join("/sys/fs/cgroup", "*", root))
+	for _, d := range dirs {
+		var all []string
+		_ = filepath.WalkDir(d, func(p string, de os.DirEntry, err error) error {
+			if err == nil && de.IsDir() {
+				all = append(all, p)
+			}
+			return nil
+		})
+		for i := len(all) - 1; i >= 0; i-- {
+			_ = os.Remove(all[i]) // a cgroup goes with rmdir once it holds no task
+		}
+	}
 }
