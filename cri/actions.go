@@ -83,6 +83,17 @@ const (
 	ProbeFailure
 )
 
+func (r ProbeResult) String() string {
+	switch r {
+	case ProbeSuccess:
+		return "Success"
+	case ProbeFailure:
+		return "Failure"
+	default:
+		return "Unknown"
+	}
+}
+
 // ProbeResults holds the latest probe outcomes by container ID (the
 // runtime's ID of one attempt, so a restarted container starts unknown).
 type ProbeResults interface {

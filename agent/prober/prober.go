@@ -19,33 +19,36 @@ import (
 	"github.com/mqlet/mqlet/cri"
 )
 
-// Kind is which of a container's probes.
-type Kind string
+// Kind is which of a container's probes: the runtime's planner's own
+// vocabulary, so results pass to it unmapped.
+type Kind = cri.ProbeType
 
 const (
-	Liveness  Kind = "Liveness"
-	Readiness Kind = "Readiness"
-	Startup   Kind = "Startup"
+	Liveness  = cri.ProbeLiveness
+	Readiness = cri.ProbeReadiness
+	Startup   = cri.ProbeStartup
 )
 
 // Result is a probe's last verdict, once its threshold was reached.
-type Result int
+type Result = cri.ProbeResult
 
 const (
-	Unknown Result = iota
-	Success
-	Failure
+	Unknown = cri.ProbeUnknown
+	Success = cri.ProbeSuccess
+	Failure = cri.ProbeFailure
 )
 
-func (r Result) String() string {
-	switch r {
-	case Success:
-		return "Success"
-	case Failure:
-		return "Failure"
-	default:
-		return "Unknown"
+// title is the probe's name as the kubelet's events and logs spell it.
+func title(k Kind) string {
+	switch k {
+	case Liveness:
+		return "Liveness"
+	case Readiness:
+		return "Readiness"
+	case Startup:
+		return "Startup"
 	}
+	return k.String()
 }
 
 // Execer runs a command in a container (the runtime's CRI ExecSync).
@@ -252,22 +255,8 @@ func (m *Manager) passedLocked(id string, kind Kind) bool {
 // Get returns a probe's result for SyncPod's planner (cri.ProbeResults):
 // a failed liveness (once started) or startup result kills the container.
 func (m *Manager) Get(containerID string, probe cri.ProbeType) cri.ProbeResult {
-	kind := Liveness
-	switch probe {
-	case cri.ProbeReadiness:
-		kind = Readiness
-	case cri.ProbeStartup:
-		kind = Startup
-	}
-	r, _ := m.Result(containerID, kind)
-	switch r {
-	case Success:
-		return cri.ProbeSuccess
-	case Failure:
-		return cri.ProbeFailure
-	default:
-		return cri.ProbeUnknown
-	}
+	r, _ := m.Result(containerID, probe)
+	return r
 }
 
 // Unchecked reports whether a readiness or startup probe of one of the
@@ -311,7 +300,7 @@ func (m *Manager) set(w *worker, r Result) {
 	m.mu.Unlock()
 	if changed {
 		m.opts.Log.Debug().Str("pod", w.pod.Namespace+"/"+w.pod.Name).Str("container", w.container.Name).
-			Str("probe", string(w.kind)).Str("result", r.String()).Msg("probe result changed")
+			Str("probe", title(w.kind)).Str("result", r.String()).Msg("probe result changed")
 		if m.opts.OnChange != nil {
 			m.opts.OnChange(string(w.pod.UID))
 		}

@@ -135,8 +135,8 @@ func (w *worker) probe() {
 	if err != nil {
 		// A check that could not run says nothing of the container (the
 		// runtime is unreachable, say): the result stays as it was.
-		w.m.opts.Log.Debug().Err(err).Str("pod", pod.Namespace+"/"+pod.Name).Str("container", w.container.Name).Str("probe", string(w.kind)).Msg("probe errored")
-		w.event(v1.EventTypeWarning, ReasonUnhealthy, fmt.Sprintf("%s probe errored: %v", w.kind, err))
+		w.m.opts.Log.Debug().Err(err).Str("pod", pod.Namespace+"/"+pod.Name).Str("container", w.container.Name).Str("probe", title(w.kind)).Msg("probe errored")
+		w.event(v1.EventTypeWarning, ReasonUnhealthy, fmt.Sprintf("%s probe errored: %v", title(w.kind), err))
 		return
 	}
 	var r Result
@@ -144,10 +144,10 @@ func (w *worker) probe() {
 	case probe.Success:
 		r = Success
 	case probe.Warning:
-		w.event(v1.EventTypeWarning, ReasonProbeWarning, fmt.Sprintf("%s probe warning: %s", w.kind, clip(out)))
+		w.event(v1.EventTypeWarning, ReasonProbeWarning, fmt.Sprintf("%s probe warning: %s", title(w.kind), clip(out)))
 		r = Success
 	case probe.Failure:
-		w.event(v1.EventTypeWarning, ReasonUnhealthy, fmt.Sprintf("%s probe failed: %s", w.kind, clip(out)))
+		w.event(v1.EventTypeWarning, ReasonUnhealthy, fmt.Sprintf("%s probe failed: %s", title(w.kind), clip(out)))
 		r = Failure
 	default:
 		return
