@@ -262,29 +262,13 @@ var errNoGroupDocument = errors.New("no group document retained")
 
 // readGroupDocument reads the document retained for group.
 func readGroupDocument(ctx context.Context, c *client, cfg *globalConfig, group string) (*retainedGroupDoc, error) {
-	topic := apiv1.Scheme{Prefix: cfg.Prefix}.GroupDesired(group)
-	subCtx, stop := context.WithCancel(ctx)
-	defer stop()
-	inbox := make(chan message, 4)
-	if err := c.subscribe(subCtx, inbox, topic); err != nil {
+	payload, err := c.readRetainedOne(ctx, cfg.Prefix, cfg.RetainedWait, apiv1.Scheme{Prefix: cfg.Prefix}.GroupDesired(group))
+	if errors.Is(err, errNothingRetained) {
+		return nil, errNoGroupDocument
+	} else if err != nil {
 		return nil, err
 	}
-	defer c.mqtt.Unsubscribe(topic)
-	t := time.NewTimer(cfg.RetainedWait)
-	defer t.Stop()
-	for {
-		select {
-		case m := <-inbox:
-			if len(m.Payload) == 0 {
-				continue
-			}
-			return decodeRetainedGroupDoc(group, m.Payload)
-		case <-t.C:
-			return nil, errNoGroupDocument
-		case <-ctx.Done():
-			return nil, ctx.Err()
-		}
-	}
+	return decodeRetainedGroupDoc(group, payload)
 }
 
 func decodeRetainedGroupDoc(group string, payload []byte) (*retainedGroupDoc, error) {

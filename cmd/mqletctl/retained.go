@@ -2,6 +2,7 @@ package main
 
 import (
 	"context"
+	"errors"
 	"time"
 )
 
@@ -31,9 +32,11 @@ func (c *client) collectRetained(ctx context.Context, prefix string, wait time.D
 	subCtx, stop := context.WithCancel(ctx)
 	defer stop()
 	barrier := c.barrierTopic(prefix)
-	if err := c.subscribe(subCtx, inbox, append([]string{barrier}, filters...)...); err != nil {
+	topics := append([]string{barrier}, filters...)
+	if err := c.subscribe(subCtx, inbox, topics...); err != nil {
 		return err
 	}
+	defer c.mqtt.Unsubscribe(topics...)
 	token := randomToken(6)
 	// Not waited for: the retained messages may fill the inbox first, and
 	// with ordered delivery the acknowledgement queues behind them. A
@@ -77,4 +80,25 @@ func drain(inbox <-chan message, barrier string, each func(message)) {
 			return
 		}
 	}
+}
+
+// errNothingRetained: no retained message on the topic.
+var errNothingRetained = errors.New("nothing retained")
+
+// readRetainedOne returns the message retained on topic, or
+// errNothingRetained.
+func (c *client) readRetainedOne(ctx context.Context, prefix string, wait time.Duration, topic string) ([]byte, error) {
+	var last []byte
+	err := c.collectRetained(ctx, prefix, wait, []string{topic}, func(m message) {
+		if m.Topic == topic {
+			last = m.Payload // an empty one clears it
+		}
+	})
+	if err != nil {
+		return nil, err
+	}
+	if len(last) == 0 {
+		return nil, errNothingRetained
+	}
+	return last, nil
 }

@@ -397,29 +397,13 @@ var errNoRollout = errors.New("no such rollout")
 
 // readRolloutOn reads the retained document of rollout id.
 func readRolloutOn(ctx context.Context, c *client, cfg *globalConfig, id string) (*apiv1.Rollout, error) {
-	topic := apiv1.RolloutTopic(cfg.Prefix, id)
-	subCtx, stop := context.WithCancel(ctx)
-	defer stop()
-	inbox := make(chan message, 4)
-	if err := c.subscribe(subCtx, inbox, topic); err != nil {
+	payload, err := c.readRetainedOne(ctx, cfg.Prefix, cfg.RetainedWait, apiv1.RolloutTopic(cfg.Prefix, id))
+	if errors.Is(err, errNothingRetained) {
+		return nil, errNoRollout
+	} else if err != nil {
 		return nil, err
 	}
-	defer c.mqtt.Unsubscribe(topic)
-	t := time.NewTimer(cfg.RetainedWait)
-	defer t.Stop()
-	for {
-		select {
-		case m := <-inbox:
-			if len(m.Payload) == 0 {
-				continue
-			}
-			return decodeRollout(m.Payload, id)
-		case <-t.C:
-			return nil, errNoRollout
-		case <-ctx.Done():
-			return nil, ctx.Err()
-		}
-	}
+	return decodeRollout(payload, id)
 }
 
 func decodeRollout(payload []byte, id string) (*apiv1.Rollout, error) {
