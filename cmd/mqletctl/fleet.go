@@ -228,29 +228,11 @@ func fleetSendOn(ctx context.Context, c *client, cfg *globalConfig, f *fleetFlag
 			}
 		}
 	}
-	waiting := func() bool {
-		for _, r := range results {
-			if r.Final == nil && (r.Offline == nil || cfg.WaitOffline) {
-				return true
-			}
-		}
-		return false
-	}
-	for waiting() {
+	for waitingForAnswers(results, cfg.WaitOffline) {
 		select {
 		case m := <-inbox:
 			if n, ok := stateOf[m.Topic]; ok {
-				var st apiv1.NodeState
-				r := results[n]
-				if len(m.Payload) == 0 || json.Unmarshal(m.Payload, &st) != nil || r.Final != nil {
-					continue
-				}
-				if st.State == apiv1.StateOffline {
-					since := st.TS
-					r.Offline = &since
-				} else {
-					r.Offline = nil
-				}
+				results[n].stateSeen(m.Payload)
 				continue
 			}
 			n, ok := replyOf[m.Topic]
@@ -271,25 +253,14 @@ func fleetSendOn(ctx context.Context, c *client, cfg *globalConfig, f *fleetFlag
 				continue
 			}
 			r.replies = append(r.replies, rep)
-			r.Phase, r.Message, r.Errors, r.TS = rep.Phase, rep.Message, rep.Errors, rep.TS
-			if rep.Final() {
-				final := rep
-				r.Final, r.Offline = &final, nil
-			}
+			r.answered(rep)
 		case <-ctx.Done():
 			if !errors.Is(ctx.Err(), context.DeadlineExceeded) {
 				return nil, ctx.Err()
 			}
-			for _, r := range results {
-				if r.Final == nil && r.Offline == nil {
-					last := r.Phase
-					if last == "" {
-						last = "no reply"
-					}
-					r.Phase = apiv1.Failed
-					r.Message = fmt.Sprintf("no final reply to request %s within --timeout %v (last: %s)", id, cfg.Timeout, last)
-				}
-			}
+			failUnanswered(results, "no reply", func(last string) string {
+				return fmt.Sprintf("no final reply to request %s within --timeout %v (last: %s)", id, cfg.Timeout, last)
+			})
 			return sortedResults(results), nil
 		}
 	}
@@ -307,6 +278,56 @@ func sortedResults(m map[string]*memberResult) []*memberResult {
 	}
 	sort.Slice(out, func(i, j int) bool { return out[i].Node < out[j].Node })
 	return out
+}
+
+// waitingForAnswers reports whether a member still owes a final answer:
+// an online one, or an offline one with --wait-offline.
+func waitingForAnswers(results map[string]*memberResult, waitOffline bool) bool {
+	for _, r := range results {
+		if r.Final == nil && (r.Offline == nil || waitOffline) {
+			return true
+		}
+	}
+	return false
+}
+
+// stateSeen notes the member's state message: offline since when it says,
+// or online again. Ignored once the member answered.
+func (r *memberResult) stateSeen(payload []byte) {
+	var st apiv1.NodeState
+	if len(payload) == 0 || json.Unmarshal(payload, &st) != nil || r.Final != nil {
+		return
+	}
+	if st.State == apiv1.StateOffline {
+		since := st.TS
+		r.Offline = &since
+	} else {
+		r.Offline = nil
+	}
+}
+
+// answered notes one reply; a final one ends the member's wait.
+func (r *memberResult) answered(rep apiv1.Reply) {
+	r.Phase, r.Message, r.Errors, r.TS = rep.Phase, rep.Message, rep.Errors, rep.TS
+	if rep.Final() {
+		final := rep
+		r.Final, r.Offline = &final, nil
+	}
+}
+
+// failUnanswered fails every online member without a final answer at the
+// deadline; why says why, given its last phase (or none).
+func failUnanswered(results map[string]*memberResult, none string, why func(last string) string) {
+	for _, r := range results {
+		if r.Final == nil && r.Offline == nil {
+			last := r.Phase
+			if last == "" {
+				last = none
+			}
+			r.Phase = apiv1.Failed
+			r.Message = why(last)
+		}
+	}
 }
 
 // fleetOutcome is the exit of a fleet command: failed when a member

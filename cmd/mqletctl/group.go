@@ -328,29 +328,11 @@ func collectGroupAnswers(ctx context.Context, c *client, cfg *globalConfig, grou
 	if err := send(ctx); err != nil {
 		return nil, err
 	}
-	waiting := func() bool {
-		for _, r := range results {
-			if r.Final == nil && (r.Offline == nil || cfg.WaitOffline) {
-				return true
-			}
-		}
-		return false
-	}
-	for waiting() {
+	for waitingForAnswers(results, cfg.WaitOffline) {
 		select {
 		case m := <-inbox:
 			if n, ok := stateOf[m.Topic]; ok {
-				var st apiv1.NodeState
-				r := results[n]
-				if len(m.Payload) == 0 || json.Unmarshal(m.Payload, &st) != nil || r.Final != nil {
-					continue
-				}
-				if st.State == apiv1.StateOffline {
-					since := st.TS
-					r.Offline = &since
-				} else {
-					r.Offline = nil
-				}
+				results[n].stateSeen(m.Payload)
 				continue
 			}
 			if n, ok := eventsOf[m.Topic]; ok {
@@ -381,25 +363,14 @@ func collectGroupAnswers(ctx context.Context, c *client, cfg *globalConfig, grou
 			if r.Final != nil {
 				continue
 			}
-			r.Phase, r.Message, r.Errors, r.TS = rep.Phase, rep.Message, rep.Errors, rep.TS
-			if rep.Final() {
-				final := rep
-				r.Final, r.Offline = &final, nil
-			}
+			r.answered(rep)
 		case <-ctx.Done():
 			if !errors.Is(ctx.Err(), context.DeadlineExceeded) {
 				return nil, ctx.Err()
 			}
-			for _, r := range results {
-				if r.Final == nil && r.Offline == nil {
-					last := r.Phase
-					if last == "" {
-						last = "no answer"
-					}
-					r.Phase = apiv1.Failed
-					r.Message = fmt.Sprintf("no final answer to generation %d (request %s) within --timeout %v (last: %s); see its events", gen, id, cfg.Timeout, last)
-				}
-			}
+			failUnanswered(results, "no answer", func(last string) string {
+				return fmt.Sprintf("no final answer to generation %d (request %s) within --timeout %v (last: %s); see its events", gen, id, cfg.Timeout, last)
+			})
 			return groupResults(results), nil
 		}
 	}
