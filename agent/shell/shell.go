@@ -380,6 +380,15 @@ func (s *session) input(payload []byte) error {
 	}
 	for _, raw := range ready {
 		m, _ := apiv1.DecodeShellInput(raw) // decoded once already
+		// Acknowledged before it is handed on: input that ends the command
+		// (exit) lets the exit message go before code after the handing on
+		// runs, and that message must acknowledge it. If the hand-on fails
+		// the session is over, and the ack with it. The window grows early
+		// by this one message at most.
+		s.mu.Lock()
+		s.ackInput = m.Seq
+		s.ackBytes += len(m.Data)
+		s.mu.Unlock()
 		if len(m.Data) > 0 {
 			select {
 			case s.stdin <- m.Data:
@@ -394,10 +403,6 @@ func (s *session) input(payload []byte) error {
 				return nil
 			}
 		}
-		s.mu.Lock()
-		s.ackInput = s.reorder.Delivered()
-		s.ackBytes += len(m.Data)
-		s.mu.Unlock()
 		signal(s.active)
 	}
 	if len(ready) > 0 {
