@@ -5,6 +5,7 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
+	"runtime"
 	"strings"
 	"sync"
 	"testing"
@@ -162,6 +163,15 @@ func TestSessionOrdersInputOnceAndEndsWithTheExitCode(t *testing.T) {
 	}
 	pub.waitFor(t, "both lines echoed", func() bool { d, _, _, _, _ := pub.output(); return d == "LINE1;LINE2;" })
 	m.Input("r1", input(t, apiv1.ShellInput{Seq: 3, Resize: &apiv1.TermSize{Cols: 100, Rows: 40}}))
+	// The terminal takes resizes and input on two streams (as CRI's), in
+	// no order between them: the exit goes once the resize was taken.
+	resized := func() bool { rt.mu.Lock(); defer rt.mu.Unlock(); return len(rt.sizes) == 2 }
+	for deadline := time.Now().Add(5 * time.Second); !resized(); {
+		if time.Now().After(deadline) {
+			t.Fatal("the resize never reached the terminal")
+		}
+		runtime.Gosched()
+	}
 	m.Input("r1", []byte{}) // a heartbeat
 	m.Input("r1", input(t, apiv1.ShellInput{Seq: 4, Data: []byte("exit 3")}))
 	r := <-done
