@@ -336,10 +336,13 @@ func (a *Agent) buildSession() error {
 		sealingKey = a.opts.Unsealer.Recipient()
 	}
 	a.presence = presence.New(a.opts.Topics.State(), a.opts.Version, sealingKey, a.store, nil)
-	will := a.presence.Offline()
-	so := a.opts.Session
 	a.presence.SetGroups(a.groups)
 	a.presence.SetGenerations(a.groupGenerations)
+	// The will is made after the groups are known: a will without them
+	// (retained once the broker publishes it) takes the node out of its
+	// groups for every fleet command (a rollout started without it: CI).
+	will := a.presence.Offline()
+	so := a.opts.Session
 	so.CommandFilters = a.commandFilters(a.groups())
 	so.InputFilter = a.opts.Topics.InputFilter()
 	so.Handler = a.HandleCommand

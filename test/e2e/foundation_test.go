@@ -30,7 +30,7 @@ func TestBirthWillAndSeqAcrossKill9(t *testing.T) {
 	obs := Connect(t, b.URL())
 	obs.Subscribe(prefix + "/gw-birth/state")
 	started := time.Now()
-	a := StartAgent(t, AgentOpts{Node: "gw-birth", Broker: b.URL()})
+	a := StartAgent(t, AgentOpts{Node: "gw-birth", Broker: b.URL(), Args: []string{"--groups", "line-1"}})
 	first := obs.WaitState(0, "gw-birth", "online", 10*time.Second)
 	t.Logf("start to online: %v", time.Since(started))
 	if first.Seq == 0 || first.BootID == "" {
@@ -42,6 +42,11 @@ func TestBirthWillAndSeqAcrossKill9(t *testing.T) {
 	off := obs.WaitState(mark, "gw-birth", "offline", 10*time.Second)
 	if off.BootID != first.BootID {
 		t.Fatalf("will carries boot id %q, want %q", off.BootID, first.BootID)
+	}
+	// The will names the node's groups: without them a killed member left
+	// its groups for every fleet command (a rollout started without it).
+	if len(off.Groups) != 1 || off.Groups[0] != "line-1" {
+		t.Fatalf("will carries groups %v, want [line-1]", off.Groups)
 	}
 
 	mark = obs.Mark()

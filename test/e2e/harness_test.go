@@ -367,9 +367,10 @@ func (c *Client) Replies(node, id string) []apiv1.Reply {
 
 // StateOf decodes a state payload.
 type StateOf struct {
-	State  string `json:"state"`
-	BootID string `json:"bootId"`
-	Seq    uint64 `json:"seq"`
+	State  string   `json:"state"`
+	BootID string   `json:"bootId"`
+	Seq    uint64   `json:"seq"`
+	Groups []string `json:"groups"`
 }
 
 // WaitState waits for a state message of node with the given state.
