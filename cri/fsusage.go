@@ -25,18 +25,9 @@ func (m *Manager) ContainerFilesystems(ctx context.Context) (map[string]Containe
 	if err != nil {
 		return nil, err
 	}
-	qctx := quietContext(ctx)
-	containers, err := svc.runtime.ListContainers(qctx, &runtimeapi.ContainerFilter{LabelSelector: managedSelector()})
+	containers, byID, err := listManagedWithStats(quietContext(ctx), svc, "disk usage")
 	if err != nil {
-		return nil, fmt.Errorf("list containers for disk usage: %w", err)
-	}
-	stats, err := svc.runtime.ListContainerStats(qctx, &runtimeapi.ContainerStatsFilter{LabelSelector: managedSelector()})
-	if err != nil {
-		return nil, fmt.Errorf("list container stats: %w", err)
-	}
-	byID := make(map[string]*runtimeapi.ContainerStats, len(stats))
-	for _, s := range stats {
-		byID[s.GetAttributes().GetId()] = s
+		return nil, err
 	}
 	out := make(map[string]ContainerFs, len(containers))
 	for _, c := range containers {
@@ -71,4 +62,22 @@ func dirBytes(dir string) uint64 {
 		return nil
 	})
 	return total
+}
+
+// listManagedWithStats lists mqlet's containers and their stats, the stats
+// by container ID; what names the reader in errors.
+func listManagedWithStats(ctx context.Context, svc *services, what string) ([]*runtimeapi.Container, map[string]*runtimeapi.ContainerStats, error) {
+	containers, err := svc.runtime.ListContainers(ctx, &runtimeapi.ContainerFilter{LabelSelector: managedSelector()})
+	if err != nil {
+		return nil, nil, fmt.Errorf("list containers for %s: %w", what, err)
+	}
+	stats, err := svc.runtime.ListContainerStats(ctx, &runtimeapi.ContainerStatsFilter{LabelSelector: managedSelector()})
+	if err != nil {
+		return nil, nil, fmt.Errorf("list container stats for %s: %w", what, err)
+	}
+	byID := make(map[string]*runtimeapi.ContainerStats, len(stats))
+	for _, s := range stats {
+		byID[s.GetAttributes().GetId()] = s
+	}
+	return containers, byID, nil
 }

@@ -50,17 +50,9 @@ func (m *Manager) PodUsage(ctx context.Context, uids map[string]bool) (map[strin
 		return nil, err
 	}
 	qctx := quietContext(ctx)
-	containers, err := svc.runtime.ListContainers(qctx, &runtimeapi.ContainerFilter{LabelSelector: managedSelector()})
+	containers, byID, err := listManagedWithStats(qctx, svc, "pod usage")
 	if err != nil {
-		return nil, fmt.Errorf("list containers for pod usage: %w", err)
-	}
-	stats, err := svc.runtime.ListContainerStats(qctx, &runtimeapi.ContainerStatsFilter{LabelSelector: managedSelector()})
-	if err != nil {
-		return nil, fmt.Errorf("list container stats for pod usage: %w", err)
-	}
-	byID := make(map[string]*runtimeapi.ContainerStats, len(stats))
-	for _, s := range stats {
-		byID[s.GetAttributes().GetId()] = s
+		return nil, err
 	}
 	out := make(map[string]PodUsage, len(uids))
 	logsDone := map[string]bool{}
